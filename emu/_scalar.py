@@ -1,0 +1,461 @@
+"""The one scalar definition of every emu operation, on integer bit patterns.
+
+Each function here is ``register_jitable``: plain Python when called from Python,
+inlined into ``@njit`` CPU kernels (emu/_kernels.py) and callable from
+``@cuda.jit`` kernels.  Only integer arithmetic is used; every intermediate fits
+in int64 (shift counts are clamped below 63), so Python ints, Numba int64 and
+CUDA int64 give the same bits.  Public entry points widen their arguments with
+``np.int64`` because the CUDA simulator hands in wrapping numpy int32 scalars.
+
+Values travel as **float32 bit patterns** (the low 32 bits of an int64): every
+format is a subset of float32 (emu/formats.py), so an operand of format ``fmt``
+is the float32 pattern of a value of ``fmt``.  The semantics implemented are
+specified in docs/semantics.md; equation numbers refer to Kosson & Jaggi,
+"Multiplication-Free Transformer Training via Piecewise Affine Operations".
+"""
+import numpy as np
+from numba.extending import register_jitable
+
+SIGN32 = 0x80000000
+ABS32 = 0x7FFFFFFF
+INF32 = 0x7F800000
+QNAN32 = 0x7FC00000        # the canonical NaN every emu op returns
+ONE32 = 0x3F800000         # pattern of 1.0 == bias << 23, the PAM offset
+M32 = 0xFFFFFFFF
+
+# rounding modes
+RNE = 0                    # round to nearest, ties to even
+RTZ = 0 + 1                # toward zero (truncation)
+SR = 2                     # stochastic
+
+
+@register_jitable
+def bitlen(x):
+    """Number of significant bits of 0 <= x < 2**63 (0 for 0)."""
+    n = 0
+    if x >= (1 << 32):
+        x >>= 32
+        n += 32
+    if x >= (1 << 16):
+        x >>= 16
+        n += 16
+    if x >= (1 << 8):
+        x >>= 8
+        n += 8
+    if x >= (1 << 4):
+        x >>= 4
+        n += 4
+    if x >= (1 << 2):
+        x >>= 2
+        n += 2
+    if x >= (1 << 1):
+        x >>= 1
+        n += 1
+    return n + x
+
+
+@register_jitable
+def mix32(x):
+    """A 32-bit integer hash (Wellons' lowbias32); every step fits in int64."""
+    x = x & M32
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & M32
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & M32
+    x ^= x >> 16
+    return x
+
+
+@register_jitable
+def rand32(key, idx):
+    """Counter-based uniform 32-bit random number for element ``idx`` under ``key``.
+
+    ``key`` packs two 32-bit keys (see emu.ops._stochastic_key).  The stream is a
+    pure function of (key, idx), so CPU, GPU and any chunking agree.
+    """
+    idx = np.int64(idx)
+    key = np.int64(key)
+    return mix32(mix32((idx + (key >> 32)) & M32) ^ (key & M32) ^ ((idx >> 32) & M32))
+
+
+@register_jitable
+def enc_to_f32(enc, fc):
+    """Float32 pattern of the finite, non-negative format encoding ``enc``."""
+    man = fc.man_bits
+    ef = enc >> man
+    mf = enc & ((1 << man) - 1)
+    if ef == 0:
+        if mf == 0:
+            return np.int64(0)
+        n = bitlen(mf)
+        e = fc.emin - man + n - 1
+        if e >= -126:
+            return ((e + 127) << 23) | ((mf << (24 - n)) & 0x7FFFFF)
+        return mf << (fc.emin - man + 149)       # a float32 subnormal (E = 8 only)
+    return ((ef - 1 + fc.emin + 127) << 23) | (mf << (23 - man))
+
+
+@register_jitable
+def round_to_fmt(sign, sig, exp, fc, mode, subnormals, saturate, u):
+    """Round the exact value (-1)^sign * sig * 2^exp into the format; float32 pattern out.
+
+    ``0 <= sig < 2**62``.  The format's grid is used at every magnitude (subnormal
+    quantum below the smallest normal).  ``mode`` is RNE, RTZ or SR; for SR, ``u``
+    is a uniform 32-bit integer and the magnitude rounds up iff
+    ``u + floor(frac * 2^32) >= 2^32`` (frac = discarded fraction of a quantum).
+    Then, in order: a result beyond the largest finite magnitude becomes ±max if
+    ``saturate`` or mode is RTZ (IEEE 754 §7.4), else ±inf (IEEE formats) or the
+    canonical NaN (fn formats); with ``subnormals`` false a result below the
+    smallest normal becomes ±0.
+    """
+    if sig == 0:
+        return sign << 31
+    man = fc.man_bits
+    top = exp + bitlen(sig) - 1                  # exponent of the leading bit
+    qe = max(top, fc.emin) - man                 # exponent of one quantum here
+    sh = qe - exp                                # bits below the quantum
+    if sh <= 0:
+        n = sig << (-sh)
+    else:
+        if sh > 62:
+            n = np.int64(0)
+            rem = sig                            # < 2^62 <= half a quantum
+        else:
+            n = sig >> sh
+            rem = sig & ((np.int64(1) << sh) - 1)
+        if mode == RNE:
+            if sh <= 62:
+                half = np.int64(1) << (sh - 1)
+                if rem > half or (rem == half and (n & 1) == 1):
+                    n += 1
+        elif mode == SR:
+            if sh <= 32:
+                frac = rem << (32 - sh)
+            elif sh - 32 <= 62:
+                frac = rem >> (sh - 32)
+            else:
+                frac = np.int64(0)
+            if u + frac >= (np.int64(1) << 32):
+                n += 1
+    if n == 0:
+        return sign << 31
+    # n * 2^qe as a magnitude encoding; n == 2^(M+1) carries into the exponent
+    enc = n + ((qe - fc.emin + man) << man)
+    if enc > fc.maxenc:
+        if saturate or mode == RTZ:
+            return (sign << 31) | fc.max32
+        if fc.has_inf:
+            return (sign << 31) | INF32
+        return np.int64(QNAN32)
+    if not subnormals and enc < (1 << man):
+        return sign << 31
+    return (sign << 31) | enc_to_f32(enc, fc)
+
+
+@register_jitable
+def quantize(x, fc, mode, subnormals, saturate, key, idx):
+    """Round the float32 pattern ``x`` into the format (emu.quantize)."""
+    x = np.int64(x)
+    sign = (x >> 31) & 1
+    a = x & ABS32
+    if a > INF32:
+        return np.int64(QNAN32)
+    if a == INF32:
+        if fc.has_inf:
+            return (sign << 31) | INF32
+        if saturate:
+            return (sign << 31) | fc.max32
+        return np.int64(QNAN32)
+    sh = 23 - fc.man_bits
+    if mode == SR:
+        u = rand32(key, idx)
+    else:
+        u = np.int64(0)
+    if a >= fc.minnorm32 and a <= fc.max32:
+        # Fast twin of round_to_fmt for results in the normal range: round the
+        # float32 pattern in place, letting a mantissa carry run into the exponent.
+        if sh == 0:
+            return (sign << 31) | a
+        low = (np.int64(1) << sh) - 1
+        if mode == RNE:
+            a = a + (low >> 1) + ((a >> sh) & 1)
+        elif mode == SR:
+            a = a + (u >> (32 - sh))
+        return (sign << 31) | (a & ~low)
+    if a >= 0x800000:
+        sig = (a & 0x7FFFFF) | 0x800000
+        exp = (a >> 23) - 150
+    else:
+        sig = a
+        exp = np.int64(-149)
+    return round_to_fmt(sign, sig, exp, fc, mode, subnormals, saturate, u)
+
+
+@register_jitable
+def f32_to_bits(x, fc):
+    """Format encoding (low ``width`` bits) of the float32 pattern of a format value."""
+    x = np.int64(x)
+    man = fc.man_bits
+    sign = (x >> 31) & 1
+    a = x & ABS32
+    top = ((np.int64(1) << fc.exp_bits) - 1) << man
+    if a > INF32:
+        if fc.has_inf:
+            return top | (np.int64(1) << (man - 1))
+        return top | ((np.int64(1) << man) - 1)
+    if a == INF32:
+        enc = top
+    elif a >= 0x800000:
+        e = (a >> 23) - 127
+        if e >= fc.emin:
+            enc = ((e - fc.emin + 1) << man) | ((a & 0x7FFFFF) >> (23 - man))
+        else:                                     # a format subnormal
+            enc = ((a & 0x7FFFFF) | 0x800000) >> (fc.emin - man - e + 23)
+    else:                                         # float32 subnormal (E = 8)
+        enc = a >> (23 - man)
+    return (sign << (fc.exp_bits + man)) | enc
+
+
+@register_jitable
+def bits_to_f32(b, fc):
+    """Float32 pattern of the format encoding ``b`` (NaNs become the canonical NaN)."""
+    b = np.int64(b)
+    man = fc.man_bits
+    nbits = fc.exp_bits + man
+    sign = (b >> nbits) & 1
+    mag = b & ((np.int64(1) << nbits) - 1)
+    top = ((np.int64(1) << fc.exp_bits) - 1) << man
+    if fc.has_inf:
+        if mag == top:
+            return (sign << 31) | INF32
+        if mag > top:
+            return np.int64(QNAN32)
+    elif mag == (np.int64(1) << nbits) - 1:
+        return np.int64(QNAN32)
+    return (sign << 31) | enc_to_f32(mag, fc)
+
+
+# --- piecewise affine operations (operands are patterns of format values) ----------
+
+@register_jitable
+def pam_mul(a, b, fc):
+    """PAM, eqs. (5)-(8): add the magnitudes' bit patterns, subtract the bias.
+
+    In float32-pattern space ``|a| + |b| - ONE32`` equals the format-encoding sum
+    ``|a|bits + |b|bits - (bias << M)`` mapped to float32 (docs/semantics.md).
+    """
+    a = np.int64(a)
+    b = np.int64(b)
+    s = (a ^ b) & SIGN32
+    ua = a & ABS32
+    ub = b & ABS32
+    if ua > INF32 or ub > INF32:
+        return np.int64(QNAN32)
+    if ua == INF32 or ub == INF32:
+        if ua < fc.minnorm32 or ub < fc.minnorm32:
+            return np.int64(QNAN32)
+        return s | INF32
+    if ua < fc.minnorm32 or ub < fc.minnorm32:   # zero or subnormal: DAZ
+        return s
+    r = ua + ub - ONE32
+    if r < fc.minnorm32:                          # flush, no subnormal results
+        return s
+    if r > fc.max32:
+        return s | fc.ovf32
+    return s | r
+
+
+@register_jitable
+def pa_div(a, b, fc):
+    """PA division, eqs. (14)-(17): subtract the magnitudes' patterns, add the bias."""
+    a = np.int64(a)
+    b = np.int64(b)
+    s = (a ^ b) & SIGN32
+    ua = a & ABS32
+    ub = b & ABS32
+    if ua > INF32 or ub > INF32:
+        return np.int64(QNAN32)
+    a_zero = ua < fc.minnorm32
+    b_zero = ub < fc.minnorm32
+    if ua == INF32:
+        if ub == INF32:
+            return np.int64(QNAN32)
+        return s | INF32
+    if ub == INF32:
+        return s
+    if b_zero:
+        if a_zero or not fc.has_inf:
+            return np.int64(QNAN32)
+        return s | INF32
+    if a_zero:
+        return s
+    r = ua - ub + ONE32
+    if r < fc.minnorm32:
+        return s
+    if r > fc.max32:
+        return s | fc.ovf32
+    return s | r
+
+
+@register_jitable
+def _paexp2_exact(n, sh, fc):
+    """paexp2 of the exact value n * 2^-sh (eq. 9), rounded once into the format."""
+    fl = n >> sh                                  # floor, also for negative n
+    frac = n - (fl << sh)                         # in [0, 2^sh)
+    sig = (np.int64(1) << sh) + frac              # 2^fl * (1 + frac / 2^sh)
+    return round_to_fmt(0, sig, fl - sh, fc, RNE, False, not fc.has_inf, 0)
+
+
+@register_jitable
+def pa_exp2(x, fc):
+    """paexp2(x) = 2^floor(x) * (1 + x - floor(x)), eq. (9)."""
+    x = np.int64(x)
+    ux = x & ABS32
+    neg = (x >> 31) & 1
+    if ux > INF32:
+        return np.int64(QNAN32)
+    if ux < fc.tiny_exp2_32:
+        # |x| < 2^-(M+2) (zero and DAZ subnormals included): 1 + x and
+        # (2 - |x|) / 2 both round to exactly 1.0 (docs/semantics.md).
+        return np.int64(ONE32)
+    if ux >= 0x43800000:                          # |x| >= 256: past every exponent range
+        if neg:
+            return np.int64(0)
+        return fc.ovf32
+    sig = (ux & 0x7FFFFF) | 0x800000
+    if neg:
+        sig = -sig
+    # x = sig * 2^-sh with 15 <= sh <= 48 because 2^-(M+2) <= |x| < 256
+    return _paexp2_exact(sig, 150 - (ux >> 23), fc)
+
+
+@register_jitable
+def pa_log2(x, fc):
+    """palog2(x) = E_x + M_x, eq. (10): the pattern minus the bias, scaled by 2^-23."""
+    x = np.int64(x)
+    ux = x & ABS32
+    if ux > INF32:
+        return np.int64(QNAN32)
+    if ux < fc.minnorm32:                         # ±0 and (DAZ) subnormals
+        return SIGN32 | fc.ovf32
+    if (x >> 31) & 1:
+        return np.int64(QNAN32)
+    if ux == INF32:
+        return np.int64(INF32)
+    t = ux - ONE32
+    if t < 0:
+        return round_to_fmt(1, -t, -23, fc, RNE, False, not fc.has_inf, 0)
+    return round_to_fmt(0, t, -23, fc, RNE, False, not fc.has_inf, 0)
+
+
+@register_jitable
+def pa_sqrt(x, fc):
+    """pasqrt(x) = paexp2(palog2(x) / 2), eq. (20), evaluated exactly, rounded once."""
+    x = np.int64(x)
+    ux = x & ABS32
+    if ux > INF32:
+        return np.int64(QNAN32)
+    if ux < fc.minnorm32:                         # ±0 and (DAZ) subnormals keep their sign
+        return x & SIGN32
+    if (x >> 31) & 1:
+        return np.int64(QNAN32)
+    if ux == INF32:
+        return np.int64(INF32)
+    # palog2(x) = (ux - ONE32) * 2^-23, so half of it is (ux - ONE32) * 2^-24
+    return _paexp2_exact(ux - ONE32, 24, fc)
+
+
+@register_jitable
+def pa_exp(x, fc):
+    """paexp(x) = paexp2(log2(e) ·̂ x), eq. (18), log2(e) rounded to the format."""
+    return pa_exp2(pam_mul(x, fc.log2e32, fc), fc)
+
+
+@register_jitable
+def pa_log(x, fc):
+    """palog(x) = palog2(x) ÷̂ log2(e), eq. (19), log2(e) rounded to the format."""
+    return pa_div(pa_log2(x, fc), fc.log2e32, fc)
+
+
+# --- IEEE arithmetic: the accumulator and the standard-multiplier baseline ---------
+
+@register_jitable
+def _unpack(a):
+    """(sig, exp) with value = sig * 2^exp for a finite float32 magnitude pattern."""
+    if a >= 0x800000:
+        return (a & 0x7FFFFF) | 0x800000, (a >> 23) - 150
+    return a, np.int64(-149)
+
+
+@register_jitable
+def fp_add(a, b, fc):
+    """IEEE 754 addition of two float32 patterns, correctly rounded (RNE) into the format.
+
+    Subnormals are kept; exact zero sums are +0 unless both operands are -0; any
+    NaN result is the canonical NaN.  For float32 this is numpy float32 ``+``.
+    """
+    a = np.int64(a)
+    b = np.int64(b)
+    ua = a & ABS32
+    ub = b & ABS32
+    if ua > INF32 or ub > INF32:
+        return np.int64(QNAN32)
+    if ua == INF32 or ub == INF32:
+        if ua == INF32 and ub == INF32 and ((a ^ b) & SIGN32):
+            return np.int64(QNAN32)                # inf - inf
+        big = a if ua == INF32 else b
+        return quantize(big, fc, RNE, True, False, 0, 0)
+    if ua < ub:                                   # make |a| >= |b|
+        a, b = b, a
+        ua, ub = ub, ua
+    sa = (a >> 31) & 1
+    if ub == 0:
+        if ua == 0:
+            return a & b & SIGN32                 # -0 only for (-0) + (-0)
+        return quantize(a, fc, RNE, True, False, 0, 0)
+    siga, expa = _unpack(ua)
+    sigb, expb = _unpack(ub)
+    d = expa - expb                               # >= 0 because |a| >= |b|
+    if d <= 38:
+        big = siga << d                           # exact: < 2^62
+        exp = expb
+        small = sigb
+    else:
+        # |b| is below 2^-14 of one unit of siga * 2^15: standing in for it by one
+        # unit (a sticky bit) cannot change any rounding decision (docs/semantics.md).
+        big = siga << 15
+        exp = expa - 15
+        small = np.int64(1)
+    if (a ^ b) & SIGN32:
+        s = big - small
+    else:
+        s = big + small
+    if s == 0:
+        return np.int64(0)                        # x + (-x) = +0 under RNE
+    return round_to_fmt(sa, s, exp, fc, RNE, True, False, 0)
+
+
+@register_jitable
+def fp_mul(a, b, fc, subnormals):
+    """IEEE 754 multiplication of two float32 patterns, correctly rounded (RNE) into the format.
+
+    With ``subnormals`` false, subnormal operands are read as zero (DAZ) and
+    subnormal results flushed to zero (FTZ), as cheap hardware multipliers do.
+    """
+    a = np.int64(a)
+    b = np.int64(b)
+    s = (a ^ b) & SIGN32
+    ua = a & ABS32
+    ub = b & ABS32
+    if ua > INF32 or ub > INF32:
+        return np.int64(QNAN32)
+    zlim = 1 if subnormals else fc.minnorm32     # zero, or zero-or-subnormal under DAZ
+    if ua == INF32 or ub == INF32:
+        if ua < zlim or ub < zlim:
+            return np.int64(QNAN32)
+        return quantize(s | INF32, fc, RNE, True, False, 0, 0)
+    if ua < zlim or ub < zlim:
+        return s
+    siga, expa = _unpack(ua)
+    sigb, expb = _unpack(ub)
+    return round_to_fmt(s >> 31, siga * sigb, expa + expb, fc, RNE, subnormals, False, 0)

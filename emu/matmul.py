@@ -1,0 +1,85 @@
+"""PAM matrix multiplication with a defined accumulation order (docs/semantics.md).
+
+``C[..., i, j]`` is the fold over k = 0, 1, ..., K-1 *in increasing order*, from
++0.0, of ``acc <- acc ⊕ pam_mul(A[..., i, k], B[..., k, j])`` where ⊕ is IEEE
+binary32 addition (``acc=float32``, numpy float32 ``+``) or the correctly rounded
+sum in a narrower accumulator format.  This is the order the RTL MAC implements,
+so every implementation agrees bit for bit.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _kernels as K
+from . import _scalar as S
+from .formats import Format, format, float32
+from .ops import as_float32, quantize
+
+__all__ = ["pam_matmul"]
+
+
+def _batch_index(batch_shape, shape) -> np.ndarray:
+    """Index of each broadcast batch element into an operand's own (flattened) batches."""
+    n = int(np.prod(batch_shape)) if batch_shape else 1
+    own = np.arange(n, dtype=np.int64).reshape(batch_shape)
+    return np.ascontiguousarray(np.broadcast_to(own, shape)).reshape(-1)
+
+
+def pam_matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32):
+    """PAM matmul with ``np.matmul``'s shape and broadcasting rules (2-D, batched, 1-D).
+
+    Operands are rounded to ``fmt`` (RNE); products are ``pam_mul`` in ``fmt``;
+    accumulation is sequential in k from +0.0 in ``acc``.  K = 0 gives zeros.
+    Returns a float32 array; every NaN in it is the canonical NaN.
+    """
+    fmt = format(fmt, argname="fmt")
+    acc = format(acc, argname="acc")
+    a = as_float32(A, "A")
+    b = as_float32(B, "B")
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"pam_matmul operands must have at least one dimension, got "
+                         f"A.shape={a.shape}, B.shape={b.shape}")
+    squeeze_a = a.ndim == 1
+    squeeze_b = b.ndim == 1
+    if squeeze_a:
+        a = a[None, :]
+    if squeeze_b:
+        b = b[:, None]
+    m, k = a.shape[-2:]
+    k2, n = b.shape[-2:]
+    if k != k2:
+        raise ValueError(f"pam_matmul: contracted dimensions differ: A.shape={np.shape(A)} "
+                         f"has K={k}, B.shape={np.shape(B)} has K={k2}")
+    try:
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        raise ValueError(f"pam_matmul: batch dimensions do not broadcast: A.shape="
+                         f"{np.shape(A)}, B.shape={np.shape(B)}") from None
+    nout = int(np.prod(batch)) if batch else 1
+    out_shape = batch + (m, n)
+    if nout == 0 or m == 0 or n == 0 or k == 0:
+        c = np.zeros(out_shape, np.float32)
+    else:
+        aq = np.ascontiguousarray(quantize(a, fmt)).view(np.int32)
+        bq = np.ascontiguousarray(quantize(b, fmt)).view(np.int32)
+        ia = _batch_index(a.shape[:-2], batch)
+        ib = _batch_index(b.shape[:-2], batch)
+        a3 = aq.reshape(-1, m, k)
+        b3 = bq.reshape(-1, k, n)
+        c = np.empty((nout, m, n), np.float32)
+        if acc == float32:
+            nb = (n + K.NB - 1) // K.NB
+            lo, hi, hz = K.matmul_block_stats(b3, fmt.consts, nb)
+            bb = np.empty((b3.shape[0], 2, k, n), np.int32)   # B and -B
+            bb[:, 0] = b3
+            np.bitwise_xor(b3, np.int32(-S.SIGN32), out=bb[:, 1])
+            stats = K.matmul_group_stats(lo, hi, hz, a3, fmt.consts)
+            K.matmul_f32acc(a3, bb, lo, hi, hz, *stats, ia, ib, c, fmt.consts)
+        else:
+            K.matmul_fmtacc(a3, b3, ia, ib, c.view(np.int32), fmt.consts, acc.consts)
+        c = c.reshape(out_shape)
+    if squeeze_a:
+        c = c[..., 0, :]
+    if squeeze_b:
+        c = c[..., 0]
+    return c
