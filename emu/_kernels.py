@@ -13,6 +13,15 @@ from numba import njit, prange, types
 from numba.extending import intrinsic, register_jitable
 
 from . import _scalar as S
+from ._numba_cache import drop_stale
+
+
+@njit(cache=True)
+def _cache_probe():
+    return 0
+
+
+drop_stale(_cache_probe, __file__, S.__file__)
 
 
 @intrinsic

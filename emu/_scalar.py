@@ -314,9 +314,9 @@ def pa_exp2(x, fc):
     neg = (x >> 31) & 1
     if ux > INF32:
         return np.int64(QNAN32)
-    if ux < fc.tiny_exp2_32:
-        # |x| < 2^-(M+2) (zero and DAZ subnormals included): 1 + x and
-        # (2 - |x|) / 2 both round to exactly 1.0 (docs/semantics.md).
+    if ux < fc.minnorm32 or ux < fc.tiny_exp2_32:
+        # zero and (DAZ) subnormals give 2^0 = 1; so does |x| < 2^-(M+2), where
+        # 1 + x and (2 - |x|) / 2 both round to exactly 1.0 (docs/semantics.md)
         return np.int64(ONE32)
     if ux >= 0x43800000:                          # |x| >= 256: past every exponent range
         if neg:

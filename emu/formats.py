@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from fractions import Fraction
 from typing import NamedTuple
 
@@ -75,7 +76,10 @@ class Format:
     def width(self) -> int:
         return 1 + self.exp_bits + self.man_bits
 
-    bits = width
+    @property
+    def bits(self) -> int:
+        """Alias of width, as in numpy.finfo."""
+        return self.width
 
     @property
     def emin(self) -> int:
@@ -112,22 +116,25 @@ class Format:
         return top | ((1 << self.man_bits) - 1)
 
     # -- numpy.finfo-like values ----------------------------------------------
-    @property
+    @cached_property
     def max(self) -> float:
         return float(Fraction((1 << (self.man_bits + 1)) - (1 if self.has_inf else 2))
                      * Fraction(2) ** (self.emax - self.man_bits))
 
-    @property
+    @cached_property
     def smallest_normal(self) -> float:
         return float(Fraction(2) ** self.emin)
 
-    tiny = smallest_normal
-
     @property
+    def tiny(self) -> float:
+        """Alias of smallest_normal, as in numpy.finfo."""
+        return self.smallest_normal
+
+    @cached_property
     def smallest_subnormal(self) -> float:
         return float(Fraction(2) ** (self.emin - self.man_bits))
 
-    @property
+    @cached_property
     def eps(self) -> float:
         return float(Fraction(2) ** -self.man_bits)
 

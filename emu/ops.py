@@ -38,7 +38,8 @@ def as_float32(x, name: str) -> np.ndarray:
         raise TypeError(f"{name} must be array-like with a real floating or integer dtype; "
                         f"numpy.asarray failed: {exc}") from None
     if arr.dtype.kind in "fiu" or arr.dtype in _ML_FLOATS:
-        return arr.astype(np.float32, copy=False)
+        with np.errstate(over="ignore"):        # float64 beyond float32's range -> ±inf, as documented
+            return arr.astype(np.float32, copy=False)
     raise TypeError(f"{name} must have a real floating dtype (float16, bfloat16, float32, "
                     f"float64, ml_dtypes float8) or an integer dtype, got dtype {arr.dtype}")
 

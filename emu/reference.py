@@ -12,7 +12,9 @@ hence a Python float exactly); ``nan``, ``±inf`` and ``-0.0`` are themselves.
 """
 from __future__ import annotations
 
+import functools
 import math
+import struct
 from fractions import Fraction
 
 from .formats import Format, format
@@ -28,25 +30,30 @@ _LOG2E = Fraction("1.442695040888963407359924681001892137427")
 
 # --- exact helpers ---------------------------------------------------------------
 
+def _pow2(e: int) -> Fraction:
+    """2^e exactly."""
+    return Fraction(1 << e) if e >= 0 else Fraction(1, 1 << -e)
+
+
 def _floor_log2(v: Fraction) -> int:
     """The integer E with 2^E <= v < 2^(E+1), for v > 0."""
     e = v.numerator.bit_length() - v.denominator.bit_length()
-    if Fraction(2) ** e > v:
+    if _pow2(e) > v:
         e -= 1
-    assert Fraction(2) ** e <= v < Fraction(2) ** (e + 1)
+    assert _pow2(e) <= v < _pow2(e + 1)
     return e
 
 
 def palog2_exact(v: Fraction) -> Fraction:
     """palog2(v) = E + M for v = 2^E (1 + M) > 0 (eq. 10)."""
     e = _floor_log2(v)
-    return e + (v / Fraction(2) ** e - 1)
+    return e + (v / _pow2(e) - 1)
 
 
 def paexp2_exact(y: Fraction) -> Fraction:
     """paexp2(y) = 2^floor(y) (1 + y - floor(y)) (eq. 9)."""
     fl = math.floor(y)
-    return Fraction(2) ** fl * (1 + y - fl)
+    return _pow2(fl) * (1 + y - fl)
 
 
 def _signed(sign: int, magnitude: Fraction | float) -> float:
@@ -67,7 +74,7 @@ def _round(v: Fraction, fmt: Format, mode: str = "nearest_even", subnormals: boo
     """
     if v == 0:
         return Fraction(0)
-    quantum = Fraction(2) ** (max(_floor_log2(v), fmt.emin) - fmt.man_bits)
+    quantum = _pow2(max(_floor_log2(v), fmt.emin) - fmt.man_bits)
     n_exact = v / quantum
     n = math.floor(n_exact)
     frac = n_exact - n
@@ -84,7 +91,7 @@ def _round(v: Fraction, fmt: Format, mode: str = "nearest_even", subnormals: boo
         if saturate or mode == "toward_zero":
             return Fraction(fmt.max)
         return INF if fmt.has_inf else NAN
-    if not subnormals and 0 < r < Fraction(2) ** fmt.emin:
+    if not subnormals and 0 < r < _pow2(fmt.emin):
         return Fraction(0)
     return r
 
@@ -109,7 +116,7 @@ def _is_zero_class(x: float, fmt: Format) -> bool:
 def _pa_range(sign: int, v: Fraction, fmt: Format) -> float:
     """PAM/PA-division results: exact, flushed below the smallest normal, overflow
     to inf (IEEE) or max (fn)."""
-    if v < Fraction(2) ** fmt.emin:
+    if v < _pow2(fmt.emin):
         return _signed(sign, 0)
     if v > Fraction(fmt.max):
         return _signed(sign, INF if fmt.has_inf else fmt.max)
@@ -142,7 +149,13 @@ def rand32(seed: int, idx: int) -> int:
 def quantize(x: float, fmt, rounding: str = "nearest_even", subnormals: bool = True,
              overflow: str | None = None, u: int | None = None) -> float:
     """x rounded into fmt; ``u`` is the 32-bit draw for stochastic rounding."""
-    fmt = format(fmt)
+    # memoised on the exact bits of x (0.0 and -0.0 must not share an entry)
+    return _quantize(struct.pack("<d", x), format(fmt), rounding, subnormals, overflow, u)
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _quantize(xbits: bytes, fmt: Format, rounding, subnormals, overflow, u) -> float:
+    (x,) = struct.unpack("<d", xbits)
     saturate = overflow == "saturate"
     if math.isnan(x):
         return NAN
@@ -199,6 +212,12 @@ def pa_exp2(x: float, fmt="float32") -> float:
     if math.isinf(x):
         return 0.0 if x < 0 else (INF if fmt.has_inf else fmt.max)
     v = Fraction(0) if _is_zero_class(x, fmt) else Fraction(x)
+    # keep 2^floor(x) small: past these bounds the result is 2^(>= emax+1), an
+    # overflow, or below 2^(emin-1), a flush, whatever the rounding
+    if v >= fmt.emax + 1:
+        return INF if fmt.has_inf else fmt.max
+    if v < fmt.emin - 1:
+        return 0.0
     return _pa_round(0, paexp2_exact(v), fmt)
 
 

@@ -1,0 +1,42 @@
+"""Invalidate Numba's on-disk kernel cache when a kernel's *dependencies* change.
+
+Numba keys a cached kernel on the timestamp of the file that defines it, not of
+the files whose ``register_jitable`` functions it inlines: editing emu/_scalar.py
+would otherwise leave stale machine code in place.  Every module with cached
+kernels calls :func:`drop_stale` at import time, before its kernels are used.
+"""
+from __future__ import annotations
+
+import hashlib
+import warnings
+from pathlib import Path
+
+
+def drop_stale(probe, module_file: str, *dependencies: str) -> None:
+    """Delete ``module_file``'s cached kernels if it or a dependency changed.
+
+    ``probe`` is any ``@njit(cache=True)`` dispatcher defined in ``module_file``;
+    it tells where Numba keeps that module's cache.
+    """
+    files = [Path(module_file), *map(Path, dependencies)]
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:20]
+    try:
+        cache_dir = Path(probe._cache._cache_path)
+    except AttributeError:          # Numba internals moved: better loud than stale
+        warnings.warn("pamsim cannot locate Numba's cache directory; if emu kernels "
+                      "misbehave after an upgrade, delete emu/__pycache__", stacklevel=2)
+        return
+    stem = Path(module_file).stem
+    stamp = cache_dir / f"{stem}.dependency-digest"
+    try:
+        if stamp.read_text() == digest:
+            return
+    except OSError:
+        pass
+    for f in cache_dir.glob(f"{stem}.*.nb[ci]"):
+        f.unlink(missing_ok=True)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(digest)
+    except OSError:
+        pass

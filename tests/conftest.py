@@ -1,0 +1,59 @@
+"""Shared test helpers: bit-exact comparison (NaNs by class) and format value sets."""
+import numpy as np
+import pytest
+
+import emu
+
+FP8 = ["float8_e5m2", "float8_e4m3fn", "e4m3"]     # e4m3: the IEEE-style twin of e4m3fn
+
+
+def same_bits(actual, expected) -> np.ndarray:
+    """Elementwise: identical float32 bit patterns, or both NaN."""
+    a = np.asarray(actual, np.float32)
+    e = np.asarray(expected, np.float32)
+    a, e = np.broadcast_arrays(a, e)
+    return (a.view(np.uint32) == e.view(np.uint32)) | (np.isnan(a) & np.isnan(e))
+
+
+def assert_bits_equal(actual, expected, *inputs, what=""):
+    """Assert bit equality; on failure list the first mismatches with their inputs."""
+    ok = same_bits(actual, expected)
+    if ok.all():
+        return
+    a = np.broadcast_to(np.asarray(actual, np.float32), ok.shape)
+    e = np.broadcast_to(np.asarray(expected, np.float32), ok.shape)
+    bad = np.argwhere(~ok)[:8]
+    rows = []
+    for idx in map(tuple, bad):
+        ins = [np.broadcast_to(np.asarray(x, np.float32), ok.shape)[idx] for x in inputs]
+        rows.append(f"  inputs={[f'{v!r} ({np.float32(v).view(np.uint32):#010x})' for v in ins]} "
+                    f"got {a[idx]!r} ({a[idx].view(np.uint32):#010x}) "
+                    f"want {e[idx]!r} ({e[idx].view(np.uint32):#010x})")
+    pytest.fail(f"{what}: {int((~ok).sum())} of {ok.size} differ\n" + "\n".join(rows))
+
+
+def all_values(fmt) -> np.ndarray:
+    """Every encoding of a format (<= 16 bits wide) decoded to float32, NaNs included."""
+    fmt = emu.format(fmt)
+    assert fmt.width <= 16
+    return emu.from_bits(np.arange(1 << fmt.width, dtype=np.uint32), fmt)
+
+
+def corner_values(fmt) -> np.ndarray:
+    """Special classes and exponent boundaries of a format, both signs."""
+    fmt = emu.format(fmt)
+    sub = fmt.smallest_subnormal
+    tiny = fmt.smallest_normal
+    v = [0.0, sub, 2 * sub, tiny - sub, tiny, tiny * (1 + fmt.eps), 0.5, 1.0,
+         1 + fmt.eps, 1.5, 2 - fmt.eps, 2.0, 3.0, fmt.max / 2, fmt.max * (1 - fmt.eps / 2),
+         fmt.max, float("nan")]
+    if fmt.has_inf:
+        v.append(float("inf"))
+    v = np.array(v, np.float64)
+    v = emu.quantize(v.astype(np.float32), fmt)
+    return np.unique(np.concatenate([v, -v]).view(np.uint32)).view(np.float32)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20261121)

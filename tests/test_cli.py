@@ -1,0 +1,57 @@
+"""The pamsim command line: error report, Figure 2, bench (quick), argument errors."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sim import bench
+from sim.cli import main
+
+
+def test_error_report_and_figure(tmp_path, capsys):
+    png = tmp_path / "fig2.png"
+    js = tmp_path / "err.json"
+    assert main(["error", "--fmt", "e8m4", "--png", str(png), "--json", str(js)]) == 0
+    out = capsys.readouterr().out
+    assert "e8m4" in out and "-11.1111%" in out
+    assert png.stat().st_size > 20_000 and png.read_bytes()[:4] == b"\x89PNG"
+    rows = {r["op"]: r for r in json.loads(js.read_text())}
+    assert set(rows) == {"pam_mul", "pa_div", "pa_exp2", "pa_exp", "pa_log2", "pa_log", "pa_sqrt"}
+    assert rows["pam_mul"]["min"] == pytest.approx(-1 / 9, abs=1e-12)
+    assert rows["pam_mul"]["max"] == 0.0
+    assert rows["pa_div"]["max"] == pytest.approx(0.125, abs=1e-12)      # 1 ÷̂ 1.5 = 0.75
+
+
+def test_bare_pamsim_runs_the_main_job(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "sim.cli"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "bfloat16" in proc.stdout and "-11.1111%" in proc.stdout
+    assert (tmp_path / "out" / "pam_error_bf16.png").exists()
+
+
+def test_bench_quick(capsys, tmp_path):
+    js = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--only", "emu", "--json", str(js)]) == 0
+    out = capsys.readouterr().out
+    rows = json.loads(js.read_text())
+    names = [r["name"] for r in rows]
+    assert any("1 thread" in n for n in names) and any("pam_mul" in n for n in names)
+    assert all(r["seconds"] > 0 and r["baseline_seconds"] > 0 and r["ratio"] > 0 for r in rows)
+    assert "ratio" in out and "torch.matmul fp32" in out
+
+
+def test_bench_rows_format():
+    rows = [bench.Row("a", 0.002, "b", 0.001, target=3.0), bench.Row("c", 0.004, "d", 0.001, 3.0)]
+    text = bench.format_rows(rows)
+    assert "2.00x" in text and "ok" in text and "MISSED" in text
+
+
+@pytest.mark.parametrize("argv,msg", [(["error", "--fmt", "bf17"], "fmt='bf17' is not a format"),
+                                      (["nosuch"], "invalid choice")])
+def test_bad_arguments(argv, msg, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert msg in capsys.readouterr().err
