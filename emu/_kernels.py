@@ -57,7 +57,14 @@ def from_bits(b, out, fc):
 
 @register_jitable
 def _operand(x, fc):
-    """Operands of every op are first rounded to the format, RNE, subnormals kept."""
+    """Operands of every op are first rounded to the format, RNE, subnormals kept.
+
+    Rounding to float32 changes only NaN payloads, and every op maps any NaN
+    operand to the canonical NaN itself: skip it (the loop is then unswitched and
+    vectorised by LLVM).
+    """
+    if fc.exp_bits == 8 and fc.man_bits == 23:
+        return np.int64(x)
     return S.quantize(x, fc, S.RNE, True, False, 0, 0)
 
 
@@ -105,12 +112,13 @@ pa_sqrt = _unary(S.pa_sqrt)
 # acc starting at +0.0.  The kernel vectorises over j and never reorders k for a
 # given output.  Per (k, column block) it precomputes the magnitude range of B so
 # that, for an operand a = A[i, k], two comparisons tell whether every product of
-# that block row is a plain integer add (no NaN/inf/flush/overflow).  Eight such
-# "fast" k run in one pass over j whose inner loop is two instructions per product:
-# the pattern add (on B or its sign-flipped copy, so the sign comes for free) and
-# the float32 accumulate.  Skipping and masking zero products is exact because
-# the accumulator is never -0.0 (it starts at +0.0; under RNE x + (-x) = +0.0 and
-# -0 + +0 = +0), so adding a ±0 product leaves it unchanged bit for bit.
+# that block row is a plain integer add (no NaN/inf/flush/overflow).  Then the
+# product is one 32-bit wrapping add, b + c(a) with c(a) = |a| - ONE32 + sign(a)·2^31:
+# adding 2^31 modulo 2^32 flips the sign bit, so sign(a) XOR sign(b) comes for free.
+# Eight such "fast" k run in one pass over j whose inner loop is two instructions per
+# product, the integer add and the float32 accumulate.  Skipping and masking zero
+# products is exact because the accumulator is never -0.0 (it starts at +0.0; under
+# RNE x + (-x) = +0.0 and -0 + +0 = +0), so adding a ±0 product leaves it unchanged.
 
 MB = 128     # rows of A per tile
 NB = 1024    # columns of B per tile
@@ -176,15 +184,15 @@ def matmul_group_stats(lo, hi, hz, A, fc):
         bt = t // ng
         g = t % ng
         for jb in range(nb):
-            l = fc.minnorm32
-            h = fc.max32
+            lo_g = fc.minnorm32
+            hi_g = fc.max32
             z = False
             for k in range(g * KG, min(K, g * KG + KG)):
-                l = max(l, lo[bt, k, jb])
-                h = min(h, hi[bt, k, jb])
+                lo_g = max(lo_g, lo[bt, k, jb])
+                hi_g = min(hi_g, hi[bt, k, jb])
                 z = z or hz[bt, k, jb]
-            glo[bt, g, jb] = l
-            ghi[bt, g, jb] = h
+            glo[bt, g, jb] = lo_g
+            ghi[bt, g, jb] = hi_g
             ghz[bt, g, jb] = z
     na, M, _ = A.shape
     amin = np.empty((na, M, ng), np.int64)
@@ -206,32 +214,28 @@ def matmul_group_stats(lo, hi, hz, A, fc):
 
 @register_jitable
 def _offset(a):
-    """What a fast path adds to |b|'s pattern (signed: B or -B is chosen by a's sign)."""
-    return np.int32((np.int64(a) & S.ABS32) - S.ONE32)
+    """c(a): what a fast path adds (mod 2^32) to b's pattern to get a ·̂ b."""
+    a = np.int64(a)
+    return np.int32(np.uint32(((a & S.ABS32) - S.ONE32 + (a & S.SIGN32)) & S.M32))
 
 
 @register_jitable
-def _sign(a):
-    return 1 if a < 0 else 0
+def _masked(b, c, mn):
+    """The fast product, or +0.0 where b is zero/subnormal (a no-op for the accumulator)."""
+    if (b & np.int32(S.ABS32)) < mn:
+        return np.float32(0.0)
+    return _as_f32(np.int32(b + c))
 
 
 @register_jitable
-def _pass8(ar, BB, bb, arow, k, j0, j1, masked, mn):
-    """acc[j] += pam(a_k, b_kj) for eight consecutive k, in k order, vectorised over j."""
-    r0 = BB[bb, _sign(arow[k]), k, j0:j1]
-    r1 = BB[bb, _sign(arow[k + 1]), k + 1, j0:j1]
-    r2 = BB[bb, _sign(arow[k + 2]), k + 2, j0:j1]
-    r3 = BB[bb, _sign(arow[k + 3]), k + 3, j0:j1]
-    r4 = BB[bb, _sign(arow[k + 4]), k + 4, j0:j1]
-    r5 = BB[bb, _sign(arow[k + 5]), k + 5, j0:j1]
-    r6 = BB[bb, _sign(arow[k + 6]), k + 6, j0:j1]
-    r7 = BB[bb, _sign(arow[k + 7]), k + 7, j0:j1]
+def _pass8(ar, r0, r1, r2, r3, r4, r5, r6, r7, arow, k, masked, mn):
+    """acc[j] += a_k ·̂ b_kj for eight consecutive k, in k order, vectorised over j."""
     c0, c1 = _offset(arow[k]), _offset(arow[k + 1])
     c2, c3 = _offset(arow[k + 2]), _offset(arow[k + 3])
     c4, c5 = _offset(arow[k + 4]), _offset(arow[k + 5])
     c6, c7 = _offset(arow[k + 6]), _offset(arow[k + 7])
     if masked:
-        for j in range(j1 - j0):
+        for j in range(ar.size):
             acc = ar[j]
             acc += _masked(r0[j], c0, mn)
             acc += _masked(r1[j], c1, mn)
@@ -243,7 +247,7 @@ def _pass8(ar, BB, bb, arow, k, j0, j1, masked, mn):
             acc += _masked(r7[j], c7, mn)
             ar[j] = acc
     else:
-        for j in range(j1 - j0):
+        for j in range(ar.size):
             acc = ar[j]
             acc += _as_f32(np.int32(r0[j] + c0))
             acc += _as_f32(np.int32(r1[j] + c1))
@@ -256,26 +260,18 @@ def _pass8(ar, BB, bb, arow, k, j0, j1, masked, mn):
             ar[j] = acc
 
 
-@register_jitable
-def _masked(b, c, mn):
-    """The fast product, or +0.0 where b is zero/subnormal (a no-op for the accumulator)."""
-    if (b & np.int32(S.ABS32)) < mn:
-        return np.float32(0.0)
-    return _as_f32(np.int32(b + c))
-
-
 @njit(parallel=True, cache=True)
-def matmul_f32acc(A, BB, lo, hi, hz, glo, ghi, ghz, amin, amax, ia, ib, C, fc):
+def matmul_f32acc(A, B, lo, hi, hz, glo, ghi, ghz, amin, amax, ia, ib, C, fc):
     """PAM matmul with float32 accumulation.
 
-    A: (nA, M, K) int32 patterns of format values; BB: (nB, 2, K, N) holding B and
-    its sign-flipped copy; the statistics come from matmul_block_stats and
-    matmul_group_stats; ia/ib map each output batch to its A and B batch.
+    A: (nA, M, K) and B: (nB, K, N) int32 patterns of format values; the statistics
+    come from matmul_block_stats and matmul_group_stats; ia/ib map each output batch
+    to its A and B batch.
     """
     nout = C.shape[0]
     M = A.shape[1]
     K = A.shape[2]
-    N = BB.shape[3]
+    N = B.shape[2]
     nbi = (M + MB - 1) // MB
     nbj = (N + NB - 1) // NB
     mn = np.int32(fc.minnorm32)
@@ -291,20 +287,27 @@ def matmul_f32acc(A, BB, lo, hi, hz, glo, ghi, ghz, amin, amax, ia, ib, C, fc):
         j0 = bj * NB
         j1 = min(N, j0 + NB)
         nj = j1 - j0
-        acc = np.zeros((MB, NB), np.float32)
+        acc = np.zeros((MB, nj), np.float32)
         for k0 in range(0, K, KG):
             k1 = min(K, k0 + KG)
             g = k0 // KG
+            full = k1 - k0 == KG
+            if full:
+                r0, r1 = B[bb, k0, j0:j1], B[bb, k0 + 1, j0:j1]
+                r2, r3 = B[bb, k0 + 2, j0:j1], B[bb, k0 + 3, j0:j1]
+                r4, r5 = B[bb, k0 + 4, j0:j1], B[bb, k0 + 5, j0:j1]
+                r6, r7 = B[bb, k0 + 6, j0:j1], B[bb, k0 + 7, j0:j1]
             for i in range(i0, i1):
                 ar = acc[i - i0]
                 arow = A[ba, i]
-                if (k1 - k0 == KG and amin[ba, i, g] >= glo[bb, g, bj]
+                if (full and amin[ba, i, g] >= glo[bb, g, bj]
                         and amax[ba, i, g] <= ghi[bb, g, bj]):
-                    _pass8(ar, BB, bb, arow, k0, j0, j1, ghz[bb, g, bj], mn)
+                    _pass8(ar, r0, r1, r2, r3, r4, r5, r6, r7, arow, k0, ghz[bb, g, bj], mn)
                     continue
                 for k in range(k0, k1):
                     a = arow[k]
                     ua = np.int64(a) & S.ABS32
+                    r = B[bb, k, j0:j1]
                     if ua < fc.minnorm32:
                         if lo[bb, k, bj] <= hi[bb, k, bj]:
                             continue            # ±0 products, no inf/NaN in this block row
@@ -314,11 +317,9 @@ def matmul_f32acc(A, BB, lo, hi, hz, glo, ghi, ghz, amin, amax, ia, ib, C, fc):
                     else:
                         mode = _GENERAL
                     if mode == _GENERAL:
-                        r = BB[bb, 0, k, j0:j1]
                         for j in range(nj):
                             ar[j] += _as_f32(np.int32(np.uint32(S.pam_mul(a, r[j], fc))))
                         continue
-                    r = BB[bb, _sign(a), k, j0:j1]
                     c = _offset(a)
                     if mode == _CLEAN:
                         for j in range(nj):

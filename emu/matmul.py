@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import _kernels as K
-from . import _scalar as S
 from .formats import Format, format, float32
 from .ops import as_float32, quantize
 
@@ -60,8 +59,14 @@ def pam_matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32):
     if nout == 0 or m == 0 or n == 0 or k == 0:
         c = np.zeros(out_shape, np.float32)
     else:
-        aq = np.ascontiguousarray(quantize(a, fmt)).view(np.int32)
-        bq = np.ascontiguousarray(quantize(b, fmt)).view(np.int32)
+        if fmt == float32:
+            # rounding to float32 is the identity up to NaN payloads, and the kernel
+            # maps every NaN operand to the canonical NaN itself
+            aq = np.ascontiguousarray(a).view(np.int32)
+            bq = np.ascontiguousarray(b).view(np.int32)
+        else:
+            aq = quantize(a, fmt).view(np.int32)
+            bq = quantize(b, fmt).view(np.int32)
         ia = _batch_index(a.shape[:-2], batch)
         ib = _batch_index(b.shape[:-2], batch)
         a3 = aq.reshape(-1, m, k)
@@ -70,11 +75,8 @@ def pam_matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32):
         if acc == float32:
             nb = (n + K.NB - 1) // K.NB
             lo, hi, hz = K.matmul_block_stats(b3, fmt.consts, nb)
-            bb = np.empty((b3.shape[0], 2, k, n), np.int32)   # B and -B
-            bb[:, 0] = b3
-            np.bitwise_xor(b3, np.int32(-S.SIGN32), out=bb[:, 1])
             stats = K.matmul_group_stats(lo, hi, hz, a3, fmt.consts)
-            K.matmul_f32acc(a3, bb, lo, hi, hz, *stats, ia, ib, c, fmt.consts)
+            K.matmul_f32acc(a3, b3, lo, hi, hz, *stats, ia, ib, c, fmt.consts)
         else:
             K.matmul_fmtacc(a3, b3, ia, ib, c.view(np.int32), fmt.consts, acc.consts)
         c = c.reshape(out_shape)
