@@ -2,8 +2,8 @@
 
 The machine is shared and noisy, so every case interleaves its candidate and its
 baseline and keeps the best of several repetitions of each; only the ratio is
-meaningful.  Cases register themselves with :func:`case`; later parts of pamsim
-(torch bridge, RTL, GPU) add their own.
+meaningful.  Case groups are modules of ``sim/benches/`` that register functions
+with :func:`case`; each part of pamsim (emu, torch bridge, RTL, GPU) adds its own.
 """
 from __future__ import annotations
 
@@ -13,9 +13,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numba
-import numpy as np
-
-import emu
 
 
 @dataclass
@@ -78,44 +75,22 @@ def threads(n: int | None):
             torch.set_num_threads(old_t)
 
 
-def _matmul_baseline(a, b):
-    """torch.matmul float32 if torch is installed, else numpy (both use a BLAS)."""
-    try:
-        import torch
-    except ImportError:
-        return "numpy.matmul fp32", lambda: a @ b
-    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-    return "torch.matmul fp32", lambda: torch.matmul(ta, tb)
+def load_cases() -> list[str]:
+    """Import every module of sim.benches (each registers its cases); return group names."""
+    import importlib
+    import pkgutil
 
-
-@case("emu")
-def _emu_cases(quick: bool) -> list[Row]:
-    rng = np.random.default_rng(0)
-    n = 256 if quick else 1024
-    a = rng.standard_normal((n, n)).astype(np.float32)
-    b = rng.standard_normal((n, n)).astype(np.float32)
-    base_name, base = _matmul_baseline(a, b)
-    rows = []
-    for nthreads in (1, None):
-        with threads(nthreads) as used:
-            tc, tb = best_of(lambda: emu.pam_matmul(a, b), base, 3 if quick else 5)
-            rows.append(Row(f"pam_matmul f32 {n}^3, {used} thread(s)", tc,
-                            f"{base_name}, {used} thread(s)", tb, 3.0 if nthreads == 1 else None))
-    with threads(None) as used:
-        tc, tb = best_of(lambda: emu.pam_matmul(a, b, "bf16"), base, 3 if quick else 5)
-        rows.append(Row(f"pam_matmul bf16 {n}^3 incl. rounding, {used} threads", tc,
-                        f"{base_name}, {used} threads", tb))
-        m = (1 if quick else 16) << 20
-        x = rng.standard_normal(m).astype(np.float32)
-        y = rng.standard_normal(m).astype(np.float32)
-        tc, tb = best_of(lambda: emu.pam_mul(x, y), lambda: x * y, 3 if quick else 5)
-        rows.append(Row(f"pam_mul f32, {m >> 20} M elements", tc, "numpy x * y", tb, 2.0))
-        tc, tb = best_of(lambda: emu.quantize(x, "bf16"), lambda: x * y, 3 if quick else 5)
-        rows.append(Row(f"quantize bf16, {m >> 20} M elements", tc, "numpy x * y", tb))
-    return rows
+    from . import benches
+    for mod in pkgutil.iter_modules(benches.__path__):
+        importlib.import_module(f"{benches.__name__}.{mod.name}")
+    return [name for name, _ in _CASES]
 
 
 def run(quick: bool = False, only: list[str] | None = None) -> list[Row]:
+    names = load_cases()
+    unknown = set(only or ()) - set(names)
+    if unknown:
+        raise ValueError(f"unknown bench case group(s) {sorted(unknown)}; available: {names}")
     rows = []
     for name, fn in _CASES:
         if only and name not in only:

@@ -42,6 +42,11 @@ def test_bench_quick(capsys, tmp_path):
     assert "ratio" in out and "torch.matmul fp32" in out
 
 
+def test_bench_unknown_group(capsys):
+    assert main(["bench", "--only", "nosuch"]) == 2
+    assert "unknown bench case group" in capsys.readouterr().out
+
+
 def test_bench_rows_format():
     rows = [bench.Row("a", 0.002, "b", 0.001, target=3.0), bench.Row("c", 0.004, "d", 0.001, 3.0)]
     text = bench.format_rows(rows)

@@ -1,0 +1,1 @@
+"""Benchmark case groups for ``pamsim bench``: one module per part of pamsim."""

@@ -1,0 +1,26 @@
+"""``pamsim bench``: speed ratios against baselines measured in the same run."""
+import json
+from pathlib import Path
+
+
+def register(sub):
+    p = sub.add_parser("bench", help="speed ratios against baselines measured in the same run")
+    p.add_argument("--quick", action="store_true", help="small sizes (seconds, for CI)")
+    p.add_argument("--only", nargs="+", metavar="GROUP",
+                   help="run only these case groups (modules of sim/benches, e.g. emu)")
+    p.add_argument("--json", help="also write the rows as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from sim import bench
+    try:
+        rows = bench.run(quick=args.quick, only=args.only)
+    except ValueError as exc:
+        print(f"pamsim bench: error: {exc}")
+        return 2
+    print(bench.format_rows(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            [dict(r.__dict__, ratio=r.ratio) for r in rows], indent=2))
+    return 0
