@@ -31,26 +31,14 @@ SR = 2                     # stochastic
 
 @register_jitable
 def bitlen(x):
-    """Number of significant bits of 0 <= x < 2**63 (0 for 0)."""
+    """Number of significant bits of 0 <= x < 2**63 (0 for 0), by binary search."""
     n = 0
-    if x >= (1 << 32):
-        x >>= 32
-        n += 32
-    if x >= (1 << 16):
-        x >>= 16
-        n += 16
-    if x >= (1 << 8):
-        x >>= 8
-        n += 8
-    if x >= (1 << 4):
-        x >>= 4
-        n += 4
-    if x >= (1 << 2):
-        x >>= 2
-        n += 2
-    if x >= (1 << 1):
-        x >>= 1
-        n += 1
+    step = 32
+    while step:
+        if x >= (np.int64(1) << step):
+            x >>= step
+            n += step
+        step >>= 1
     return n + x
 
 
