@@ -228,36 +228,73 @@ def _masked(b, c, mn):
 
 
 @register_jitable
-def _pass8(ar, r0, r1, r2, r3, r4, r5, r6, r7, arow, k, masked, mn):
-    """acc[j] += a_k ·̂ b_kj for eight consecutive k, in k order, vectorised over j."""
+def _pass8x2(ar, aq, r0, r1, r2, r3, r4, r5, r6, r7, arow, qrow, k, masked, mn):
+    """For eight consecutive k, in k order, vectorised over j and for two rows at once
+    (each B load serves both): ar[j] += arow[k] ·̂ B[k, j], aq[j] += qrow[k] ·̂ B[k, j]."""
     c0, c1 = _offset(arow[k]), _offset(arow[k + 1])
     c2, c3 = _offset(arow[k + 2]), _offset(arow[k + 3])
     c4, c5 = _offset(arow[k + 4]), _offset(arow[k + 5])
     c6, c7 = _offset(arow[k + 6]), _offset(arow[k + 7])
+    d0, d1 = _offset(qrow[k]), _offset(qrow[k + 1])
+    d2, d3 = _offset(qrow[k + 2]), _offset(qrow[k + 3])
+    d4, d5 = _offset(qrow[k + 4]), _offset(qrow[k + 5])
+    d6, d7 = _offset(qrow[k + 6]), _offset(qrow[k + 7])
     if masked:
         for j in range(ar.size):
-            acc = ar[j]
-            acc += _masked(r0[j], c0, mn)
-            acc += _masked(r1[j], c1, mn)
-            acc += _masked(r2[j], c2, mn)
-            acc += _masked(r3[j], c3, mn)
-            acc += _masked(r4[j], c4, mn)
-            acc += _masked(r5[j], c5, mn)
-            acc += _masked(r6[j], c6, mn)
-            acc += _masked(r7[j], c7, mn)
-            ar[j] = acc
+            s, u = ar[j], aq[j]
+            b = r0[j]
+            s += _masked(b, c0, mn)
+            u += _masked(b, d0, mn)
+            b = r1[j]
+            s += _masked(b, c1, mn)
+            u += _masked(b, d1, mn)
+            b = r2[j]
+            s += _masked(b, c2, mn)
+            u += _masked(b, d2, mn)
+            b = r3[j]
+            s += _masked(b, c3, mn)
+            u += _masked(b, d3, mn)
+            b = r4[j]
+            s += _masked(b, c4, mn)
+            u += _masked(b, d4, mn)
+            b = r5[j]
+            s += _masked(b, c5, mn)
+            u += _masked(b, d5, mn)
+            b = r6[j]
+            s += _masked(b, c6, mn)
+            u += _masked(b, d6, mn)
+            b = r7[j]
+            s += _masked(b, c7, mn)
+            u += _masked(b, d7, mn)
+            ar[j], aq[j] = s, u
     else:
         for j in range(ar.size):
-            acc = ar[j]
-            acc += _as_f32(np.int32(r0[j] + c0))
-            acc += _as_f32(np.int32(r1[j] + c1))
-            acc += _as_f32(np.int32(r2[j] + c2))
-            acc += _as_f32(np.int32(r3[j] + c3))
-            acc += _as_f32(np.int32(r4[j] + c4))
-            acc += _as_f32(np.int32(r5[j] + c5))
-            acc += _as_f32(np.int32(r6[j] + c6))
-            acc += _as_f32(np.int32(r7[j] + c7))
-            ar[j] = acc
+            s, u = ar[j], aq[j]
+            b = r0[j]
+            s += _as_f32(np.int32(b + c0))
+            u += _as_f32(np.int32(b + d0))
+            b = r1[j]
+            s += _as_f32(np.int32(b + c1))
+            u += _as_f32(np.int32(b + d1))
+            b = r2[j]
+            s += _as_f32(np.int32(b + c2))
+            u += _as_f32(np.int32(b + d2))
+            b = r3[j]
+            s += _as_f32(np.int32(b + c3))
+            u += _as_f32(np.int32(b + d3))
+            b = r4[j]
+            s += _as_f32(np.int32(b + c4))
+            u += _as_f32(np.int32(b + d4))
+            b = r5[j]
+            s += _as_f32(np.int32(b + c5))
+            u += _as_f32(np.int32(b + d5))
+            b = r6[j]
+            s += _as_f32(np.int32(b + c6))
+            u += _as_f32(np.int32(b + d6))
+            b = r7[j]
+            s += _as_f32(np.int32(b + c7))
+            u += _as_f32(np.int32(b + d7))
+            ar[j], aq[j] = s, u
 
 
 @njit(parallel=True, cache=True)
@@ -288,6 +325,8 @@ def matmul_f32acc(A, B, lo, hi, hz, glo, ghi, ghz, amin, amax, ia, ib, C, fc):
         j1 = min(N, j0 + NB)
         nj = j1 - j0
         acc = np.zeros((MB, nj), np.float32)
+        scratch = np.zeros(nj, np.float32)
+        fast_rows = np.empty(MB, np.int64)
         for k0 in range(0, K, KG):
             k1 = min(K, k0 + KG)
             g = k0 // KG
@@ -297,12 +336,14 @@ def matmul_f32acc(A, B, lo, hi, hz, glo, ghi, ghz, amin, amax, ia, ib, C, fc):
                 r2, r3 = B[bb, k0 + 2, j0:j1], B[bb, k0 + 3, j0:j1]
                 r4, r5 = B[bb, k0 + 4, j0:j1], B[bb, k0 + 5, j0:j1]
                 r6, r7 = B[bb, k0 + 6, j0:j1], B[bb, k0 + 7, j0:j1]
+            nfast = 0
             for i in range(i0, i1):
                 ar = acc[i - i0]
                 arow = A[ba, i]
                 if (full and amin[ba, i, g] >= glo[bb, g, bj]
                         and amax[ba, i, g] <= ghi[bb, g, bj]):
-                    _pass8(ar, r0, r1, r2, r3, r4, r5, r6, r7, arow, k0, ghz[bb, g, bj], mn)
+                    fast_rows[nfast] = i
+                    nfast += 1
                     continue
                 for k in range(k0, k1):
                     a = arow[k]
@@ -327,6 +368,18 @@ def matmul_f32acc(A, B, lo, hi, hz, glo, ghi, ghz, amin, amax, ia, ib, C, fc):
                     else:
                         for j in range(nj):
                             ar[j] += _masked(r[j], c, mn)
+            # the fast rows, two at a time (rows are independent outputs); an odd one
+            # out is paired with a scratch row
+            for q in range(0, nfast, 2):
+                i = fast_rows[q]
+                if q + 1 < nfast:
+                    i2 = fast_rows[q + 1]
+                    aq = acc[i2 - i0]
+                else:
+                    i2 = i
+                    aq = scratch
+                _pass8x2(acc[i - i0], aq, r0, r1, r2, r3, r4, r5, r6, r7, A[ba, i], A[ba, i2],
+                         k0, ghz[bb, g, bj], mn)
         for i in range(i0, i1):
             for j in range(nj):
                 v = acc[i - i0, j]
