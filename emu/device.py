@@ -277,7 +277,10 @@ class _Call:
                 flag = self.upload(np.zeros(1, np.int32))
                 self.launch(self.K.from_bits, n, src.reshape(n), _flat_view(out, n),
                             fmt.consts, flag)
-                if flag.copy_to_host(stream=self.stream)[0]:
+                bad = flag.copy_to_host(stream=self.stream)     # asynchronous on a stream
+                if hasattr(self.stream, "synchronize"):
+                    self.stream.synchronize()
+                if bad[0]:
                     raise ValueError(f"bits must lie in [0, 2**{fmt.width}) for {fmt.name}; "
                                      "got values outside that range")
             return res
