@@ -47,9 +47,12 @@ def mix32(x):
     """A 32-bit integer hash (Wellons' lowbias32); every step fits in int64."""
     x = x & M32
     x ^= x >> 16
-    x = (x * 0x7FEB352D) & M32
+    x = (x * 0x7FEB352D) & M32                    # < 2^32 * 2^31
     x ^= x >> 15
-    x = (x * 0x846CA68B) & M32
+    # x * 0x846CA68B mod 2^32 without the product reaching 2^63 (int64 wrap under
+    # the CUDA simulator): 0x846CA68B = 2^31 + 0x046CA68B, and x * 2^31 mod 2^32
+    # keeps only x's lowest bit
+    x = (x * 0x046CA68B + ((x & 1) << 31)) & M32
     x ^= x >> 16
     return x
 

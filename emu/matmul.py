@@ -4,13 +4,15 @@
 +0.0, of ``acc <- acc ⊕ pam_mul(A[..., i, k], B[..., k, j])`` where ⊕ is IEEE
 binary32 addition (``acc=float32``, numpy float32 ``+``) or the correctly rounded
 sum in a narrower accumulator format.  This is the order the RTL MAC implements,
-so every implementation agrees bit for bit.
+so every implementation agrees bit for bit.  CUDA operands run the tiled kernels of
+emu/_cuda.py, in the same order, and return a device array (emu/device.py).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from . import _kernels as K
+from . import device
 from .formats import Format, format, float32
 from .ops import as_float32, quantize
 
@@ -24,15 +26,21 @@ def _batch_index(batch_shape, shape) -> np.ndarray:
     return np.ascontiguousarray(np.broadcast_to(own, shape)).reshape(-1)
 
 
-def pam_matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32):
+def pam_matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *,
+               stream=None):
     """PAM matmul with ``np.matmul``'s shape and broadcasting rules (2-D, batched, 1-D).
 
     Operands are rounded to ``fmt`` (RNE); products are ``pam_mul`` in ``fmt``;
     accumulation is sequential in k from +0.0 in ``acc``.  K = 0 gives zeros.
-    Returns a float32 array; every NaN in it is the canonical NaN.
+    Returns a float32 array; every NaN in it is the canonical NaN.  CUDA operands
+    (read in place, transposed views included) give a device array of the same kind,
+    computed on the caller's stream or on ``stream``.
     """
     fmt = format(fmt, argname="fmt")
     acc = format(acc, argname="acc")
+    gpu = device.prepare(stream, A=A, B=B)
+    if gpu is not None:
+        return gpu.matmul(A, B, fmt, acc)
     a = as_float32(A, "A")
     b = as_float32(B, "B")
     if a.ndim == 0 or b.ndim == 0:

@@ -7,6 +7,10 @@ converted to float32 first: exactly for every dtype except float64 and wide
 integers, which are rounded to float32 (RNE) — a double rounding if the value is
 then rounded into a narrower format.  Results are float32 arrays (a numpy float32
 scalar when every input was a scalar), broadcast like numpy ufuncs.
+
+CUDA operands (torch CUDA tensors, CuPy arrays, Numba device arrays) run the same
+scalar definitions as CUDA kernels on the caller's stream, or on ``stream``, and
+return a device array of the same kind (emu/device.py, docs/gpu.md).
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import numpy as np
 
 from . import _kernels as K
 from . import _scalar as S
+from . import device
 from .formats import Format, format, float32
 
 __all__ = ["quantize", "to_bits", "from_bits", "pam_mul", "pa_div", "pa_exp2",
@@ -76,7 +81,8 @@ def _flat_u32(arr: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(arr).reshape(-1).view(np.uint32)
 
 
-def quantize(x, fmt, rounding="nearest_even", subnormals=True, overflow=None, seed=None):
+def quantize(x, fmt, rounding="nearest_even", subnormals=True, overflow=None, seed=None, *,
+             stream=None):
     """Round float32 values into ``fmt``; float32 out, every value exact in ``fmt``.
 
     rounding: ``"nearest_even"`` (IEEE RNE), ``"toward_zero"`` (truncation; beyond
@@ -85,6 +91,7 @@ def quantize(x, fmt, rounding="nearest_even", subnormals=True, overflow=None, se
     overflow: ``None`` -> ±inf for IEEE formats, NaN for fn formats (as ml_dtypes);
     ``"saturate"`` -> ±max.  ``subnormals=False`` flushes results below the smallest
     normal to ±0.  NaN -> canonical NaN.  docs/semantics.md has the full rules.
+    A CUDA ``x`` runs on the device (same random stream), on ``stream`` if given.
     """
     fmt = format(fmt)
     mode = rounding_mode(rounding)
@@ -96,6 +103,9 @@ def quantize(x, fmt, rounding="nearest_even", subnormals=True, overflow=None, se
     if seed is not None and mode != S.SR:
         raise ValueError("seed is only used with rounding='stochastic'")
     key = stochastic_key(seed) if mode == S.SR else 0
+    gpu = device.prepare(stream, x=x)
+    if gpu is not None:
+        return gpu.quantize(x, fmt.consts, mode, bool(subnormals), overflow == "saturate", key)
     arr = as_float32(x, "x")
     out = np.empty(arr.size, np.uint32)
     K.quantize(_flat_u32(arr), out, fmt.consts, mode, bool(subnormals),
@@ -103,9 +113,12 @@ def quantize(x, fmt, rounding="nearest_even", subnormals=True, overflow=None, se
     return _finish(out, arr.shape, np.ndim(x) == 0)
 
 
-def to_bits(x, fmt) -> np.ndarray:
+def to_bits(x, fmt, *, stream=None) -> np.ndarray:
     """Encoding of ``x`` in ``fmt`` (rounded RNE first) as uint32, in the low ``width`` bits."""
     fmt = format(fmt)
+    gpu = device.prepare(stream, x=x)
+    if gpu is not None:
+        return gpu.to_bits(x, fmt.consts)
     arr = as_float32(x, "x")
     out = np.empty(arr.size, np.uint32)
     K.to_bits(_flat_u32(arr), out, fmt.consts)
@@ -113,9 +126,15 @@ def to_bits(x, fmt) -> np.ndarray:
     return out[()] if np.ndim(x) == 0 else out
 
 
-def from_bits(bits, fmt):
-    """Float32 values of ``fmt`` encodings (integers in [0, 2^width)); NaNs canonical."""
+def from_bits(bits, fmt, *, stream=None):
+    """Float32 values of ``fmt`` encodings (integers in [0, 2^width)); NaNs canonical.
+
+    On CUDA the range check reads one flag back, so this call waits for ``stream``.
+    """
     fmt = format(fmt)
+    gpu = device.prepare(stream, bits=bits)
+    if gpu is not None:
+        return gpu.from_bits(bits, fmt)
     arr = np.asarray(bits)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"bits must have an integer dtype, got {arr.dtype}")
@@ -127,16 +146,24 @@ def from_bits(bits, fmt):
     return _finish(out, arr.shape, np.ndim(bits) == 0)
 
 
-def _unary(kernel, x, fmt):
+def _unary(name, x, fmt, stream):
     fmt = format(fmt)
+    gpu = device.prepare(stream, x=x)
+    if gpu is not None:
+        return gpu.unary(name, x, fmt.consts)
+    kernel = getattr(K, name)
     arr = as_float32(x, "x")
     out = np.empty(arr.size, np.uint32)
     kernel(_flat_u32(arr), out, fmt.consts)
     return _finish(out, arr.shape, np.ndim(x) == 0)
 
 
-def _binary(kernel, a, b, fmt):
+def _binary(name, a, b, fmt, stream):
     fmt = format(fmt)
+    gpu = device.prepare(stream, a=a, b=b)
+    if gpu is not None:
+        return gpu.binary(name, a, b, fmt.consts)
+    kernel = getattr(K, name)
     x = as_float32(a, "a")
     y = as_float32(b, "b")
     try:
@@ -153,49 +180,49 @@ def _binary(kernel, a, b, fmt):
     return _finish(out, shape, np.ndim(a) == 0 and np.ndim(b) == 0)
 
 
-def pam_mul(a, b, fmt: Format | str = float32):
+def pam_mul(a, b, fmt: Format | str = float32, *, stream=None):
     """Piecewise affine multiplication a ·̂ b (eqs. 5-8) in ``fmt``."""
-    return _binary(K.pam_mul, a, b, fmt)
+    return _binary("pam_mul", a, b, fmt, stream)
 
 
-def pa_div(a, b, fmt: Format | str = float32):
+def pa_div(a, b, fmt: Format | str = float32, *, stream=None):
     """Piecewise affine division a ÷̂ b (eqs. 14-17) in ``fmt``."""
-    return _binary(K.pa_div, a, b, fmt)
+    return _binary("pa_div", a, b, fmt, stream)
 
 
-def pa_exp2(x, fmt: Format | str = float32):
+def pa_exp2(x, fmt: Format | str = float32, *, stream=None):
     """paexp2(x) = 2^floor(x) (1 + x - floor(x)) (eq. 9), rounded once into ``fmt``."""
-    return _unary(K.pa_exp2, x, fmt)
+    return _unary("pa_exp2", x, fmt, stream)
 
 
-def pa_log2(x, fmt: Format | str = float32):
+def pa_log2(x, fmt: Format | str = float32, *, stream=None):
     """palog2(x) = E_x + M_x (eq. 10), rounded once into ``fmt``."""
-    return _unary(K.pa_log2, x, fmt)
+    return _unary("pa_log2", x, fmt, stream)
 
 
-def pa_exp(x, fmt: Format | str = float32):
+def pa_exp(x, fmt: Format | str = float32, *, stream=None):
     """paexp(x) = paexp2(log2(e) ·̂ x) (eq. 18)."""
-    return _unary(K.pa_exp, x, fmt)
+    return _unary("pa_exp", x, fmt, stream)
 
 
-def pa_log(x, fmt: Format | str = float32):
+def pa_log(x, fmt: Format | str = float32, *, stream=None):
     """palog(x) = palog2(x) ÷̂ log2(e) (eq. 19)."""
-    return _unary(K.pa_log, x, fmt)
+    return _unary("pa_log", x, fmt, stream)
 
 
-def pa_sqrt(x, fmt: Format | str = float32):
+def pa_sqrt(x, fmt: Format | str = float32, *, stream=None):
     """pasqrt(x) = paexp2(palog2(x) / 2) (eq. 20), exact then rounded once into ``fmt``."""
-    return _unary(K.pa_sqrt, x, fmt)
+    return _unary("pa_sqrt", x, fmt, stream)
 
 
-def fp_add(a, b, fmt: Format | str = float32):
+def fp_add(a, b, fmt: Format | str = float32, *, stream=None):
     """IEEE 754 addition, correctly rounded (RNE) into ``fmt``: the accumulator's ⊕."""
-    return _binary(K.fp_add, a, b, fmt)
+    return _binary("fp_add", a, b, fmt, stream)
 
 
-def fp_mul(a, b, fmt: Format | str = float32, subnormals=True):
+def fp_mul(a, b, fmt: Format | str = float32, subnormals=True, *, stream=None):
     """IEEE 754 multiplication, correctly rounded (RNE) into ``fmt``: the baseline
     multiplier.  ``subnormals=False``: subnormal operands read as 0, results flushed."""
     if not isinstance(subnormals, (bool, np.bool_)):
         raise ValueError(f"subnormals must be a bool, got {subnormals!r}")
-    return _binary(K.fp_mul if subnormals else K.fp_mul_daz, a, b, fmt)
+    return _binary("fp_mul" if subnormals else "fp_mul_daz", a, b, fmt, stream)

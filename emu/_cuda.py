@@ -1,0 +1,473 @@
+"""CUDA kernels (numba-cuda) built on the scalar definitions of emu/_scalar.py.
+
+Every kernel calls the same ``register_jitable`` functions as the CPU kernels of
+emu/_kernels.py (``S.quantize``, ``S.pam_mul``, ..., and ``_operand``,
+``_fp_mul_keep``/``_fp_mul_daz`` from _kernels): the only logic added here is the
+iteration order, the shared-memory tiling of the PAM matmul and its fast paths,
+whose preconditions make them produce the scalar definition's bits (the proof is in
+the comments and docs/gpu.md; tests compare bit for bit with the CPU kernels).
+
+The same source runs three ways: compiled for a GPU, compiled to PTX without a GPU
+(tests/test_cuda_ptx.py), and as plain Python under Numba's CUDA simulator
+(``NUMBA_ENABLE_CUDASIM=1``, tests/test_cuda_sim.py).  Under the simulator integer
+scalars are NumPy int32/uint32 that wrap silently, so everything here widens with
+``np.int64`` before adding bit patterns, exactly like emu/_scalar.py.
+
+Arrays handed to the kernels are 1-D: contiguous ``uint32`` views of float32 data
+for the elementwise kernels, and flat views of an operand's whole storage plus
+element strides for the matmul (transposed and broadcast operands need no copy).
+Shapes, strides, streams and array families are handled by emu/device.py.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import config, cuda
+from numba.extending import register_jitable
+
+from . import _scalar as S
+from ._kernels import _fp_mul_daz, _fp_mul_keep, _operand
+
+SIM = bool(config.ENABLE_CUDASIM)
+
+# --- float32 <-> bit pattern reinterpretation -------------------------------------
+#
+# Plain Python for the simulator (which runs the kernels as Python); on the CUDA
+# target an @overload replaces each by libdevice's register move (or the add).
+
+def as_f32(bits):
+    """The float32 whose pattern is the low 32 bits of the integer ``bits``."""
+    return np.uint32(np.int64(bits) & S.M32).view(np.float32)
+
+
+def f32_bits(x):
+    """The float32 pattern of ``x`` as a non-negative int64."""
+    return np.int64(np.float32(x).view(np.uint32))
+
+
+def f32_add(a, b):
+    """IEEE binary32 a + b (RNE, subnormals kept): the float32 accumulator's step.
+
+    Overflow to inf and inf - inf = NaN are results here.  NumPy reports them with the
+    same warning as an integer wraparound, which the simulator tests turn into errors,
+    so this float add alone runs with them silenced.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.float32(a) + np.float32(b)
+
+
+if not SIM:
+    from numba.cuda import libdevice
+    from numba.cuda.extending import overload
+
+    @overload(as_f32, target="cuda")
+    def _as_f32_cuda(bits):
+        def impl(bits):
+            return libdevice.int_as_float(np.int32(bits))      # np.int32 truncates
+        return impl
+
+    @overload(f32_bits, target="cuda")
+    def _f32_bits_cuda(x):
+        def impl(x):
+            return np.int64(libdevice.float_as_int(x)) & S.M32
+        return impl
+
+    @overload(f32_add, target="cuda")
+    def _f32_add_cuda(a, b):
+        def impl(a, b):
+            return a + b            # add.f32: RNE, no FTZ (no fastmath)
+        return impl
+
+
+# --- launch configuration -----------------------------------------------------------
+
+THREADS = 256           # elementwise kernels: threads per block
+MAX_BLOCKS = 1 << 16    # grid-stride loops cover any size
+if SIM:
+    # The simulator runs every thread as a Python thread: few threads, same code.
+    THREADS = 32
+    MAX_BLOCKS = 2
+
+
+def blocks_for(n: int, threads: int = THREADS) -> int:
+    return max(1, min(MAX_BLOCKS, -(-n // threads)))
+
+
+# --- elementwise ------------------------------------------------------------------
+
+@cuda.jit
+def quantize(x, out, fc, mode, subnormals, saturate, key):
+    """out[i] = quantize(x[i]); element i draws rand32(key, i), the CPU's stream."""
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+        out[i] = S.quantize(x[i], fc, mode, subnormals, saturate, key, i)
+
+
+@cuda.jit
+def to_bits(x, out, fc):
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+        out[i] = S.f32_to_bits(S.quantize(x[i], fc, S.RNE, True, False, 0, 0), fc)
+
+
+@cuda.jit
+def from_bits(b, out, fc, bad):
+    """Decode encodings; ``bad[0]`` is set to 1 if any lies outside [0, 2^width)."""
+    limit = np.int64(1) << (1 + fc.exp_bits + fc.man_bits)
+    for i in range(cuda.grid(1), b.size, cuda.gridsize(1)):
+        v = np.int64(b[i])          # uint64 beyond 2^63 wraps negative: still flagged
+        if v < 0 or v >= limit:
+            bad[0] = 1
+            out[i] = S.QNAN32
+        else:
+            out[i] = S.bits_to_f32(v, fc)
+
+
+def _unary(op):
+    @cuda.jit
+    def kernel(x, out, fc):
+        for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+            out[i] = op(_operand(x[i], fc), fc)
+    return kernel
+
+
+def _binary(op):
+    @cuda.jit
+    def kernel(x, y, out, fc):
+        for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+            out[i] = op(_operand(x[i], fc), _operand(y[i], fc), fc)
+    return kernel
+
+
+pam_mul = _binary(S.pam_mul)
+pa_div = _binary(S.pa_div)
+fp_add = _binary(S.fp_add)
+fp_mul = _binary(_fp_mul_keep)
+fp_mul_daz = _binary(_fp_mul_daz)
+pa_exp2 = _unary(S.pa_exp2)
+pa_log2 = _unary(S.pa_log2)
+pa_exp = _unary(S.pa_exp)
+pa_log = _unary(S.pa_log)
+pa_sqrt = _unary(S.pa_sqrt)
+
+UNARY = {"pa_exp2": pa_exp2, "pa_log2": pa_log2, "pa_exp": pa_exp, "pa_log": pa_log,
+         "pa_sqrt": pa_sqrt}
+BINARY = {"pam_mul": pam_mul, "pa_div": pa_div, "fp_add": fp_add, "fp_mul": fp_mul,
+          "fp_mul_daz": fp_mul_daz}
+
+# --- layout: strided gather ---------------------------------------------------------
+
+MAXDIM = 8      # dimensions of a strided view after merging (emu/device.py)
+
+
+@cuda.jit
+def gather(src, out, shape, strides):
+    """out[i] = src[offset of the C-order multi-index i over ``shape``].
+
+    ``src`` is a flat view of a whole storage, ``shape``/``strides`` (elements,
+    >= 0, 0 for broadcast dimensions) are padded to MAXDIM.  The store converts the
+    dtype (float16/float64/integers to float32: exact or RNE, as numpy's astype).
+    """
+    for i in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        r = np.int64(i)
+        off = np.int64(0)
+        for d in range(MAXDIM - 1, -1, -1):
+            n = shape[d]
+            off += (r % n) * strides[d]
+            r //= n
+            if r == 0:          # the outer coordinates (padding included) are all 0
+                break
+        out[i] = src[off]
+
+
+# --- PAM matmul ----------------------------------------------------------------------
+#
+# C[b, i, j] = fold over k = 0..K-1 (increasing) of acc <- acc ⊕ pam_mul(A[b,i,k], B[b,k,j]),
+# acc starting at +0.0 (docs/semantics.md §5).  A block computes a TM x TN tile of C
+# with 16 x 16 threads, each owning R x R outputs (rows ty + 16 r, columns tx + 16 c);
+# k advances in tiles of TK staged in shared memory, and inside a tile in increasing
+# k, so every output sees its products in the defined order.
+#
+# float32 accumulation adds the product to a float32 register with the GPU's add.f32
+# (IEEE binary32, RNE, subnormals kept: no fastmath, so no FTZ, and no FMA contraction
+# since there is no multiply) — numpy float32 `+`, like the CPU kernel.  The product
+# itself comes from one of four per-tile modes chosen from per-tile operand statistics
+# (operand_stats below), uniformly for the whole block:
+#
+# CLEAN   every |a|, |b| of the two tiles is normal and every product is in the normal
+#         range: the product is one 32-bit wrapping add b + c(a), with
+#         c(a) = |a| - ONE32 + sign(a)·2^31: adding 2^31 mod 2^32 flips the sign bit, so
+#         the result is sign(a)^sign(b) | (|a| + |b| - ONE32) = S.pam_mul's normal case.
+# MASKED  as CLEAN, but zero/subnormal operands occur: their products are ±0 (DAZ), and
+#         adding +0.0 instead is exact because the accumulator is never -0.0 (it starts
+#         at +0.0; under RNE x + (-x) = +0 and -0 + +0 = +0), NaN + 0 is NaN.
+# SKIP    one tile holds only zeros/subnormals and neither holds inf/NaN: every product
+#         is ±0, which leaves the accumulator unchanged (same argument): skip the tile.
+# GENERAL anything else (inf, NaN, flush or overflow possible): S.pam_mul per product.
+#
+# Narrow accumulation (acc a format other than float32) adds with S.fp_add, the integer
+# adder of the spec, in every mode but SKIP (fp_add(acc, ±0) = acc for an acc value).
+#
+# NaN results are canonicalised when C is stored.  Operands are rounded to fmt (RNE,
+# `_operand`) while staged, as the CPU rounds them before its kernel.
+
+TM = 64          # rows of C per block
+TN = 64          # columns of C per block
+TK = 16          # k per shared-memory stage
+R = 4            # outputs per thread in each direction (16 x 16 threads)
+TPB = (TM // R) * (TN // R)
+TMP = TM + 1     # padded shared-memory rows: conflict-free stores of k-fast operands
+TNP = TN + 1
+AS_SIZE = TK * TMP
+BS_SIZE = TK * TNP
+TK_LOG = 4       # TK, TM, TN as shifts: staging index arithmetic without sign fix-ups
+TM_LOG = 6
+assert TK == 1 << TK_LOG and TM == TN == 1 << TM_LOG and TPB == 256
+NT = 4           # batch-offset terms per operand (emu/device.py)
+
+CLEAN, MASKED, GENERAL, SKIP = 0, 1, 2, 3
+
+
+@register_jitable
+def _batch_offset(bo, terms):
+    """Element offset of output batch ``bo`` in an operand: a sum over (div, mod, stride)
+    terms of ((bo // div) % mod) * stride (broadcast batch dimensions have no term)."""
+    off = np.int64(0)
+    for t in range(NT):
+        off += ((np.int64(bo) // terms[3 * t]) % terms[3 * t + 1]) * terms[3 * t + 2]
+    return off
+
+
+@register_jitable
+def _tile_mode(amn, amx, az, bmn, bmx, bz, fc):
+    """Mode of a (A tile, B tile) pair from their statistics (see operand_stats)."""
+    amn = np.int64(amn)
+    amx = np.int64(amx)
+    bmn = np.int64(bmn)
+    bmx = np.int64(bmx)
+    if amx >= S.INF32 or bmx >= S.INF32:
+        return GENERAL
+    if amn > fc.max32 or bmn > fc.max32:        # a tile without normal operands
+        return SKIP
+    if amn + bmn - S.ONE32 >= fc.minnorm32 and amx + bmx - S.ONE32 <= fc.max32:
+        if az != 0 or bz != 0:
+            return MASKED
+        return CLEAN
+    return GENERAL
+
+
+@register_jitable
+def _offset(a):
+    """c(a): what CLEAN/MASKED add (mod 2^32) to b's pattern to get a ·̂ b."""
+    a = np.int64(a)
+    return ((a & S.ABS32) - S.ONE32 + (a & S.SIGN32)) & S.M32
+
+
+@cuda.jit
+def operand_stats(X, terms, s_row, s_k, rows, K, nout, stats, fc):
+    """Per (output batch, tile of TM rows, tile of TK k): statistics of the operand
+    rounded to fmt: stats[t, 0] = min |x| over normal x (INF32 if none),
+    stats[t, 1] = max |x|, stats[t, 2] = 1 if a zero or subnormal occurs.
+
+    Used for A (rows = M) and for B (rows = N, the columns; TN == TM).  One thread per
+    tile: this pass reads every element once, the matmul reads it N/TN times.
+    """
+    nrt = (rows + TM - 1) // TM
+    nkt = (K + TK - 1) // TK
+    ntile = nout * nrt * nkt
+    for t in range(cuda.grid(1), ntile, cuda.gridsize(1)):
+        kt = t % nkt
+        rt = (t // nkt) % nrt
+        bo = t // (nkt * nrt)
+        base = _batch_offset(bo, terms)
+        mn = np.int64(S.INF32)
+        mx = np.int64(0)
+        z = 0
+        for r in range(rt * TM, min(rows, rt * TM + TM)):
+            for k in range(kt * TK, min(K, kt * TK + TK)):
+                u = _operand(X[base + r * s_row + k * s_k], fc) & S.ABS32
+                if u < fc.minnorm32:
+                    z = 1
+                elif u < mn:
+                    mn = u
+                if u > mx:
+                    mx = u
+        stats[t, 0] = mn
+        stats[t, 1] = mx
+        stats[t, 2] = z
+
+
+def _make_matmul(f32acc):
+    acc_t = np.float32 if f32acc else np.int64
+    step = _f32_step if f32acc else _fmt_step
+    store = _f32_store if f32acc else _fmt_store
+
+    @cuda.jit
+    def kernel(A, at, sai, sak, B, bt, sbk, sbj, C, M, N, K, nout, astat, bstat, fc, fca):
+        # [kk * TMP + ii]; indexed with np.uint32 so no negative-index wraparound code
+        As = cuda.shared.array(AS_SIZE, np.uint32)
+        Bs = cuda.shared.array(BS_SIZE, np.uint32)
+        acc = cuda.local.array((R, R), acc_t)
+        av = cuda.local.array(R, np.int64)
+        bv = cuda.local.array(R, np.int64)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        tid = ty * (TN // R) + tx
+        nbi = (M + TM - 1) // TM
+        nbj = (N + TN - 1) // TN
+        nkt = (K + TK - 1) // TK
+        ntile = nout * nbi * nbj
+        # coalesced staging: consecutive threads read consecutive addresses
+        a_kfast = sak == 1
+        b_kfast = sbk == 1 and sbj != 1
+        for t in range(cuda.blockIdx.x, ntile, cuda.gridDim.x):
+            bj = t % nbj
+            bi = (t // nbj) % nbi
+            bo = t // (nbj * nbi)
+            i0 = bi * TM
+            j0 = bj * TN
+            abase = _batch_offset(bo, at)
+            bbase = _batch_offset(bo, bt)
+            for r in range(R):
+                for c in range(R):
+                    acc[r, c] = 0
+            for kt in range(nkt):
+                k0 = kt * TK
+                kn = min(TK, K - k0)
+                sa = (bo * nbi + bi) * nkt + kt
+                sb = (bo * nbj + bj) * nkt + kt
+                mode = _tile_mode(astat[sa, 0], astat[sa, 1], astat[sa, 2],
+                                  bstat[sb, 0], bstat[sb, 1], bstat[sb, 2], fc)
+                cuda.syncthreads()              # the previous tile's reads are done
+                if mode != SKIP:
+                    for q in range(TM * TK // TPB):
+                        e = tid + q * TPB
+                        if a_kfast:
+                            kk = e & (TK - 1)
+                            ii = e >> TK_LOG
+                        else:
+                            ii = e & (TM - 1)
+                            kk = e >> TM_LOG
+                        v = np.int64(0)         # padding: +0, or c(1.0) in CLEAN mode
+                        if i0 + ii < M and kk < kn:
+                            v = _operand(A[abase + (i0 + ii) * sai + (k0 + kk) * sak], fc)
+                            if f32acc and mode == CLEAN:
+                                v = _offset(v)
+                        As[np.uint32(kk * TMP + ii)] = v
+                    for q in range(TN * TK // TPB):
+                        e = tid + q * TPB
+                        if b_kfast:
+                            kk = e & (TK - 1)
+                            jj = e >> TK_LOG
+                        else:
+                            jj = e & (TN - 1)
+                            kk = e >> TM_LOG
+                        v = np.int64(S.ONE32)   # padding: 1.0, products of padding stay finite
+                        if j0 + jj < N and kk < kn:
+                            v = _operand(B[bbase + (k0 + kk) * sbk + (j0 + jj) * sbj], fc)
+                        Bs[np.uint32(kk * TNP + jj)] = v
+                cuda.syncthreads()
+                if mode == SKIP:
+                    continue
+                for kk in range(kn):
+                    ka = np.uint32(kk * TMP + ty)
+                    kb = np.uint32(kk * TNP + tx)
+                    for r in range(R):
+                        av[r] = np.int64(As[ka + np.uint32(r * (TM // R))])
+                    for c in range(R):
+                        bv[c] = np.int64(Bs[kb + np.uint32(c * (TN // R))])
+                    step(acc, av, bv, mode, fc, fca)
+            for r in range(R):
+                i = i0 + ty + r * (TM // R)
+                for c in range(R):
+                    j = j0 + tx + c * (TN // R)
+                    if i < M and j < N:
+                        C[(bo * M + i) * N + j] = store(acc[r, c])
+    return kernel
+
+
+@register_jitable
+def _f32_step(acc, av, bv, mode, fc, fca):
+    """acc[r, c] += a_r ·̂ b_c in float32 for one k (av holds c(a) in CLEAN mode)."""
+    if mode == CLEAN:
+        for r in range(R):
+            for c in range(R):
+                acc[r, c] = f32_add(acc[r, c], as_f32(bv[c] + av[r]))
+    elif mode == MASKED:
+        for r in range(R):
+            za = (av[r] & S.ABS32) < fc.minnorm32
+            ca = _offset(av[r])
+            for c in range(R):
+                p = as_f32(bv[c] + ca)
+                if za or (bv[c] & S.ABS32) < fc.minnorm32:
+                    p = np.float32(0)
+                acc[r, c] = f32_add(acc[r, c], p)
+    else:
+        for r in range(R):
+            for c in range(R):
+                acc[r, c] = f32_add(acc[r, c], as_f32(S.pam_mul(av[r], bv[c], fc)))
+
+
+@register_jitable
+def _fmt_step(acc, av, bv, mode, fc, fca):
+    """acc[r, c] <- fp_add(acc[r, c], a_r ·̂ b_c) in the accumulator format, for one k."""
+    for r in range(R):
+        for c in range(R):
+            acc[r, c] = S.fp_add(acc[r, c], S.pam_mul(av[r], bv[c], fc), fca)
+
+
+@register_jitable
+def _f32_store(v):
+    """The pattern stored in C for a float32 accumulator (NaN canonical)."""
+    if v != v:
+        return np.int64(S.QNAN32)
+    return f32_bits(v)
+
+
+@register_jitable
+def _fmt_store(v):
+    """A narrow accumulator already holds a pattern (fp_add's NaNs are canonical)."""
+    return v
+
+
+matmul_f32acc = _make_matmul(True)
+matmul_fmtacc = _make_matmul(False)
+
+
+# --- signatures: every kernel as emu/device.py launches it ---------------------------
+
+GATHER_SOURCES = ("float32", "float16", "float64", "int8", "int16", "int32", "int64",
+                  "uint8", "uint16", "uint32", "uint64")
+BITS_SOURCES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+
+def signatures():
+    """``(name, kernel, argument types)`` for every kernel and every argument type
+    emu/device.py passes it: what tests/test_cuda_ptx.py compiles for each GPU
+    architecture (and tests/test_cuda_sim.py checks that launches stay within)."""
+    from numba import types, typeof
+
+    from .formats import float32
+
+    def vec(dt):
+        return types.Array(getattr(types, dt), 1, "C")
+
+    u32 = vec("uint32")
+    i64 = types.int64
+    fc = typeof(float32.consts)
+    stats = types.Array(types.int32, 2, "C")
+    terms = types.UniTuple(i64, 3 * NT)
+    dims = types.UniTuple(i64, MAXDIM)
+    sigs = [("quantize", quantize, (u32, u32, fc, i64, types.boolean, types.boolean, i64)),
+            ("to_bits", to_bits, (u32, u32, fc))]
+    sigs += [(f"from_bits[{dt}]", from_bits, (vec(dt), u32, fc, stats.copy(ndim=1)))
+             for dt in BITS_SOURCES]
+    sigs += [(name, k, (u32, u32, fc)) for name, k in UNARY.items()]
+    sigs += [(name, k, (u32, u32, u32, fc)) for name, k in BINARY.items()]
+    sigs += [(f"gather[{dt}->float32]", gather, (vec(dt), vec("float32"), dims, dims))
+             for dt in GATHER_SOURCES]
+    sigs += [(f"gather[{dt}->int64]", gather, (vec(dt), vec("int64"), dims, dims))
+             for dt in BITS_SOURCES]
+    sigs.append(("operand_stats", operand_stats, (u32, terms, i64, i64, i64, i64, i64,
+                                                  stats, fc)))
+    mm = (u32, terms, i64, i64, u32, terms, i64, i64, u32, i64, i64, i64, i64, stats, stats,
+          fc, fc)
+    sigs += [("matmul_f32acc", matmul_f32acc, mm), ("matmul_fmtacc", matmul_fmtacc, mm)]
+    return sigs

@@ -1,0 +1,486 @@
+"""The CUDA kernels under Numba's CUDA simulator, bit for bit against the CPU kernels.
+
+The simulator runs the kernel source as Python, one thread per simulated GPU thread,
+with NumPy scalars: it checks the kernels' logic (tiling, barriers, index arithmetic,
+fast-path preconditions, dispatch) on every op, including all 65,536 operand pairs of
+the fp8 formats.  It has to be enabled before ``numba.cuda`` is imported, so in a
+normal pytest run this module defines only ``test_cuda_simulator[group]``, which runs
+this same file in a subprocess with ``NUMBA_ENABLE_CUDASIM=1``, one group of tests
+per subprocess, and checks from the launch log that the group ran the kernels it is
+responsible for.  ``NUMBA_ENABLE_CUDASIM=1 pytest tests/test_cuda_sim.py`` runs the
+inner tests directly; on a machine with a GPU, ``PAMSIM_CUDA_HARDWARE=1 pytest
+tests/test_cuda_sim.py`` runs the same comparisons on the hardware, plus the torch
+interop tests at the end (they need a driver, so the simulator cannot run them).
+
+Integer wraparound (the simulator's NumPy scalars are 32- or 64-bit and wrap where
+Numba's compiled code would not) is an error here: NumPy's "overflow encountered in
+scalar ..." warning is raised, and the kernels' only float arithmetic, the float32
+accumulator add, silences its own legitimate overflow (emu._cuda.f32_add).
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+HARDWARE = not SIM and os.environ.get("PAMSIM_CUDA_HARDWARE") == "1"
+LOG = "PAMSIM_CUDA_LAUNCH_LOG"
+
+# which kernels each group must launch; together: every kernel of emu._cuda
+GROUPS = {
+    "elementwise": ["quantize", "to_bits", "from_bits", "pa_exp2", "pa_log2", "pa_exp",
+                    "pa_log", "pa_sqrt", "pam_mul", "pa_div", "fp_add", "fp_mul",
+                    "fp_mul_daz"],
+    "exhaustive": ["pam_mul", "pa_div", "fp_add", "fp_mul", "fp_mul_daz", "operand_stats",
+                   "matmul_f32acc", "matmul_fmtacc"],
+    "matmul": ["operand_stats", "matmul_f32acc", "matmul_fmtacc", "gather"],
+    "dispatch": ["gather", "from_bits", "pam_mul", "quantize", "matmul_f32acc"],
+}
+
+
+if not (SIM or HARDWARE):
+    @pytest.mark.parametrize("group", list(GROUPS))
+    def test_cuda_simulator(group, tmp_path):
+        from emu import _cuda
+        kernels = {name.split("[")[0] for name, _, _ in _cuda.signatures()}
+        assert set().union(*map(set, GROUPS.values())) == kernels, "GROUPS must cover every kernel"
+        log = tmp_path / "launches.jsonl"
+        env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", **{LOG: str(log)})
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider",
+             "-k", f"test_{group}_"],
+            cwd=Path(__file__).parent.parent, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+        assert " passed" in proc.stdout and " skipped" not in proc.stdout, proc.stdout[-2000:]
+        launched = {json.loads(line)["kernel"] for line in log.read_text().splitlines()}
+        assert set(GROUPS[group]) <= launched, f"not launched: {set(GROUPS[group]) - launched}"
+
+else:
+    import numba
+    import numpy as np
+    from numba import cuda
+
+    import emu
+    from conftest import FP8, all_values, assert_bits_equal, corner_values
+    from emu import _cuda, device
+
+    pytestmark = pytest.mark.filterwarnings("error:overflow encountered in scalar:RuntimeWarning")
+
+    # --- every launch must be one of the signatures compiled to PTX -----------------
+
+    _SIGS = {}
+    for _name, _kernel, _types in _cuda.signatures():
+        _SIGS.setdefault(id(_kernel), (_name.split("[")[0], set()))[1].add(tuple(_types))
+    _launch = device._launch
+
+    def _checked_launch(kernel, grid, block, stream, *args):
+        name, allowed = _SIGS[id(kernel)]
+        types = tuple(numba.typeof(a) for a in args)
+        assert types in allowed, f"{name} launched with {types}, not in emu._cuda.signatures()"
+        if os.environ.get(LOG):
+            with open(os.environ[LOG], "a") as f:
+                f.write(json.dumps({"kernel": name}) + "\n")
+        _launch(kernel, grid, block, stream, *args)
+
+    device._launch = _checked_launch
+
+    def dev(x):
+        return cuda.to_device(np.array(x, order="C"))
+
+    def swapped(d, i, j):
+        """A view of device array d with axes i and j exchanged (no copy: Numba's .T copies)."""
+        shape, strides = list(d.shape), list(d.strides)
+        shape[i], shape[j] = shape[j], shape[i]
+        strides[i], strides[j] = strides[j], strides[i]
+        return device._restride(_cuda.SIM, d, tuple(shape), tuple(strides))
+
+    def host(d):
+        assert isinstance(d, type(cuda.to_device(np.zeros(1)))), type(d)
+        return d.copy_to_host()
+
+    def f32_patterns(rng, n):
+        return rng.integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32).view(np.float32)
+
+    def sample(fmt, rng, n=1500):
+        """Corner values of fmt and float32, rounding-boundary neighbours, random patterns."""
+        c = corner_values(fmt)
+        f32 = corner_values("float32")
+        eps = np.float32(emu.format(fmt).eps)
+        with np.errstate(over="ignore"):                # max * (1 + eps/2) -> inf is fine
+            near = np.concatenate([c * (1 + eps / 2), c * (1 - eps / 2), c * (1 + eps / 4),
+                                   c * np.float32(1.0000001)]).astype(np.float32)
+        nan_payload = np.array([0x7FC00001, 0xFFFFFFFF, 0x7F800001], np.uint32).view(np.float32)
+        rnd = rng.standard_normal(n // 2).astype(np.float32) * np.float32(4.0)
+        return np.concatenate([c, f32, near, nan_payload, rnd, f32_patterns(rng, n // 2)])
+
+    FORMATS = ["float32", "bfloat16", "float16", "float8_e5m2", "float8_e4m3fn", "e3m2"]
+    UNARY = ["pa_exp2", "pa_log2", "pa_exp", "pa_log", "pa_sqrt"]
+    BINARY = ["pam_mul", "pa_div", "fp_add", "fp_mul"]
+
+    # --- elementwise --------------------------------------------------------------------
+
+    @pytest.mark.parametrize("fmt", FORMATS[1:])
+    @pytest.mark.parametrize("rounding,subnormals,overflow", [
+        ("nearest_even", True, None), ("toward_zero", True, None),
+        ("stochastic", True, None), ("nearest_even", False, "saturate"),
+        ("stochastic", False, "saturate")])
+    def test_elementwise_quantize(fmt, rounding, subnormals, overflow, rng):
+        x = sample(fmt, rng)
+        seed = {"seed": 2 ** 40 + 12345} if rounding == "stochastic" else {}
+        got = emu.quantize(dev(x), fmt, rounding, subnormals, overflow, **seed)
+        want = emu.quantize(x, fmt, rounding, subnormals, overflow, **seed)
+        assert_bits_equal(host(got), want, x, what=f"quantize {fmt} {rounding}")
+
+    def test_elementwise_stochastic_stream_is_the_cpu_stream(rng):
+        """Same draws as the CPU for every index; another seed gives other draws."""
+        x = np.full(4000, 1 + 2 ** -9, np.float32)       # bf16: rounds up w.p. 1/4
+        got = host(emu.quantize(dev(x), "bf16", "stochastic", seed=7))
+        assert_bits_equal(got, emu.quantize(x, "bf16", "stochastic", seed=7), x, what="seed 7")
+        other = host(emu.quantize(dev(x), "bf16", "stochastic", seed=8))
+        assert (got != other).any()
+        assert 0.2 < (got > 1).mean() < 0.3
+
+    @pytest.mark.parametrize("fmt", FP8 + ["float16", "e3m2fn"])
+    def test_elementwise_bits_round_trip(fmt, rng):
+        f = emu.format(fmt)
+        codes = np.arange(1 << f.width, dtype=np.uint32)
+        assert_bits_equal(host(emu.from_bits(dev(codes), fmt)), emu.from_bits(codes, fmt),
+                          what=f"from_bits {fmt}")
+        x = np.concatenate([emu.from_bits(codes, fmt), sample(fmt, rng, 300)])
+        got = host(emu.to_bits(dev(x), fmt))
+        assert got.dtype == np.uint32
+        np.testing.assert_array_equal(got, emu.to_bits(x, fmt))
+
+    @pytest.mark.parametrize("fmt", FORMATS)
+    @pytest.mark.parametrize("op", UNARY)
+    def test_elementwise_unary(op, fmt, rng):
+        f = emu.format(fmt)
+        x = all_values(fmt) if f.width <= 8 else sample(fmt, rng, 600)
+        got = getattr(emu, op)(dev(x), fmt)
+        assert_bits_equal(host(got), getattr(emu, op)(x, fmt), x, what=f"{op} {fmt}")
+
+    @pytest.mark.parametrize("fmt", ["float32", "bfloat16", "float16"])
+    @pytest.mark.parametrize("op", BINARY + ["fp_mul_daz"])
+    def test_elementwise_binary(op, fmt, rng):
+        c = np.concatenate([corner_values(fmt), corner_values("float32")])
+        a, b = (v.ravel() for v in np.meshgrid(c, c, indexing="ij"))
+        x = np.concatenate([a, sample(fmt, rng, 600)])
+        y = np.concatenate([b, rng.permutation(sample(fmt, rng, 600))])
+        kw = {"subnormals": False} if op == "fp_mul_daz" else {}
+        name = "fp_mul" if op == "fp_mul_daz" else op
+        got = getattr(emu, name)(dev(x), dev(y), fmt, **kw)
+        assert_bits_equal(host(got), getattr(emu, name)(x, y, fmt, **kw), x, y,
+                          what=f"{op} {fmt}")
+
+    # --- exhaustive fp8 -----------------------------------------------------------------
+
+    def all_pairs(fmt):
+        v = all_values(fmt)
+        a, b = np.meshgrid(v, v, indexing="ij")
+        return a.ravel(), b.ravel()
+
+    @pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2"])
+    @pytest.mark.parametrize("op", BINARY + ["fp_mul_daz"])
+    def test_exhaustive_fp8_pairs(op, fmt):
+        a, b = all_pairs(fmt)
+        assert a.size == 65536
+        kw = {"subnormals": False} if op == "fp_mul_daz" else {}
+        name = "fp_mul" if op == "fp_mul_daz" else op
+        got = getattr(emu, name)(dev(a), dev(b), fmt, **kw)
+        assert_bits_equal(host(got), getattr(emu, name)(a, b, fmt, **kw), a, b,
+                          what=f"{op} {fmt}: all pairs")
+
+    @pytest.mark.parametrize("fmt,acc", [("float8_e4m3fn", "float32"),
+                                         ("float8_e5m2", "float32"),
+                                         ("float8_e4m3fn", "float8_e5m2")])
+    def test_exhaustive_fp8_matmul_products(fmt, acc):
+        """A 256 x 1 by 1 x 256 product: every pair through the matmul kernel (K = 1)."""
+        v = all_values(fmt)
+        A, B = v[:, None], v[None, :]
+        got = host(emu.pam_matmul(dev(A), dev(B), fmt, acc))
+        want = emu.pam_matmul(A, B, fmt, acc)
+        assert_bits_equal(got, want, *np.broadcast_arrays(A, B), what=f"{fmt} outer, acc {acc}")
+
+    # --- matmul ---------------------------------------------------------------------------
+
+    def mm_case(case, shape_a, shape_b, rng):
+        a = rng.uniform(0.5, 2, shape_a).astype(np.float32) * rng.choice([-1, 1], shape_a)
+        b = rng.uniform(0.5, 2, shape_b).astype(np.float32) * rng.choice([-1, 1], shape_b)
+        a, b = a.astype(np.float32), b.astype(np.float32)
+        if case == "masked":                 # relu zeros and subnormals in both operands
+            a[rng.random(shape_a) < 0.4] = 0
+            b[rng.random(shape_b) < 0.2] = -0.0
+            b.flat[3] = 1e-40
+        elif case == "general":              # specials, flush and overflow in some tiles
+            a.flat[rng.integers(0, a.size, 6)] = [np.inf, -np.inf, np.nan, 3e38, 1e-30, 0]
+            b.flat[rng.integers(0, b.size, 4)] = [1e-20, 2e38, -np.inf, 1e-45]
+        elif case == "skip":                 # an all-zero k tile of A, a zero tile of B
+            a[..., 16:32] = 0
+            b[..., :16, :] = 1e-45
+        elif case == "wide":                 # normal operands whose products leave the range
+            a *= np.float32(2.0) ** rng.integers(-100, 100, shape_a).astype(np.float32)
+            b *= np.float32(2.0) ** rng.integers(-60, 60, shape_b).astype(np.float32)
+        return a.astype(np.float32), b.astype(np.float32)
+
+    @pytest.mark.parametrize("case,fmt", [
+        (c, f) for c in ("clean", "masked", "general") for f in ("float32", "bfloat16",
+                                                                 "float8_e4m3fn")]
+        + [(c, f) for c in ("skip", "wide") for f in ("float32", "bfloat16")])
+    def test_matmul_modes(case, fmt, rng, monkeypatch):
+        seen = set()
+        tile_mode = _cuda._tile_mode
+
+        def recording(*args):
+            mode = tile_mode(*args)
+            seen.add(mode)
+            return mode
+
+        monkeypatch.setattr(_cuda, "_tile_mode", recording)    # the simulator runs Python
+        a, b = mm_case(case, (40, 36), (36, 24), rng)
+        got = host(emu.pam_matmul(dev(a), dev(b), fmt))
+        assert_bits_equal(got, emu.pam_matmul(a, b, fmt), what=f"{case} {fmt}")
+        expected = {"clean": _cuda.CLEAN, "masked": _cuda.MASKED, "general": _cuda.GENERAL,
+                    "skip": _cuda.SKIP, "wide": _cuda.GENERAL}[case]
+        if _cuda.SIM:           # compiled kernels do not call back into Python
+            assert expected in seen, f"{case} data never took mode {expected}: {seen}"
+
+    def test_matmul_tile_edges(rng):
+        """M, N past one 64-wide tile, K past one 16-deep stage, mixed modes."""
+        a, b = mm_case("masked", (67, 18), (18, 66), rng)
+        a[5, 7] = np.inf
+        got = host(emu.pam_matmul(dev(a), dev(b)))
+        assert_bits_equal(got, emu.pam_matmul(a, b), what="67 x 18 x 66")
+
+    @pytest.mark.parametrize("fmt,acc", [("float32", "bfloat16"), ("bfloat16", "bfloat16"),
+                                         ("float8_e4m3fn", "float16"),
+                                         ("float8_e4m3fn", "float8_e4m3fn")])
+    def test_matmul_narrow_accumulator(fmt, acc, rng):
+        a, b = mm_case("general", (20, 18), (18, 9), rng)
+        a[0, :] = 0                         # a SKIP-able row does not change the fold
+        got = host(emu.pam_matmul(dev(a), dev(b), fmt, acc))
+        assert_bits_equal(got, emu.pam_matmul(a, b, fmt, acc), what=f"{fmt} acc {acc}")
+
+    def test_matmul_accumulation_order(rng):
+        """Cancellation makes the k order visible: 1e8 + 1 - 1e8 ... over 40 k."""
+        a = np.ones((3, 40), np.float32)
+        b = np.tile(np.float32([1e8, 1, -1e8, 1]), 10)[:, None].repeat(5, 1)
+        b[:, 1] = rng.standard_normal(40).astype(np.float32) * 1e7
+        got = host(emu.pam_matmul(dev(a), dev(b)))
+        assert_bits_equal(got, emu.pam_matmul(a, b), what="order")
+        assert got[0, 0] != np.float32(20)          # the fold, not the exact sum
+
+    @pytest.mark.parametrize("sa,sb", [((2, 1, 5, 6), (3, 6, 7)), ((4, 6), (2, 3, 6, 5)),
+                                       ((6,), (2, 6, 3)), ((2, 3, 6), (6,)), ((6,), (6,))])
+    def test_matmul_batched_broadcast(sa, sb, rng):
+        a = rng.standard_normal(sa).astype(np.float32)
+        b = rng.standard_normal(sb).astype(np.float32)
+        got = host(emu.pam_matmul(dev(a), dev(b), "bf16"))
+        want = emu.pam_matmul(a, b, "bf16")
+        assert got.shape == want.shape == np.matmul(a, b).shape
+        assert_bits_equal(got, want, what=f"{sa} @ {sb}")
+
+    def test_matmul_transposed_and_strided_operands_are_read_in_place(rng):
+        at = rng.standard_normal((2, 9, 20)).astype(np.float32)     # A = at^T per batch
+        b = rng.standard_normal((2, 60, 14)).astype(np.float32)
+        da, db = dev(at), dev(b)
+        a_view = swapped(da, 1, 2)                                   # (2, 20, 9)
+        b_view = db[:, ::3, :][:, :9, :]                                       # k stride 3
+        want = emu.pam_matmul(np.swapaxes(at, 1, 2), b[:, ::3][:, :9])
+        calls = []
+        old = device._launch
+        device._launch = lambda k, *a: (calls.append(_SIGS[id(k)][0]), old(k, *a))
+        try:
+            got = host(emu.pam_matmul(a_view, b_view))
+        finally:
+            device._launch = old
+        assert "gather" not in calls                  # no copy of either operand
+        assert_bits_equal(got, want, what="transposed A, strided B")
+        # the transposed-B layout of a backward pass, x @ W^T
+        w = rng.standard_normal((11, 20)).astype(np.float32)
+        x = rng.standard_normal((5, 20)).astype(np.float32)
+        got = host(emu.pam_matmul(dev(x), swapped(dev(w), 0, 1)))
+        assert_bits_equal(got, emu.pam_matmul(x, w.T), what="x @ W^T")
+
+    def test_matmul_dtypes_empty_and_zero_k(rng):
+        a = rng.standard_normal((5, 7))
+        b = rng.integers(-3, 4, (7, 4)).astype(np.int32)
+        got = host(emu.pam_matmul(dev(a.astype(np.float16)), dev(b)))
+        assert_bits_equal(got, emu.pam_matmul(a.astype(np.float16), b), what="f16 @ i32")
+        got = host(emu.pam_matmul(dev(a), dev(b.astype(np.float64)), "bf16"))
+        assert_bits_equal(got, emu.pam_matmul(a, b.astype(np.float64), "bf16"), what="f64")
+        z = host(emu.pam_matmul(dev(np.ones((3, 0), np.float32)), dev(np.ones((0, 2), np.float32))))
+        assert z.shape == (3, 2) and (z.view(np.uint32) == 0).all()
+        e = host(emu.pam_matmul(dev(np.ones((0, 4), np.float32)), dev(np.ones((4, 2), np.float32))))
+        assert e.shape == (0, 2)
+
+    def test_matmul_nan_is_canonical():
+        a = np.array([[np.float32(np.nan), 1]], np.float32)
+        a.view(np.uint32)[0, 0] = 0xFFC12345
+        b = np.array([[1], [np.inf]], np.float32)
+        for acc in ("float32", "bf16"):
+            got = host(emu.pam_matmul(dev(a), dev(b), "float32", acc))
+            assert got.view(np.uint32)[0, 0] == 0x7FC00000
+
+    # --- dispatch -----------------------------------------------------------------------
+
+    def test_dispatch_returns_device_arrays_of_the_input_shape(rng):
+        x = rng.standard_normal((3, 4)).astype(np.float32)
+        for r in (emu.pam_mul(dev(x), dev(x)), emu.quantize(dev(x), "bf16"),
+                  emu.pa_exp2(dev(x)), emu.to_bits(dev(x), "e4m3fn")):
+            assert host(r).shape == (3, 4)
+        assert host(emu.pam_matmul(dev(x), dev(x.T))).shape == (3, 3)
+
+    def test_dispatch_broadcast_strided_and_scalar_operands(rng):
+        a = rng.standard_normal((5, 1)).astype(np.float32)
+        b = rng.standard_normal((1, 6)).astype(np.float32)
+        assert_bits_equal(host(emu.pam_mul(dev(a), dev(b), "bf16")), emu.pam_mul(a, b, "bf16"))
+        m = rng.standard_normal((6, 8)).astype(np.float32)
+        dm = dev(m)
+        for view, ref in ((swapped(dm, 0, 1), m.T), (dm[::2, 1::3], m[::2, 1::3])):
+            assert_bits_equal(host(emu.pa_log2(view)), emu.pa_log2(ref), what="strided")
+            assert_bits_equal(host(emu.fp_add(view, 1.5, "e5m2")), emu.fp_add(ref, 1.5, "e5m2"))
+            assert_bits_equal(host(emu.pa_div(np.float32(3), view)), emu.pa_div(3, ref))
+        zero_d = dev(np.float32(2.5))
+        assert_bits_equal(host(emu.pam_mul(zero_d, dm)), emu.pam_mul(2.5, m))
+        assert host(emu.pa_sqrt(zero_d)).shape == ()
+        big = rng.standard_normal((2, 3, 1, 4, 1, 2, 1, 3)).astype(np.float32)
+        other = rng.standard_normal((2, 1, 3, 4, 2, 2, 5, 1)).astype(np.float32)
+        assert_bits_equal(host(emu.pam_mul(dev(big), dev(other))), emu.pam_mul(big, other),
+                          what="8-d broadcast")
+
+    @pytest.mark.filterwarnings("ignore:overflow encountered in cast")    # 1e300 -> inf
+    @pytest.mark.parametrize("dtype", ["float16", "float64", "int32", "uint8", "int64"])
+    def test_dispatch_input_dtypes_convert_like_the_cpu(dtype, rng):
+        x = (rng.standard_normal(300) * 1e4).astype(dtype)
+        if dtype == "float64":
+            x = np.concatenate([x, [1e300, -1e-300, 1 + 2.0 ** -30, np.nan]])
+        if dtype == "int64":
+            x = np.concatenate([x, [2 ** 62 + 2 ** 37 + 1, -(2 ** 40) - 1]]).astype(np.int64)
+        for name in ("pa_log2", "pa_exp"):
+            assert_bits_equal(host(getattr(emu, name)(dev(x))), getattr(emu, name)(x),
+                              what=f"{name} {dtype}")
+        assert_bits_equal(host(emu.quantize(dev(x), "e4m3fn")), emu.quantize(x, "e4m3fn"))
+
+    def test_dispatch_from_bits_dtypes_and_range():
+        codes = np.arange(256)
+        for dt in ("uint8", "int16", "int64", "uint64"):
+            assert_bits_equal(host(emu.from_bits(dev(codes.astype(dt)), "e5m2")),
+                              emu.from_bits(codes, "e5m2"), what=dt)
+        strided = dev(np.arange(512, dtype=np.int32))[::2]         # gathered to int64
+        assert_bits_equal(host(emu.from_bits(strided, "bf16")),
+                          emu.from_bits(np.arange(0, 512, 2), "bf16"), what="strided bits")
+        with pytest.raises(ValueError, match=r"bits must lie in \[0, 2\*\*8\)"):
+            emu.from_bits(dev(np.array([3, 256])), "e4m3fn")
+        with pytest.raises(ValueError, match="bits must lie"):
+            emu.from_bits(dev(np.array([-1], np.int32)), "e4m3fn")
+        with pytest.raises(TypeError, match="integer dtype"):
+            emu.from_bits(dev(np.ones(3, np.float32)), "e4m3fn")
+
+    def test_dispatch_errors():
+        d = dev(np.ones(4, np.float32))
+        h = np.ones(4, np.float32)
+        with pytest.raises(ValueError, match=r"mixed devices: a on a CUDA device but b in host"):
+            emu.pam_mul(d, h)
+        with pytest.raises(ValueError, match=r"mixed devices: B on a CUDA device but A in host"):
+            emu.pam_matmul(h[None], dev(np.ones((4, 2), np.float32)))
+        with pytest.raises(ValueError, match="mixed devices"):
+            emu.fp_add(d, [1.0, 2.0, 3.0, 4.0])
+        with pytest.raises(ValueError, match="stream is only used with CUDA operands"):
+            emu.pam_mul(h, h, stream=cuda.stream())
+        with pytest.raises(TypeError, match="stream must be None, a Numba stream"):
+            emu.pam_mul(d, d, stream="default")
+        with pytest.raises(TypeError, match="must have a real floating dtype"):
+            emu.pa_exp2(dev(np.ones(3, bool)))
+        with pytest.raises(TypeError, match="must have a real floating"):
+            emu.pam_mul(d, True)
+        with pytest.raises(ValueError, match="could not be broadcast together"):
+            emu.pam_mul(d, dev(np.ones(3, np.float32)))
+        with pytest.raises(ValueError, match="contracted dimensions differ"):
+            emu.pam_matmul(dev(np.ones((2, 3), np.float32)), dev(np.ones((4, 2), np.float32)))
+        with pytest.raises(ValueError, match="batch dimensions do not broadcast"):
+            emu.pam_matmul(dev(np.ones((2, 2, 3), np.float32)),
+                           dev(np.ones((3, 3, 2), np.float32)))
+        with pytest.raises(ValueError, match="at least one dimension"):
+            emu.pam_matmul(dev(np.float32(1)), d)
+        with pytest.raises(ValueError, match="negative strides"):
+            emu.pa_exp2(d[::-1])
+        with pytest.raises(ValueError, match="fmt="):
+            emu.pam_mul(d, d, "e9m3")
+
+    def test_dispatch_explicit_stream_and_key_range(rng):
+        s = cuda.stream()
+        x = rng.standard_normal(64).astype(np.float32)
+        got = emu.quantize(dev(x), "bf16", "stochastic", seed=2 ** 64 - 1, stream=s)
+        assert_bits_equal(host(got), emu.quantize(x, "bf16", "stochastic", seed=2 ** 64 - 1))
+        assert_bits_equal(host(emu.pam_matmul(dev(x[:8, None]), dev(x[None, :8]), stream=s)),
+                          emu.pam_matmul(x[:8, None], x[None, :8]))
+        assert device.is_device_array(dev(x)) and not device.is_device_array(x)
+
+    def test_dispatch_bench_does_not_mistake_the_simulator_for_a_gpu():
+        from sim.benches.cuda import no_device_reason
+        reason = no_device_reason()
+        assert ("simulator" in reason) if _cuda.SIM else reason is None
+
+    # --- torch interop: needs a driver, so hardware only (PAMSIM_CUDA_HARDWARE=1) ------
+
+    if HARDWARE:
+        try:
+            import torch
+            TORCH_CUDA = torch.cuda.is_available()
+        except ImportError:
+            TORCH_CUDA = False
+        needs_torch = pytest.mark.skipif(not TORCH_CUDA, reason="torch has no CUDA here")
+
+        def cpu(t):
+            return t.detach().cpu().numpy()
+
+        @needs_torch
+        def test_torch_in_torch_out(rng):
+            x = torch.randn(3, 1000, device="cuda")
+            w = torch.randn(700, 1000, device="cuda")
+            for got, want in [
+                    (emu.pam_mul(x, x, "bf16"), emu.pam_mul(cpu(x), cpu(x), "bf16")),
+                    (emu.quantize(x, "e4m3fn", "stochastic", seed=1),
+                     emu.quantize(cpu(x), "e4m3fn", "stochastic", seed=1)),
+                    (emu.pam_matmul(x, w.T), emu.pam_matmul(cpu(x), cpu(w).T)),
+                    (emu.pa_exp(x.to(torch.bfloat16)), emu.pa_exp(cpu(x.to(torch.bfloat16).float())))]:
+                assert isinstance(got, torch.Tensor) and got.is_cuda and got.dtype == torch.float32
+                assert_bits_equal(cpu(got), want)
+            bits = emu.to_bits(x, "bf16")
+            assert bits.dtype == torch.uint32 and bits.is_cuda
+
+        @needs_torch
+        def test_torch_current_stream_orders_the_work():
+            """emu runs on torch's current stream: it sees what an earlier, slow op on
+            that stream wrote (on another stream it would read the zeros)."""
+            s = torch.cuda.Stream()
+            src = torch.arange(1, 1 << 20, device="cuda", dtype=torch.float32)
+            a = torch.zeros_like(src)
+            torch.cuda.synchronize()
+            with torch.cuda.stream(s):
+                torch.cuda._sleep(50_000_000)
+                a.copy_(src)
+                got = emu.pam_mul(a, 2.0)
+            s.synchronize()
+            assert_bits_equal(cpu(got), emu.pam_mul(cpu(src), 2.0))
+            with torch.cuda.stream(s):
+                torch.cuda._sleep(50_000_000)
+                a.copy_(src * 3)
+            got = emu.pam_mul(a, 2.0, stream=s)          # explicit stream, same order
+            s.synchronize()
+            assert_bits_equal(cpu(got), emu.pam_mul(cpu(src * 3), 2.0))
+
+        @needs_torch
+        def test_torch_errors():
+            x = torch.ones(4, device="cuda")
+            with pytest.raises(ValueError, match="mixed devices"):
+                emu.pam_mul(x, torch.ones(4))
+            with pytest.raises(ValueError, match="mixed devices"):
+                emu.pam_matmul(x[None], np.ones((4, 2), np.float32))
+            with pytest.raises(TypeError, match="requires grad"):
+                emu.pa_exp2(x.requires_grad_())
+            with pytest.raises(TypeError, match="real floating dtype"):
+                emu.pa_exp2(torch.ones(3, dtype=torch.bool, device="cuda"))
