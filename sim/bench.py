@@ -86,20 +86,24 @@ def load_cases() -> list[str]:
     return [name for name, _ in _CASES]
 
 
-def run(quick: bool = False, only: list[str] | None = None) -> list[Row]:
+def run(quick: bool = False, only: list[str] | None = None,
+        skip: list[str] | None = None) -> list[Row]:
+    """Rows of every case group, or of the groups in ``only``, minus those in ``skip``."""
     names = load_cases()
-    unknown = set(only or ()) - set(names)
+    unknown = (set(only or ()) | set(skip or ())) - set(names)
     if unknown:
         raise ValueError(f"unknown bench case group(s) {sorted(unknown)}; available: {names}")
     rows = []
     for name, fn in _CASES:
-        if only and name not in only:
+        if (only and name not in only) or (skip and name in skip):
             continue
         rows += fn(quick)
     return rows
 
 
 def format_rows(rows: list[Row]) -> str:
+    if not rows:
+        return "(no rows)"
     w = max(len(r.name) for r in rows)
     wb = max(len(r.baseline) for r in rows)
     out = [f"{'case':{w}}  {'time':>10}  {'baseline':{wb}}  {'time':>10}  {'ratio':>7}  target"]

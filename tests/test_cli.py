@@ -60,3 +60,10 @@ def test_bad_arguments(argv, msg, capsys):
         main(argv)
     assert exc.value.code == 2
     assert msg in capsys.readouterr().err
+
+
+def test_bench_device_cuda_without_gpu(capsys):
+    """Without a GPU the CUDA group says so and the command still succeeds."""
+    assert main(["bench", "--device", "cuda", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "no CUDA device" in out and "(no rows)" in out

@@ -8,14 +8,22 @@ def register(sub):
     p.add_argument("--quick", action="store_true", help="small sizes (seconds, for CI)")
     p.add_argument("--only", nargs="+", metavar="GROUP",
                    help="run only these case groups (modules of sim/benches, e.g. emu)")
+    p.add_argument("--device", choices=["cpu", "cuda"],
+                   help="cuda: only the GPU group (says so and exits 0 without a GPU); "
+                        "cpu: every group except the GPU one")
     p.add_argument("--json", help="also write the rows as JSON")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     from sim import bench
+    only, skip = args.only, None
+    if args.device == "cuda":
+        only = ["cuda"]
+    elif args.device == "cpu":
+        skip = ["cuda"]
     try:
-        rows = bench.run(quick=args.quick, only=args.only)
+        rows = bench.run(quick=args.quick, only=only, skip=skip)
     except ValueError as exc:
         print(f"pamsim bench: error: {exc}")
         return 2
