@@ -25,6 +25,7 @@ from fractions import Fraction
 import numpy as np
 
 from . import _kernels_grad as KG
+from . import device
 from .formats import Format, float32, format
 from .matmul import _batch_index, pam_matmul as _pam_matmul
 from .ops import _flat_u32, as_float32, pa_div as _pa_div, pa_exp2 as _pa_exp2, \
@@ -67,7 +68,12 @@ def _scalar_out(out, *inputs):
     return out[()] if all(np.ndim(x) == 0 for x in inputs) else out
 
 
-def _exact_binary(kernel, a, b, dy, fmt):
+def _exact_binary(name, a, b, dy, fmt):
+    """Exact (δ_A, δ_B) of the binary op ``name`` by its kernel (CPU or CUDA)."""
+    gpu = device.prepare(None, a=a, b=b, dy=dy)
+    if gpu is not None:
+        return gpu.grad_binary(name, a, b, dy, fmt.consts)
+    kernel = getattr(KG, name + "_grad")
     shape, (x, y, d) = _broadcast(("a", "b", "dy"), as_float32(a, "a"), as_float32(b, "b"),
                                   as_float32(dy, "dy"))
     outa = np.empty(int(np.prod(shape)), np.uint32)
@@ -77,7 +83,12 @@ def _exact_binary(kernel, a, b, dy, fmt):
             _scalar_out(outb.view(np.float32).reshape(shape), a, b, dy))
 
 
-def _exact_unary(kernel, x, dy, fmt):
+def _exact_unary(name, x, dy, fmt):
+    """Exact δ_A of the unary op ``name`` by its kernel (CPU or CUDA)."""
+    gpu = device.prepare(None, x=x, dy=dy)
+    if gpu is not None:
+        return gpu.grad_unary(name, x, dy, fmt.consts)
+    kernel = getattr(KG, name + "_grad")
     shape, (v, d) = _broadcast(("x", "dy"), as_float32(x, "x"), as_float32(dy, "dy"))
     out = np.empty(int(np.prod(shape)), np.uint32)
     kernel(_flat_u32(v), _flat_u32(d), out, fmt.consts)
@@ -93,7 +104,7 @@ def pam_mul(a, b, dy, fmt: Format | str = float32, kind: str = "exact"):
     exact ``δ_A = sign(B) 2^(E_B + 1{M_A + M_B >= 1}) δ_Y``, approx ``δ_A = B ·̂ δ_Y``."""
     fmt = format(fmt)
     if _kind(kind) == "exact":
-        return _exact_binary(KG.pam_mul_grad, a, b, dy, fmt)
+        return _exact_binary("pam_mul", a, b, dy, fmt)
     return _pam_mul(b, dy, fmt), _pam_mul(a, dy, fmt)
 
 
@@ -103,11 +114,11 @@ def pa_div(a, b, dy, fmt: Format | str = float32, kind: str = "exact"):
     1{M_A < M_B}) δ_Y``; approx ``δ_A = δ_Y ÷̂ B``, ``δ_B = -(A ·̂ δ_Y) ÷̂ (B ·̂ B)``."""
     fmt = format(fmt)
     if _kind(kind) == "exact":
-        return _exact_binary(KG.pa_div_grad, a, b, dy, fmt)
-    a = as_float32(a, "a")
-    b = as_float32(b, "b")
-    # -(A ·̂ δ) is (-A) ·̂ δ exactly, and keeps NaNs canonical
-    return _pa_div(dy, b, fmt), _pa_div(_pam_mul(-a, dy, fmt), _pam_mul(b, b, fmt), fmt)
+        return _exact_binary("pa_div", a, b, dy, fmt)
+    # -(A ·̂ δ) = (A ·̂ δ) ·̂ -1 exactly (PAM by ±1 only sets the sign; NaNs stay
+    # canonical), which needs no negation of a possibly CUDA operand
+    minus = _pam_mul(_pam_mul(a, dy, fmt), np.float32(-1), fmt)
+    return _pa_div(dy, b, fmt), _pa_div(minus, _pam_mul(b, b, fmt), fmt)
 
 
 def _exp2_approx(y, dy, fmt):
@@ -129,7 +140,7 @@ def pa_exp2(x, dy, fmt: Format | str = float32, kind: str = "exact"):
     ``paexp2(A) ·̂ ln2 ·̂ δ_Y`` (Table 1)."""
     fmt = format(fmt)
     if _kind(kind) == "exact":
-        return _exact_unary(KG.pa_exp2_grad, x, dy, fmt)
+        return _exact_unary("pa_exp2", x, dy, fmt)
     return _exp2_approx(_pa_exp2(x, fmt), dy, fmt)
 
 
@@ -138,8 +149,8 @@ def pa_log2(x, dy, fmt: Format | str = float32, kind: str = "exact"):
     ``δ_Y ÷̂ (A ·̂ ln2)`` (Table 1)."""
     fmt = format(fmt)
     if _kind(kind) == "exact":
-        return _exact_unary(KG.pa_log2_grad, x, dy, fmt)
-    return _log2_approx(quantize(as_float32(x, "x"), fmt), dy, fmt)
+        return _exact_unary("pa_log2", x, dy, fmt)
+    return _log2_approx(quantize(x, fmt), dy, fmt)
 
 
 def pa_exp(x, dy, fmt: Format | str = float32, kind: str = "exact"):
@@ -147,7 +158,7 @@ def pa_exp(x, dy, fmt: Format | str = float32, kind: str = "exact"):
     ``δ_T`` of paexp2 at ``T = A ·̂ log2e``, then ``δ_A`` of the PAM by log2e."""
     fmt = format(fmt)
     if _kind(kind) == "exact":
-        return _exact_unary(KG.pa_exp_grad, x, dy, fmt)
+        return _exact_unary("pa_exp", x, dy, fmt)
     t = _pam_mul(x, _log2e(fmt), fmt)
     return _pam_mul(_exp2_approx(_pa_exp2(t, fmt), dy, fmt), _log2e(fmt), fmt)
 
@@ -157,8 +168,8 @@ def pa_log(x, dy, fmt: Format | str = float32, kind: str = "exact"):
     ``δ_L = δ_Y ÷̂ log2e``, then palog2's derivative."""
     fmt = format(fmt)
     if _kind(kind) == "exact":
-        return _exact_unary(KG.pa_log_grad, x, dy, fmt)
-    return _log2_approx(quantize(as_float32(x, "x"), fmt), _pa_div(dy, _log2e(fmt), fmt), fmt)
+        return _exact_unary("pa_log", x, dy, fmt)
+    return _log2_approx(quantize(x, fmt), _pa_div(dy, _log2e(fmt), fmt), fmt)
 
 
 def pa_sqrt(x, dy, fmt: Format | str = float32, kind: str = "exact"):
@@ -166,8 +177,8 @@ def pa_sqrt(x, dy, fmt: Format | str = float32, kind: str = "exact"):
     paexp2's derivative at the result, ``÷̂ 2``, palog2's derivative."""
     fmt = format(fmt)
     if _kind(kind) == "exact":
-        return _exact_unary(KG.pa_sqrt_grad, x, dy, fmt)
-    xq = quantize(as_float32(x, "x"), fmt)
+        return _exact_unary("pa_sqrt", x, dy, fmt)
+    xq = quantize(x, fmt)
     dh = _exp2_approx(_pa_sqrt(xq, fmt), dy, fmt)
     return _log2_approx(xq, _pa_div(dh, np.float32(2), fmt), fmt)
 
@@ -184,25 +195,37 @@ def _contract(g, x, w, kind, fmt, acc):
     folding them into the contraction, in C order before r.  term = ``w ·̂ g``
     (approx) or the exact slope of ``x ·̂ w`` with respect to x applied to g.
     """
-    batch = g.shape[:-2]
-    P, R = g.shape[-2:]
-    C = x.shape[-1]
-    xb = (1,) * (len(batch) - (x.ndim - 2)) + x.shape[:-2]
-    red = [d for d in range(len(batch)) if xb[d] == 1 and batch[d] != 1]
-    kept = [d for d in range(len(batch)) if d not in red]
-    if red:
-        # move the reduced batch dimensions next to r and merge them into it
-        nd = len(batch)
-        kshape = tuple(batch[d] for d in kept)
-        g = g.transpose(*kept, nd, *red, nd + 1).reshape(kshape + (P, -1))
-        w = np.broadcast_to(w, batch + (R, C)).transpose(*kept, *red, nd, nd + 1) \
-            .reshape(kshape + (-1, C))
-        x = x.reshape(tuple(xb[d] for d in kept) + (P, C))
+    gperm, gshape, wperm, wshape, xshape = _contract_layout(g.shape, x.shape)
+    if gperm is not None:
+        w = np.broadcast_to(w, g.shape[:-2] + w.shape[-2:]).transpose(wperm).reshape(wshape)
+        g = g.transpose(gperm).reshape(gshape)
+        x = x.reshape(xshape)
     if kind == "approx":
         out = _pam_matmul(g, w, fmt, acc)
     else:
         out = _exact_contract(g, x, w, fmt, acc)
     return out.reshape(x.shape)
+
+
+def _contract_layout(gshape, xshape):
+    """The layout of :func:`_contract`: ``(gperm, gshape, wperm, wshape, xshape)`` with
+    ``g.transpose(gperm).reshape(gshape)``, ``broadcast_to(w, batch + (R, C))
+    .transpose(wperm).reshape(wshape)`` and ``x.reshape(xshape)`` (perms None when no
+    batch dimension is reduced).  The reduced batch dimensions move next to r and
+    merge into it, in C order before r."""
+    batch = tuple(gshape[:-2])
+    P, R = gshape[-2:]
+    C = xshape[-1]
+    xb = (1,) * (len(batch) - (len(xshape) - 2)) + tuple(xshape[:-2])
+    red = [d for d in range(len(batch)) if xb[d] == 1 and batch[d] != 1]
+    kept = [d for d in range(len(batch)) if d not in red]
+    if not red:
+        return None, None, None, None, None
+    nd = len(batch)
+    kshape = tuple(batch[d] for d in kept)
+    folded = R * int(np.prod([batch[d] for d in red]))     # explicit: sizes may be 0
+    return ((*kept, nd, *red, nd + 1), kshape + (P, folded), (*kept, *red, nd, nd + 1),
+            kshape + (folded, C), tuple(xb[d] for d in kept) + (P, C))
 
 
 def _exact_contract(g, x, w, fmt, acc):
@@ -221,6 +244,29 @@ def _exact_contract(g, x, w, fmt, acc):
     return out.reshape(batch + (P, C))
 
 
+def _matmul_shapes(ashape, bshape, gshape):
+    """(A as >= 2-D, B as >= 2-D, broadcast batch, full dY shape) of a PAM matmul
+    gradient; ValueError for shapes np.matmul would reject or a dY of another shape."""
+    ashape, bshape, gshape = tuple(ashape), tuple(bshape), tuple(gshape)
+    if not ashape or not bshape:
+        raise ValueError(f"pam_matmul operands must have at least one dimension, got "
+                         f"A.shape={ashape}, B.shape={bshape}")
+    a2 = (1,) + ashape if len(ashape) == 1 else ashape
+    b2 = bshape + (1,) if len(bshape) == 1 else bshape
+    if a2[-1] != b2[-2]:
+        raise ValueError(f"pam_matmul: contracted dimensions differ: A.shape={ashape}, "
+                         f"B.shape={bshape}")
+    try:
+        batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+    except ValueError:
+        raise ValueError(f"pam_matmul: batch dimensions do not broadcast: A.shape={ashape}, "
+                         f"B.shape={bshape}") from None
+    want = batch + a2[-2:-1] * (len(ashape) > 1) + b2[-1:] * (len(bshape) > 1)
+    if gshape != want:
+        raise ValueError(f"dY.shape={gshape} must be the shape of pam_matmul(A, B), {want}")
+    return a2, b2, batch, batch + (a2[-2], b2[-1])
+
+
 def pam_matmul(A, B, dY, fmt: Format | str = float32, acc: Format | str = float32,
                kind: str = "approx", need=(True, True)):
     """(δA, δB) of ``Y = pam_matmul(A, B, fmt, acc)`` (emu.pam_matmul, np.matmul shapes).
@@ -236,26 +282,16 @@ def pam_matmul(A, B, dY, fmt: Format | str = float32, acc: Format | str = float3
     fmt = format(fmt, argname="fmt")
     acc = format(acc, argname="acc")
     kind = _kind(kind)
+    gpu = device.prepare(None, A=A, B=B, dY=dY)
+    if gpu is not None:
+        return gpu.matmul_grad(A, B, dY, fmt, acc, kind, need, _matmul_shapes,
+                               _contract_layout, _batch_index)
     a = as_float32(A, "A")
     b = as_float32(B, "B")
     g = as_float32(dY, "dY")
-    if a.ndim == 0 or b.ndim == 0:
-        raise ValueError(f"pam_matmul operands must have at least one dimension, got "
-                         f"A.shape={a.shape}, B.shape={b.shape}")
-    a2 = a[None, :] if a.ndim == 1 else a
-    b2 = b[:, None] if b.ndim == 1 else b
-    if a2.shape[-1] != b2.shape[-2]:
-        raise ValueError(f"pam_matmul: contracted dimensions differ: A.shape={a.shape}, "
-                         f"B.shape={b.shape}")
-    try:
-        batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
-    except ValueError:
-        raise ValueError(f"pam_matmul: batch dimensions do not broadcast: A.shape={a.shape}, "
-                         f"B.shape={b.shape}") from None
-    full = batch + (a2.shape[-2], b2.shape[-1])
-    want = batch + a2.shape[-2:-1] * (a.ndim > 1) + b2.shape[-1:] * (b.ndim > 1)
-    if g.shape != want:
-        raise ValueError(f"dY.shape={g.shape} must be the shape of pam_matmul(A, B), {want}")
+    a2shape, b2shape, batch, full = _matmul_shapes(a.shape, b.shape, g.shape)
+    a2 = a.reshape(a2shape)
+    b2 = b.reshape(b2shape)
     g = g.reshape(full)
     da = db = None
     if need[0]:
@@ -264,8 +300,9 @@ def pam_matmul(A, B, dY, fmt: Format | str = float32, acc: Format | str = float3
         if kind == "approx" and b2.ndim == 2 and a2.shape[:-2] == batch:
             # a 2-D B (a weight): one fold over (batch, i); both products below give
             # the same bits (PAM commutes), so transpose the smaller operand
-            a_2d = a2.reshape(-1, a2.shape[-1])
-            g_2d = g.reshape(-1, g.shape[-1])
+            rows = int(np.prod(a2.shape[:-1]))         # explicit: K may be 0
+            a_2d = a2.reshape(rows, a2.shape[-1])
+            g_2d = g.reshape(rows, g.shape[-1])
             if a_2d.size <= g_2d.size:
                 db = _pam_matmul(a_2d.T, g_2d, fmt, acc)
             else:
