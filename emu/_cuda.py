@@ -25,6 +25,7 @@ from numba import config, cuda
 from numba.extending import register_jitable
 
 from . import _scalar as S
+from . import _scalar_grad as G
 from ._kernels import _fp_mul_daz, _fp_mul_keep, _operand
 
 SIM = bool(config.ENABLE_CUDASIM)
@@ -151,6 +152,86 @@ UNARY = {"pa_exp2": pa_exp2, "pa_log2": pa_log2, "pa_exp": pa_exp, "pa_log": pa_
          "pa_sqrt": pa_sqrt}
 BINARY = {"pam_mul": pam_mul, "pa_div": pa_div, "fp_add": fp_add, "fp_mul": fp_mul,
           "fp_mul_daz": fp_mul_daz}
+
+# --- exact derivatives (emu/_scalar_grad.py, Table 1) --------------------------------
+#
+# The twins of emu/_kernels_grad.py's elementwise kernels: every operand, the gradient
+# included, is rounded to fmt (RNE) first, then the scalar definition is applied.
+
+def _grad_unary(op):
+    @cuda.jit
+    def kernel(x, d, out, fc):
+        for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+            out[i] = op(_operand(x[i], fc), _operand(d[i], fc), fc)
+    return kernel
+
+
+def _grad_binary(op_a, op_b):
+    @cuda.jit
+    def kernel(a, b, d, outa, outb, fc):
+        for i in range(cuda.grid(1), a.size, cuda.gridsize(1)):
+            x = _operand(a[i], fc)
+            y = _operand(b[i], fc)
+            g = _operand(d[i], fc)
+            outa[i] = op_a(x, y, g, fc)
+            outb[i] = op_b(x, y, g, fc)
+    return kernel
+
+
+@register_jitable
+def _pam_mul_db(a, b, d, fc):
+    return G.pam_mul_da(b, a, d, fc)
+
+
+GRAD_UNARY = {"pa_exp2": _grad_unary(G.pa_exp2_dx), "pa_log2": _grad_unary(G.pa_log2_dx),
+              "pa_exp": _grad_unary(G.pa_exp_dx), "pa_log": _grad_unary(G.pa_log_dx),
+              "pa_sqrt": _grad_unary(G.pa_sqrt_dx)}
+GRAD_BINARY = {"pam_mul": _grad_binary(G.pam_mul_da, _pam_mul_db),
+               "pa_div": _grad_binary(G.pa_div_da, G.pa_div_db)}
+
+
+def _make_matmul_grad(f32acc):
+    """The exact PAM-matmul gradient fold of emu/_kernels_grad.py:
+
+        out[b, p, c] = fold over r = 0..R-1 (increasing) from +0.0 of
+                       acc ⊕ pam_mul_da(x[ix[b], p, c], w[iw[b], r, c], g[b, p, r])
+
+    on contiguous patterns already rounded to fmt (emu/grad.py quantizes them), one
+    thread per output with c fastest, so the x and w reads of a warp are coalesced and
+    its g read is one broadcast.  Every term takes the scalar definition (the CPU
+    kernel's integer fast path is an optimisation of the same bits, not used here).
+    """
+    step = _f32_grad_step if f32acc else _fmt_grad_step
+    store = _f32_store if f32acc else _fmt_store
+    zero = np.float32(0) if f32acc else np.int64(0)
+
+    @cuda.jit
+    def kernel(g, x, w, ix, iw, out, P, R, C, fc, fca):
+        n = out.size
+        for t in range(cuda.grid(1), n, cuda.gridsize(1)):
+            c = np.int64(t) % C
+            p = (np.int64(t) // C) % P
+            bo = np.int64(t) // (C * P)
+            xv = np.int64(x[(np.int64(ix[bo]) * P + p) * C + c])
+            wbase = np.int64(iw[bo]) * R * C + c
+            gbase = (bo * P + p) * R
+            acc = zero
+            for r in range(R):
+                term = G.pam_mul_da(xv, w[wbase + r * C], g[gbase + r], fc)
+                acc = step(acc, term, fca)
+            out[t] = store(acc)
+    return kernel
+
+
+@register_jitable
+def _f32_grad_step(acc, term, fca):
+    return f32_add(acc, as_f32(term))
+
+
+@register_jitable
+def _fmt_grad_step(acc, term, fca):
+    return S.fp_add(acc, term, fca)
+
 
 # --- layout: strided gather ---------------------------------------------------------
 
@@ -429,6 +510,8 @@ def _fmt_store(v):
 
 matmul_f32acc = _make_matmul(True)
 matmul_fmtacc = _make_matmul(False)
+matmul_grad_f32acc = _make_matmul_grad(True)
+matmul_grad_fmtacc = _make_matmul_grad(False)
 
 
 # --- signatures: every kernel as emu/device.py launches it ---------------------------
@@ -470,4 +553,10 @@ def signatures():
     mm = (u32, terms, i64, i64, u32, terms, i64, i64, u32, i64, i64, i64, i64, stats, stats,
           fc, fc)
     sigs += [("matmul_f32acc", matmul_f32acc, mm), ("matmul_fmtacc", matmul_fmtacc, mm)]
+    sigs += [(f"grad_{name}", k, (u32, u32, u32, fc)) for name, k in GRAD_UNARY.items()]
+    sigs += [(f"grad_{name}", k, (u32, u32, u32, u32, u32, fc))
+             for name, k in GRAD_BINARY.items()]
+    mg = (u32, u32, u32, vec("int64"), vec("int64"), u32, i64, i64, i64, fc, fc)
+    sigs += [("matmul_grad_f32acc", matmul_grad_f32acc, mg),
+             ("matmul_grad_fmtacc", matmul_grad_fmtacc, mg)]
     return sigs

@@ -367,6 +367,117 @@ class _Call:
                         bstat, fc, acc.consts, block=(K_.TN // K_.R, K_.TM // K_.R))
             return res
 
+    # -- exact derivatives and PAM-matmul gradients (emu/grad.py) -----------------------
+    def grad_unary(self, name, x, dy, fc):
+        with self.device():
+            xv = self.operand(x, "x")
+            dv = self.operand(dy, "dy")
+            shape = _broadcast(("x", xv), ("dy", dv))
+            res, out = self.empty(shape, np.float32)
+            n = math.prod(shape)
+            self.launch(self.K.GRAD_UNARY[name], n, self.flat(xv, shape), self.flat(dv, shape),
+                        _flat_view(out, n), fc)
+            return res
+
+    def grad_binary(self, name, a, b, dy, fc):
+        with self.device():
+            av = self.operand(a, "a")
+            bv = self.operand(b, "b")
+            dv = self.operand(dy, "dy")
+            shape = _broadcast(("a", av), ("b", bv), ("dy", dv))
+            res_a, out_a = self.empty(shape, np.float32)
+            res_b, out_b = self.empty(shape, np.float32)
+            n = math.prod(shape)
+            self.launch(self.K.GRAD_BINARY[name], n, self.flat(av, shape), self.flat(bv, shape),
+                        self.flat(dv, shape), _flat_view(out_a, n), _flat_view(out_b, n), fc)
+            return res_a, res_b
+
+    def matmul_grad(self, A, B, dY, fmt, acc, kind, need, shapes, layout, batch_index):
+        """emu.grad.pam_matmul on the device: the same folds as the CPU path, with its
+        shape rules (``shapes``), contraction layout (``layout``) and batch indexing
+        (``batch_index``) passed in from emu/grad.py so they have one definition."""
+        with self.device():
+            a = self.operand(A, "A")
+            b = self.operand(B, "B")
+            g = self.operand(dY, "dY")
+            a2s, b2s, batch, full = shapes(tuple(a.shape), tuple(b.shape), tuple(g.shape))
+            a2 = self._permuted(a, a2s)
+            b2 = self._permuted(b, b2s)
+            gf = self._permuted(g, full)
+            da = db = None
+            if need[0]:
+                out = self._contract(gf, a2, _swap(self.K.SIM, b2), kind, fmt, acc, layout,
+                                     batch_index)
+                da = self._result(out, tuple(a.shape))
+            if need[1]:
+                out = self._contract(_swap(self.K.SIM, gf), _swap(self.K.SIM, b2), a2, kind,
+                                     fmt, acc, layout, batch_index)
+                db = self._result(_swap(self.K.SIM, out), tuple(b.shape))
+            return da, db
+
+    def _permuted(self, x, shape, perm=None):
+        """x broadcast to ``shape`` (leading dimensions) or reshaped to it (same size),
+        then permuted by ``perm``: a contiguous float32 Numba array."""
+        nd = len(shape)
+        if x.dtype != np.float32:
+            x = self._contiguous_f32(x)
+        if tuple(x.shape) != tuple(shape) and math.prod(x.shape) == math.prod(shape):
+            x = self._contiguous_f32(x).reshape(shape)      # e.g. a 1-D operand as 2-D
+        xs = (1,) * (nd - x.ndim) + tuple(x.shape)
+        st = (0,) * (nd - x.ndim) + tuple(x.strides)
+        st = tuple(0 if d == 1 else s for d, s in zip(xs, st))
+        perm = tuple(range(nd)) if perm is None else perm
+        view = _restride(self.K.SIM, x, tuple(shape[p] for p in perm),
+                         tuple(st[p] for p in perm))
+        return self._contiguous_f32(view)
+
+    def _contract(self, g, x, w, kind, fmt, acc, layout, batch_index):
+        """emu/grad.py's _contract on contiguous/strided float32 Numba arrays; returns a
+        contiguous Numba array shaped like x."""
+        gperm, gshape, wperm, wshape, xshape = layout(tuple(g.shape), tuple(x.shape))
+        x = self._contiguous_f32(x)
+        xs = tuple(x.shape)
+        if gperm is not None:
+            batch = tuple(g.shape)[:-2]
+            g = self._permuted(g, tuple(g.shape), gperm).reshape(gshape)
+            w = self._permuted(w, batch + tuple(w.shape)[-2:], wperm).reshape(wshape)
+            x = x.reshape(xshape)
+        if kind == "approx":
+            out = self.operand(self.matmul(g, w, fmt, acc), "out")
+            return out.reshape(xs)
+        batch = tuple(g.shape)[:-2]
+        P, R = tuple(g.shape)[-2:]
+        C = tuple(x.shape)[-1]
+        n = math.prod(batch) * P * C
+        if n == 0 or R == 0:
+            return self.upload(np.zeros(xs, np.float32))
+        fc = fmt.consts
+        ix = self.upload(batch_index(tuple(x.shape)[:-2], batch))
+        iw = self.upload(batch_index(tuple(w.shape)[:-2], batch))
+        _, out = self.empty((n,), np.float32)
+        kernel = self.K.matmul_grad_f32acc if acc == float32 else self.K.matmul_grad_fmtacc
+        self.launch(kernel, n, self._rounded(g, fc), self._rounded(x, fc),
+                    self._rounded(w, fc), ix, iw, out.view(np.uint32), P, R, C, fc, acc.consts)
+        return out.reshape(xs)
+
+    def _rounded(self, x, fc):
+        """Flat uint32 patterns of a contiguous float32 array rounded to fmt (RNE)."""
+        n = math.prod(x.shape)
+        _, out = self.empty((max(n, 1),), np.uint32)
+        self.launch(self.K.quantize, n, _flat_view(x, n), out, fc, self.K.S.RNE, True, False, 0)
+        return out
+
+    def _result(self, x, shape):
+        """A result of the caller's array family with ``shape``: x (any strides, same
+        size) gathered in C order."""
+        res, out = self.empty(shape, np.float32)
+        n = math.prod(shape)
+        if n:
+            dims, strides = _gather_layout(x, tuple(x.shape), self.K.MAXDIM)
+            self.launch(self.K.gather, n, self.span(x, np.float32),
+                        _flat_view(out, n).view(np.float32), dims, strides)
+        return res
+
     def _contiguous_f32(self, x):
         """x converted to a contiguous float32 Numba array of the same shape."""
         shape = tuple(x.shape)
@@ -375,6 +486,22 @@ class _Call:
 
 
 # --- helpers without state -------------------------------------------------------------
+
+def _broadcast(*named):
+    """Broadcast shape of (name, array) pairs; ValueError naming every shape."""
+    try:
+        return np.broadcast_shapes(*(tuple(v.shape) for _, v in named))
+    except ValueError:
+        shapes = ", ".join(f"{n}.shape={tuple(v.shape)}" for n, v in named)
+        raise ValueError(f"operands could not be broadcast together: {shapes}") from None
+
+
+def _swap(sim, x):
+    """A view of x with its last two dimensions swapped."""
+    shape, strides = list(x.shape), list(x.strides)
+    shape[-2:], strides[-2:] = shape[-1:-3:-1], strides[-1:-3:-1]
+    return _restride(sim, x, tuple(shape), tuple(strides))
+
 
 def _launch(kernel, grid, block, stream, *args):
     """The one place kernels are launched (tests wrap it to record argument types)."""

@@ -38,6 +38,9 @@ GROUPS = {
                    "matmul_f32acc", "matmul_fmtacc"],
     "matmul": ["operand_stats", "matmul_f32acc", "matmul_fmtacc", "gather"],
     "dispatch": ["gather", "from_bits", "pam_mul", "quantize", "matmul_f32acc"],
+    "grad": ["grad_pa_exp2", "grad_pa_log2", "grad_pa_exp", "grad_pa_log", "grad_pa_sqrt",
+             "grad_pam_mul", "grad_pa_div", "matmul_grad_f32acc", "matmul_grad_fmtacc",
+             "matmul_f32acc", "quantize", "gather"],
 }
 
 
@@ -64,6 +67,7 @@ else:
     from numba import cuda
 
     import emu
+    import emu.grad
     from conftest import FP8, all_values, assert_bits_equal, corner_values
     from emu import _cuda, device
 
@@ -174,6 +178,89 @@ else:
         got = getattr(emu, name)(dev(x), dev(y), fmt, **kw)
         assert_bits_equal(host(got), getattr(emu, name)(x, y, fmt, **kw), x, y,
                           what=f"{op} {fmt}")
+
+    # --- derivatives (emu.grad) ---------------------------------------------------------
+
+    @pytest.mark.parametrize("kind", ["exact", "approx"])
+    @pytest.mark.parametrize("fmt", ["float32", "bfloat16", "float8_e4m3fn"])
+    @pytest.mark.parametrize("op", UNARY)
+    def test_grad_unary(op, fmt, kind, rng):
+        f = emu.format(fmt)
+        x = all_values(fmt) if f.width <= 8 else sample(fmt, rng, 600)
+        dy = rng.permutation(np.concatenate([
+            sample(fmt, rng, 300), rng.standard_normal(x.size).astype(np.float32)]))[:x.size]
+        got = getattr(emu.grad, op)(dev(x), dev(dy), fmt, kind)
+        assert_bits_equal(host(got), getattr(emu.grad, op)(x, dy, fmt, kind), x, dy,
+                          what=f"d{op} {fmt} {kind}")
+
+    @pytest.mark.parametrize("kind", ["exact", "approx"])
+    @pytest.mark.parametrize("fmt", ["float32", "bfloat16", "float16"])
+    @pytest.mark.parametrize("op", ["pam_mul", "pa_div"])
+    def test_grad_binary(op, fmt, kind, rng):
+        c = np.concatenate([corner_values(fmt), corner_values("float32")])
+        a, b = (v.ravel() for v in np.meshgrid(c, c, indexing="ij"))
+        x = np.concatenate([a, sample(fmt, rng, 600)])
+        y = np.concatenate([b, rng.permutation(sample(fmt, rng, 600))])
+        dy = rng.permutation(np.concatenate([sample(fmt, rng, 600), y]))[:x.size]
+        got = getattr(emu.grad, op)(dev(x), dev(y), dev(dy), fmt, kind)
+        want = getattr(emu.grad, op)(x, y, dy, fmt, kind)
+        for g, w, which in zip(got, want, "ab"):
+            assert_bits_equal(host(g), w, x, y, dy, what=f"d{op}/d{which} {fmt} {kind}")
+
+    @pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2"])
+    def test_grad_exhaustive_fp8_pam_mul(fmt, rng):
+        """Exact δ_A, δ_B of PAM for all 65,536 operand pairs, random gradients."""
+        a, b = all_pairs(fmt)
+        dy = rng.permutation(np.tile(all_values(fmt), 256))
+        got = emu.grad.pam_mul(dev(a), dev(b), dev(dy), fmt, "exact")
+        want = emu.grad.pam_mul(a, b, dy, fmt, "exact")
+        for g, w, which in zip(got, want, "ab"):
+            assert_bits_equal(host(g), w, a, b, dy, what=f"dpam/d{which} {fmt}: all pairs")
+
+    def _with_specials(x, rng, fmt):
+        flat = x.reshape(-1)
+        c = corner_values(fmt)
+        idx = rng.choice(flat.size, size=min(flat.size // 8 + 1, flat.size), replace=False)
+        flat[idx] = rng.choice(c, idx.size)
+        return x
+
+    @pytest.mark.parametrize("kind", ["exact", "approx"])
+    @pytest.mark.parametrize("acc", ["float32", "bfloat16"])
+    @pytest.mark.parametrize("sa,sb", [((5, 7), (7, 3)), ((2, 5, 4), (4, 6)),
+                                       ((2, 1, 3, 4), (3, 4, 2)), ((4,), (4, 3)),
+                                       ((3, 4), (4,)), ((2, 3, 0), (0, 2))])
+    def test_grad_matmul(sa, sb, acc, kind, rng):
+        """δA, δB of emu.pam_matmul on the device: 2-D, batched, a broadcast (weight)
+        operand whose gradient folds over the batch, 1-D operands, K = 0."""
+        fmt = "bfloat16"
+        a = _with_specials(rng.standard_normal(sa).astype(np.float32), rng, fmt)
+        b = _with_specials(rng.standard_normal(sb).astype(np.float32), rng, fmt)
+        gshape = emu.pam_matmul(a, b, fmt).shape
+        g = _with_specials(rng.standard_normal(gshape).astype(np.float32), rng, fmt)
+        got = emu.grad.pam_matmul(dev(a), dev(b), dev(g), fmt, acc, kind)
+        want = emu.grad.pam_matmul(a, b, g, fmt, acc, kind)
+        for d, w, x, which in zip(got, want, (a, b), "AB"):
+            assert host(d).shape == x.shape
+            assert_bits_equal(host(d), w, what=f"d{which} {sa}x{sb} {acc} {kind}")
+
+    def test_grad_matmul_transposed_operand_and_need(rng):
+        """A transposed device view is read like the CPU reads it; ``need`` skips one."""
+        a = rng.standard_normal((6, 5)).astype(np.float32)
+        bt = rng.standard_normal((4, 5)).astype(np.float32)
+        g = rng.standard_normal((6, 4)).astype(np.float32)
+        b_dev = swapped(dev(bt), 0, 1)
+        da, db = emu.grad.pam_matmul(dev(a), b_dev, dev(g), "bf16", "float32", "exact")
+        wa, wb = emu.grad.pam_matmul(a, bt.T, g, "bf16", "float32", "exact")
+        assert_bits_equal(host(da), wa, what="dA")
+        assert_bits_equal(host(db), wb, what="dB")
+        da, db = emu.grad.pam_matmul(dev(a), b_dev, dev(g), "bf16", kind="exact",
+                                     need=(False, True))
+        assert da is None
+        assert_bits_equal(host(db), wb, what="dB alone")
+        with pytest.raises(ValueError, match="mixed devices"):
+            emu.grad.pam_matmul(dev(a), bt.T, dev(g), "bf16")
+        with pytest.raises(ValueError, match="dY.shape"):
+            emu.grad.pam_matmul(dev(a), b_dev, dev(g[:, :3]), "bf16")
 
     # --- exhaustive fp8 -----------------------------------------------------------------
 

@@ -1,0 +1,214 @@
+"""CPU kernels (``@njit(parallel=True)``) for the exact derivatives of emu/_scalar_grad.py.
+
+Elementwise kernels round every operand to the format first (``_kernels._operand``:
+RNE, the same rule as the forward operations) and call the scalar definition.  The
+exact PAM-matmul gradient kernel computes
+
+    out[b, p, c] = fold over r = 0..R-1 (increasing) of
+                   acc <- acc ⊕ apply_slope(g[b, p, r], slope_mul(x[b, p, c], w[b, r, c]))
+
+from +0.0: with ``(g, x, w) = (δY, A, Bᵀ)`` this is δA and with ``(δYᵀ, Bᵀ, A)`` it is
+δBᵀ (emu/grad.py).  It vectorises over c like the forward kernel.  Fast path: for
+a normal gradient ``d`` and a normal, finite ``w`` the term is the integer sum
+
+    d + (w & 0xFF800000) - ONE32 + ((m_x + m_w) & 0x800000)
+
+(``w``'s sign and exponent added to ``d``, plus the mantissa carry of Table 1, with
+``m`` the mantissa fields, 0 for a DAZ/zero/inf ``x``) whenever the result stays in
+the normal range, which per (p, r) two comparisons against the exponent range of
+row r of ``w`` decide; zero/subnormal ``w`` give ±0 terms (masked), and a ±0
+gradient gives ±0 terms only (skipped).  Both are exact because the accumulator is
+never -0.0 (see emu/_kernels.py).  Anything else takes the scalar definition.
+"""
+import numpy as np
+from numba import njit, prange
+
+from . import _kernels as K
+from . import _scalar as S
+from . import _scalar_grad as G
+from ._kernels import _as_f32, _operand
+from ._numba_cache import drop_stale
+
+
+@njit(cache=True)
+def _cache_probe():
+    return 0
+
+
+drop_stale(_cache_probe, __file__, S.__file__, G.__file__, K.__file__)
+
+
+# --- elementwise ------------------------------------------------------------------
+
+def _unary(op):
+    @njit(parallel=True, cache=True)
+    def kernel(x, d, out, fc):
+        for i in prange(x.size):
+            out[i] = op(_operand(x[i], fc), _operand(d[i], fc), fc)
+    return kernel
+
+
+@njit(parallel=True, cache=True)
+def pam_mul_grad(a, b, d, outa, outb, fc):
+    for i in prange(a.size):
+        x = _operand(a[i], fc)
+        y = _operand(b[i], fc)
+        g = _operand(d[i], fc)
+        outa[i] = G.pam_mul_da(x, y, g, fc)
+        outb[i] = G.pam_mul_da(y, x, g, fc)
+
+
+@njit(parallel=True, cache=True)
+def pa_div_grad(a, b, d, outa, outb, fc):
+    for i in prange(a.size):
+        x = _operand(a[i], fc)
+        y = _operand(b[i], fc)
+        g = _operand(d[i], fc)
+        outa[i] = G.pa_div_da(x, y, g, fc)
+        outb[i] = G.pa_div_db(x, y, g, fc)
+
+
+pa_exp2_grad = _unary(G.pa_exp2_dx)
+pa_log2_grad = _unary(G.pa_log2_dx)
+pa_exp_grad = _unary(G.pa_exp_dx)
+pa_log_grad = _unary(G.pa_log_dx)
+pa_sqrt_grad = _unary(G.pa_sqrt_dx)
+
+
+# --- exact PAM-matmul gradient ------------------------------------------------------
+
+@njit(parallel=True, cache=True)
+def _w_stats(w, fc):
+    """Per (batch, row r) of w: exponent range of its normal entries (empty for an
+    all-zero row), whether it holds zeros/subnormals, and whether it holds inf/NaN."""
+    nb, R, C = w.shape
+    lo = np.empty((nb, R), np.int64)
+    hi = np.empty((nb, R), np.int64)
+    hz = np.zeros((nb, R), np.bool_)
+    hs = np.zeros((nb, R), np.bool_)
+    for t in prange(nb * R):
+        b = t // R
+        r = t % R
+        mn = np.int64(S.INF32)
+        mx = np.int64(0)
+        zero = False
+        for c in range(C):
+            u = np.int64(w[b, r, c]) & S.ABS32
+            if u < fc.minnorm32:
+                zero = True
+            else:
+                mn = min(mn, u & 0x7F800000)
+                mx = max(mx, u & 0x7F800000)
+        lo[b, r] = mn
+        hi[b, r] = mx
+        hz[b, r] = zero
+        hs[b, r] = mx >= S.INF32
+    return lo, hi, hz, hs
+
+
+@njit(parallel=True, cache=True)
+def _x_mantissas(x, fc):
+    """Mantissa fields of x (0 for zero/DAZ/inf) and per-row NaN flags."""
+    nb, P, C = x.shape
+    xm = np.empty((nb, P, C), np.int32)
+    xnan = np.zeros((nb, P), np.bool_)
+    for t in prange(nb * P):
+        b = t // P
+        p = t % P
+        for c in range(C):
+            u = np.int64(x[b, p, c]) & S.ABS32
+            if u > S.INF32:
+                xnan[b, p] = True
+            xm[b, p, c] = np.int32(G._man(u, fc))
+    return xm, xnan
+
+
+@njit(parallel=True, cache=True)
+def _matmul_grad_f32(g, x, w, ix, iw, fc):
+    """The fold of the module docstring with float32 (numpy ``+``) accumulation.
+
+    g: (nout, P, R), x: (nx, P, C), w: (nw, R, C) int32 patterns of format values;
+    ix/iw map each output batch to its x/w batch.
+    """
+    nout, P, R = g.shape
+    C = x.shape[2]
+    lo, hi, hz, hs = _w_stats(w, fc)
+    xm, xnan = _x_mantissas(x, fc)
+    nw = w.shape[0]
+    wsh = np.empty((nw, R, C), np.int32)       # sign and exponent of w, minus ONE32
+    wm = np.empty((nw, R, C), np.int32)        # mantissa field of w
+    for t in prange(nw * R):
+        b = t // R
+        r = t % R
+        for c in range(C):
+            u = np.int64(w[b, r, c])
+            wsh[b, r, c] = np.int32(np.uint32(((u & 0xFF800000) - S.ONE32) & S.M32))
+            wm[b, r, c] = np.int32(u & G.MAN32)
+    out = np.empty((nout, P, C), np.float32)
+    mn = np.int32(fc.minnorm32)
+    for t in prange(nout * P):
+        bo = t // P
+        p = t % P
+        bx = ix[bo]
+        bw = iw[bo]
+        acc = np.zeros(C, np.float32)
+        xmr = xm[bx, p]
+        nan_row = xnan[bx, p]
+        for r in range(R):
+            d = np.int64(g[bo, p, r])
+            ud = d & S.ABS32
+            clean = not (nan_row or hs[bw, r])
+            if clean and ud < fc.minnorm32:
+                continue                        # ±0 terms only
+            if (clean and ud < S.INF32 and ud + lo[bw, r] - S.ONE32 >= fc.minnorm32
+                    and ud + hi[bw, r] - S.ONE32 + 0x800000 <= fc.max32):
+                di = np.int32(d)
+                ws = wsh[bw, r]
+                wmr = wm[bw, r]
+                if hz[bw, r]:
+                    wr = w[bw, r]
+                    for c in range(C):
+                        if (wr[c] & np.int32(S.ABS32)) >= mn:
+                            acc[c] += _as_f32(np.int32(di + ws[c] + ((xmr[c] + wmr[c])
+                                                                      & np.int32(0x800000))))
+                else:
+                    for c in range(C):
+                        acc[c] += _as_f32(np.int32(di + ws[c] + ((xmr[c] + wmr[c])
+                                                                  & np.int32(0x800000))))
+                continue
+            xr = x[bx, p]
+            wr = w[bw, r]
+            for c in range(C):
+                acc[c] += _as_f32(np.int32(np.uint32(G.pam_mul_da(xr[c], wr[c], d, fc))))
+        for c in range(C):
+            v = acc[c]
+            out[bo, p, c] = np.float32(np.nan) if v != v else v
+    return out
+
+
+@njit(parallel=True, cache=True)
+def _matmul_grad_fmtacc(g, x, w, ix, iw, fc, fca):
+    """The same fold accumulating in the format ``fca`` (each step one fp_add)."""
+    nout, P, R = g.shape
+    C = x.shape[2]
+    out = np.empty((nout, P, C), np.int32)
+    for t in prange(nout * P):
+        bo = t // P
+        p = t % P
+        bx = ix[bo]
+        bw = iw[bo]
+        acc = np.zeros(C, np.int64)
+        for r in range(R):
+            d = g[bo, p, r]
+            for c in range(C):
+                acc[c] = S.fp_add(acc[c], G.pam_mul_da(x[bx, p, c], w[bw, r, c], d, fc), fca)
+        for c in range(C):
+            out[bo, p, c] = np.int32(np.uint32(acc[c]))
+    return out.view(np.float32)
+
+
+def matmul_grad(g, x, w, ix, iw, fc, fca):
+    """Dispatch: float32 accumulation (fast paths) or a narrower accumulator."""
+    if fca is None:
+        return _matmul_grad_f32(g, x, w, ix, iw, fc)
+    return _matmul_grad_fmtacc(g, x, w, ix, iw, fc, fca)
