@@ -32,6 +32,12 @@ def _check_stages(stages) -> int:
     return stages
 
 
+def _check_side(name: str, v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_ARRAY_SIDE:
+        raise ValueError(f"{name}={v!r}: expected an int in [1, {MAX_ARRAY_SIDE}]")
+    return v
+
+
 class PAMMac(wiring.Component):
     """Pipelined PAM multiply-accumulate with a stream interface.
 
@@ -100,10 +106,7 @@ class PAMDotArray(wiring.Component):
     """
 
     def __init__(self, rows: int, cols: int, in_fmt, acc_fmt="float32", stages: int = 2):
-        for name, v in (("rows", rows), ("cols", cols)):
-            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_ARRAY_SIDE:
-                raise ValueError(f"{name}={v!r}: expected an int in [1, {MAX_ARRAY_SIDE}]")
-        self.rows, self.cols = rows, cols
+        self.rows, self.cols = _check_side("rows", rows), _check_side("cols", cols)
         self.in_fmt = as_format(in_fmt, "in_fmt")
         self.acc_fmt = as_format(acc_fmt, "acc_fmt")
         self.stages = _check_stages(stages)

@@ -125,10 +125,10 @@ class Harness:
     @classmethod
     def array(cls, rows: int, cols: int, fmt, acc="float32", stages: int = 2,
               slots: int = ARRAY_SLOTS) -> "Harness":
-        from rtl.mac import PAMDotArray
-        PAMDotArray(rows, cols, fmt, acc, stages)          # validates
-        return cls("array", emu.format(fmt).name, emu.format(acc).name, stages,
-                   _positive(slots, "slots"), rows, cols)
+        from rtl.mac import _check_side, _check_stages
+        return cls("array", emu.format(fmt, argname="fmt").name, emu.format(acc, argname="acc").name,
+                   _check_stages(stages), _positive(slots, "slots"), _check_side("rows", rows),
+                   _check_side("cols", cols))
 
     @property
     def key(self) -> str:
@@ -405,7 +405,10 @@ def run_cocotb(h: Harness, test_module: str, params: dict | None = None, *,
            # cocotb rewrites asserts of every imported *.py by default; the simulator's
            # Python cannot cache the result, so numpy/numba would be recompiled from
            # source at each start (~10 s): rewrite only the bench modules
-           "COCOTB_REWRITE_ASSERTION_FILES": "test_*.py"}
+           "COCOTB_REWRITE_ASSERTION_FILES": "test_*.py",
+           # the golden model in the simulator process: one thread, as the simulator
+           # (pytest runs two workers on two cores)
+           "NUMBA_NUM_THREADS": "1"}
     runner = get_runner(sim)
     failure = None
     try:
@@ -465,10 +468,11 @@ def _matmul_job(A, B, fmt, acc, unit, sim, rows, cols, stages):
     except ValueError:
         raise ValueError(f"rtl_matmul: batch dimensions do not broadcast: A.shape={np.shape(A)}, "
                          f"B.shape={np.shape(B)}") from None
-    aq = emu.to_bits(np.broadcast_to(emu.quantize(a, fmt), batch + (m, k)), fmt).reshape(-1, m, k)
-    bq = emu.to_bits(np.broadcast_to(emu.quantize(b, fmt), batch + (k, n)), fmt).reshape(-1, k, n)
-    stats = {"vectors": aq.shape[0] * m * n * k, "seconds": 0.0, "sim_seconds": 0.0}
-    if aq.size == 0 or bq.size == 0 or k == 0 or m * n == 0:
+    nb = int(np.prod(batch))
+    aq = emu.to_bits(np.broadcast_to(emu.quantize(a, fmt), batch + (m, k)), fmt).reshape(nb, m, k)
+    bq = emu.to_bits(np.broadcast_to(emu.quantize(b, fmt), batch + (k, n)), fmt).reshape(nb, k, n)
+    stats = {"vectors": nb * m * n * k, "seconds": 0.0, "sim_seconds": 0.0}
+    if nb * m * n * k == 0:
         cbits = np.zeros(batch + (m, n), np.uint32)
     else:
         if unit == "mac":

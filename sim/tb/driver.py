@@ -21,7 +21,8 @@ from sim.rtl_sim import CLOCK_NS, Harness
 from sim.tb import vectors as V
 
 __all__ = ["harness", "params", "job_path", "write_report", "pack", "unpack", "same_encoding",
-           "comb_kinds", "comb_vectors", "CombTB", "StreamTB", "DotStream", "prefix_sums"]
+           "comb_kinds", "comb_vectors", "CombTB", "StreamTB", "ElementStream", "prefix_sums",
+           "dot_results"]
 
 
 _CHUNK = 64       # steps packed at a time (bounds numpy's temporaries)
@@ -227,10 +228,11 @@ class StreamTB(_SlotTB):
         await self.step()
         self.dut.rst.value = 0
 
-    async def run(self, fields, valid, out_widths):
-        """Drive ``fields`` (flat per cycle, see :func:`pack`) with ``valid`` for as many
-        cycles as they have, then idle until the pipeline has drained.  Returns the
-        output fields and valid bits, flat per cycle."""
+    async def run(self, stream: "ElementStream", out_widths):
+        """Drive ``stream``'s payload fields and valid bits, one cycle per slot, then
+        idle until the pipeline has drained.  Returns the output fields (widths
+        ``out_widths``, payload order) and valid bits, flat per cycle."""
+        fields, valid = stream.fields, stream.valid
         N = self.slots
         cycles = len(valid)
         steps = -(-(cycles + self.h.stages + 1) // N)
@@ -254,14 +256,15 @@ class StreamTB(_SlotTB):
         return unpack(outs, out_widths, N), unpack(ovs, [1], N)[0]
 
 
-class DotStream:
-    """Dot products streamed one after another into a single MAC input, back to back
-    (``gap_rate`` 0) or with random idle cycles, whose payloads are random junk the
-    MAC must ignore.  ``a``, ``b``: flat operand encodings of all dot products,
-    ``lengths`` their lengths.  ``skip_first``: the first dot product relies on the
-    accumulator's reset value (+0.0) instead of ``first``."""
+class ElementStream:
+    """Sequences of elements (dot products, tiles) streamed one after another into a
+    single stream input, back to back (``gap_rate`` 0) or with random idle cycles
+    whose payloads are random junk the unit must ignore; ``first``/``last`` mark
+    each sequence.  ``values``: [(flat per-element encodings, width), ...] in payload
+    order; ``lengths``: elements per sequence.  ``skip_first``: the first sequence
+    relies on the accumulators' reset value (+0.0) instead of ``first``."""
 
-    def __init__(self, a, b, lengths, width: int, rng=None, gap_rate: float = 0.0,
+    def __init__(self, values, lengths, rng=None, gap_rate: float = 0.0,
                  skip_first: bool = False):
         self.lengths = np.asarray(lengths, np.int64)
         t = int(self.lengths.sum())
@@ -269,13 +272,12 @@ class DotStream:
             pos = np.cumsum(rng.geometric(1 - gap_rate, t)) - 1   # idle cycles before each
         else:
             pos = np.arange(t)
-        cycles = int(pos[-1]) + 1 if t else 0
-        if rng is None:
-            self.a, self.b, self.first, self.last = (np.zeros(cycles, np.uint64) for _ in range(4))
-        else:
-            self.a, self.b = (rng.integers(0, 1 << width, cycles, dtype=np.uint64) for _ in range(2))
-            self.first, self.last = (rng.integers(0, 2, cycles).astype(np.uint64) for _ in range(2))
-        self.valid = np.zeros(cycles, np.uint64)
+        self.cycles = int(pos[-1]) + 1 if t else 0
+
+        def junk(width):
+            if rng is None:
+                return np.zeros(self.cycles, np.uint64)
+            return rng.integers(0, 1 << width, self.cycles, dtype=np.uint64)
         ends = np.cumsum(self.lengths)
         head = np.zeros(t, np.uint64)
         tail = np.zeros(t, np.uint64)
@@ -283,12 +285,16 @@ class DotStream:
         tail[ends - 1] = 1
         if skip_first and t:
             head[0] = 0
-        self.a[pos], self.b[pos] = np.asarray(a, np.uint64), np.asarray(b, np.uint64)
-        self.first[pos], self.last[pos] = head, tail
+        self.fields = []
+        for v, w in list(values) + [(head, 1), (tail, 1)]:
+            x = junk(w)
+            x[pos] = np.asarray(v, np.uint64)
+            self.fields.append((x, w))
+        self.valid = np.zeros(self.cycles, np.uint64)
         self.valid[pos] = 1
 
     def split(self, outputs, ovalid):
-        """The captured outputs of the valid cycles, split per dot product: a list of
+        """The captured outputs of the valid cycles, split per sequence: a list of
         lists of arrays (one per output field).  Asserts one output per element."""
         rows = np.flatnonzero(ovalid)
         t = int(self.lengths.sum())
@@ -297,15 +303,41 @@ class DotStream:
         return [[o[rows[e - k:e]] for o in outputs] for e, k in zip(ends, self.lengths)]
 
 
-def prefix_sums(a, b, fmt, acc) -> np.ndarray:
-    """emu's running accumulator after each element of the dot product a·b, as
-    encodings of ``acc``: ``prefix[i] = emu.pam_matmul(a[:i+1], b[:i+1], fmt, acc)``.
+def prefix_sums(a, b, lengths, fmt, acc) -> np.ndarray:
+    """emu's running accumulator after every element of many dot products, as
+    encodings of ``acc``: for dot product d (``lengths[d]`` elements of the flat
+    operands ``a``, ``b``) and position i, ``emu.pam_matmul(a_d[:i+1], b_d[:i+1], fmt,
+    acc)``.
 
-    Computed in one ``emu.pam_matmul`` call: row i of ``L`` holds the products
-    ``pam_mul(a[k], b[k])`` for k <= i and +0 elsewhere, times a vector of ones
-    (``pam_mul(p, 1) = p`` for every product, and adding a +0 product leaves emu's
-    accumulator unchanged, docs/semantics.md §5)."""
+    Row r of ``L`` holds the products ``pam_mul(a_d[k], b_d[k])`` for k <= i and +0
+    elsewhere; ``L @ ones`` under emu.pam_matmul is that fold (``pam_mul(p, 1) = p``
+    for every product, and adding a +0 product leaves emu's accumulator unchanged,
+    docs/semantics.md §5).  Chunks of rows keep ``L`` small."""
+    lengths = np.asarray(lengths, np.int64)
     p = emu.pam_mul(a, b, fmt)
-    k = p.size
-    L = np.where(np.tri(k, dtype=bool), p[None, :], np.float32(0))
-    return emu.to_bits(emu.pam_matmul(L, np.ones(k, np.float32), fmt, acc), acc)
+    width = int(lengths.max())
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)      # per element
+    pos = np.arange(p.size) - starts
+    col = np.arange(width)
+    out = np.empty(p.size, np.uint32)
+    ones = np.ones(width, np.float32)
+    for lo in range(0, p.size, 8192):
+        hi = min(lo + 8192, p.size)
+        idx = np.minimum(starts[lo:hi, None] + col, p.size - 1)
+        L = np.where(col <= pos[lo:hi, None], p[idx], np.float32(0))
+        out[lo:hi] = emu.to_bits(emu.pam_matmul(L, ones, fmt, acc), acc)
+    return out
+
+
+def dot_results(a, b, lengths, fmt, acc) -> np.ndarray:
+    """``emu.pam_matmul(a_d, b_d, fmt, acc)`` of every dot product d as ``acc``
+    encodings, in one batched call (operands zero-padded: 0 ·̂ 0 = +0 changes nothing)."""
+    lengths = np.asarray(lengths, np.int64)
+    width = int(lengths.max())
+    pos = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    row = np.repeat(np.arange(lengths.size), lengths)
+    A = np.zeros((lengths.size, 1, width), np.float32)
+    B = np.zeros((lengths.size, width, 1), np.float32)
+    A[row, 0, pos] = a
+    B[row, pos, 0] = b
+    return emu.to_bits(emu.pam_matmul(A, B, fmt, acc).reshape(-1), acc)
