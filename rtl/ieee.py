@@ -50,11 +50,11 @@ class FloatAdder(wiring.Component):
         self._sig_bits = max(self.fmt.man_bits, self.b_fmt.man_bits) + 1
         if not b_daz and self.b_fmt.emin - self._sig_bits > self.fmt.emin - self.fmt.man_bits:
             raise ValueError(
-                f"FloatAdder: subnormal operands of b_fmt={self.b_fmt.name} lie on a grid finer "
-                f"than the rounding of fmt={self.fmt.name} can absorb without normalising them, "
-                "which this adder does not do; pass b_daz=True if b is never subnormal "
-                "(e.g. a PAM product), or use a b_fmt whose exponent range does not exceed "
-                "fmt's by more than the significand width")
+                f"FloatAdder: a subnormal b (b_fmt={self.b_fmt.name}) can be the operand the "
+                f"other is aligned against, and rounding into fmt={self.fmt.name} then needs bits "
+                "below the alignment window; this adder does not normalise subnormal operands. "
+                "Pass b_daz=True if b is never subnormal (e.g. a PAM product), or use a b_fmt "
+                "whose smallest subnormal is within the significand width of fmt's")
         super().__init__({"a": In(FloatLayout(self.fmt)), "b": In(FloatLayout(self.b_fmt)),
                           "y": Out(FloatLayout(self.fmt))})
 
