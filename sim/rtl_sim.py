@@ -381,11 +381,12 @@ def build(h: Harness, sim: str | None = None) -> Path:
 
 # --- runs ---------------------------------------------------------------------------
 
-def run_cocotb(h: Harness, test_module: str, params: dict | None = None, *,
+def run_cocotb(h: Harness, test_module: str | list[str], params: dict | None = None, *,
                sim: str | None = None, testcase: str | None = None,
                job: Path | None = None) -> list[dict]:
-    """Run cocotb test module ``test_module`` (e.g. ``sim.tb.test_pam_multiplier``)
-    against harness ``h``; returns the per-test reports the benches wrote.
+    """Run cocotb test module ``test_module`` (e.g. ``sim.tb.test_pam_multiplier``), or
+    several in one simulator process, against harness ``h``; returns the per-test
+    reports the benches wrote.
 
     Raises :class:`RTLVerificationError` naming the failing tests, their mismatches
     and the end of the simulator log if any test failed or the run was cut short.
@@ -396,7 +397,9 @@ def run_cocotb(h: Harness, test_module: str, params: dict | None = None, *,
     d = build(h, sim)
     runs = d / "runs"
     runs.mkdir(exist_ok=True)
-    run_dir = Path(tempfile.mkdtemp(dir=runs, prefix=f"{test_module.rsplit('.', 1)[-1]}-"))
+    modules = [test_module] if isinstance(test_module, str) else list(test_module)
+    label = "+".join(m.rsplit(".", 1)[-1] for m in modules)
+    run_dir = Path(tempfile.mkdtemp(dir=runs, prefix=f"{label[:80]}-"))
     report = run_dir / "report.jsonl"
     results = run_dir / "results.xml"
     log = run_dir / "sim.log"
@@ -412,7 +415,7 @@ def run_cocotb(h: Harness, test_module: str, params: dict | None = None, *,
     runner = get_runner(sim)
     failure = None
     try:
-        runner.test(test_module=test_module, hdl_toplevel=TOP, hdl_toplevel_lang="verilog",
+        runner.test(test_module=modules, hdl_toplevel=TOP, hdl_toplevel_lang="verilog",
                     build_dir=d, test_dir=run_dir,
                     extra_env=env, results_xml=str(results), log_file=log, testcase=testcase)
     except (SystemExit, RuntimeError) as exc:         # the runner exits on failing tests
@@ -427,7 +430,7 @@ def run_cocotb(h: Harness, test_module: str, params: dict | None = None, *,
         bad = [r for r in reports if r.get("mismatches")]
         tail = log.read_text(errors="replace")[-4000:] if log.exists() else ""
         raise RTLVerificationError(
-            f"{test_module} on {h.key} ({sim}): {nfailed} of {ntests} cocotb tests failed"
+            f"{label} on {h.key} ({sim}): {nfailed} of {ntests} cocotb tests failed"
             f"{'; ' + failure if failure else ''}\n"
             + "".join(f"  {r['test']}: {r['mismatches']} of {r['vectors']} mismatches, e.g. "
                       f"{r.get('examples', [])[:4]}\n" for r in bad)
@@ -518,14 +521,17 @@ COMB_MODULES = {"mul": "sim.tb.test_pam_multiplier", "div": "sim.tb.test_pa_divi
                 "add": "sim.tb.test_float_adder", "fmul": "sim.tb.test_float_multiplier"}
 
 
-def verify_unit(unit: str, fmt, vectors: int, *, sim: str | None = None, seed: int = 0,
-                slots: int = COMB_SLOTS) -> list[dict]:
+def verify_unit(unit: str | list[str], fmt, vectors: int, *, sim: str | None = None,
+                seed: int = 0, slots: int = COMB_SLOTS) -> list[dict]:
     """Check ``vectors`` random + corner + boundary vectors (exhaustive pairs for
-    8-bit formats) of a combinational unit against emu; per-kind reports."""
-    if unit not in COMB_MODULES:
-        raise ValueError(f"unit={unit!r}: expected one of {sorted(COMB_MODULES)}")
+    8-bit formats) of a combinational unit against emu; per-kind reports.  A list of
+    units runs each one's bench in a single simulator process."""
+    units = [unit] if isinstance(unit, str) else list(unit)
+    if not units or set(units) - set(COMB_MODULES):
+        raise ValueError(f"unit={unit!r}: expected one of {sorted(COMB_MODULES)} or a list of them")
     h = Harness.comb(fmt, slots)
-    return run_cocotb(h, COMB_MODULES[unit], {"vectors": int(vectors), "seed": int(seed)}, sim=sim)
+    return run_cocotb(h, [COMB_MODULES[u] for u in units],
+                      {"vectors": int(vectors), "seed": int(seed)}, sim=sim)
 
 
 def same_bits(actual, expected) -> np.ndarray:

@@ -3,7 +3,8 @@
 Random tiles A (rows x k) and B (k x cols), k in 1..``max_k``, specials mixed into
 a share of them, are streamed one k-step per cycle, back to back and with random
 idle cycles carrying junk payloads.  Every output is checked: after step k the
-tile equals ``emu.pam_matmul(A[:, :k+1], B[:k+1, :], in_fmt, acc)``.
+tile equals ``emu.pam_matmul(A[:, :k+1], B[:k+1, :], in_fmt, acc)`` (emu's running sums,
+:func:`sim.tb.driver.prefix_sums`; the final tile also by a direct pam_matmul call).
 ``matmul_job`` runs whole matrix products for sim.rtl_matmul(unit="array").
 """
 import time
@@ -55,12 +56,19 @@ async def tiles_match_emu(dut, flow):
     t0 = time.perf_counter()
     got = await tb.stream(a_cols, b_rows, ks, rng, FLOWS[flow], skip_first=True)
     t1 = time.perf_counter()
-    bad, examples = 0, []
+    # emu's tile after every k-step: the running sums of every entry (r, c) of every
+    # tile, as one batch of dot products a = A[r, :], b = B[:, c]
+    ea = np.concatenate([np.repeat(A, C, axis=0).reshape(-1) for A, _ in tiles])
+    eb = np.concatenate([np.tile(B.T, (R, 1)).reshape(-1) for _, B in tiles])
+    prefix = driver.prefix_sums(ea, eb, np.repeat(ks, R * C), fin, facc)
+    bad, examples, off = 0, [], 0
     for t, ((A, B), (out, last)) in enumerate(zip(tiles, got)):
         k = A.shape[1]
-        want = np.stack([emu.to_bits(emu.pam_matmul(A[:, :i + 1], B[:i + 1], fin, facc), facc)
-                         for i in range(k)])
+        want = prefix[off:off + R * C * k].reshape(R, C, k).transpose(2, 0, 1)
+        off += R * C * k
         ok = driver.same_encoding(out, want, facc).all(axis=(1, 2)) & (last == (np.arange(k) == k - 1))
+        ok[-1] &= driver.same_encoding(out[-1], emu.to_bits(emu.pam_matmul(A, B, fin, facc), facc),
+                                       facc).all()
         if not ok.all():
             bad += int((~ok).sum())
             i = int(np.flatnonzero(~ok)[0])
