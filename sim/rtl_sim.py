@@ -34,6 +34,7 @@ import numpy as np
 import emu
 
 __all__ = ["SIMULATORS", "Harness", "RTLVerificationError", "default_simulator", "build",
+           "ci_harnesses", "prebuild",
            "run_cocotb", "rtl_matmul", "verify_unit", "verify_matmul", "COMB_UNITS"]
 
 SIMULATORS = ("verilator", "icarus")
@@ -377,6 +378,39 @@ def build(h: Harness, sim: str | None = None) -> Path:
             _save_runtime(d)
         stamp.write_text(digest)
     return d
+
+
+def ci_harnesses() -> list[tuple[Harness, str]]:
+    """The (harness, simulator) pairs the test suite (tests/test_rtl_cocotb.py) and the
+    defaults of ``pamsim verify`` / ``rtl_matmul`` use."""
+    v = [Harness.comb(f) for f in ("float8_e4m3fn", "float8_e5m2", "bfloat16", "float16",
+                                   "float32")]
+    v += [Harness.mac(f, a, s) for f, a, s in (("bfloat16", "float32", 2), ("float32", "float32", 3),
+                                               ("bfloat16", "float32", 1),
+                                               ("bfloat16", "bfloat16", 2),
+                                               ("float8_e4m3fn", "float16", 2))]
+    v += [Harness.array(4, 4, "bfloat16", "float32", 2), Harness.array(2, 3, "float32", "bfloat16", 3)]
+    i = [Harness.comb("float8_e5m2"), Harness.mac("bfloat16", "float32", 2),
+         Harness.array(4, 4, "bfloat16", "float32", 2)]
+    return [(h, "verilator") for h in v] + [(h, "icarus") for h in i]
+
+
+def _build_job(job):
+    h, sim = job
+    t = time.perf_counter()
+    build(h, sim)
+    return h.key, sim, time.perf_counter() - t
+
+
+def prebuild(jobs: int = 2, sims=SIMULATORS) -> list[tuple[str, str, float]]:
+    """Build (or check) every harness of :func:`ci_harnesses` for the simulators in
+    ``sims`` that are installed, ``jobs`` at a time: the set-up step that keeps
+    compilation out of the test run.  Returns (key, simulator, seconds) per build."""
+    from concurrent.futures import ProcessPoolExecutor
+    todo = [(h, s) for h, s in ci_harnesses() if s in sims
+            and shutil.which("iverilog" if s == "icarus" else "verilator")]
+    with ProcessPoolExecutor(_positive(jobs, "jobs")) as pool:
+        return list(pool.map(_build_job, todo))
 
 
 # --- runs ---------------------------------------------------------------------------

@@ -53,13 +53,20 @@ def test_comb_wide_random_and_corners(fmt):
 
 # --- PAMMac and PAMDotArray -------------------------------------------------------------
 
-@pytest.mark.parametrize("fmt,acc,stages,dots", [
+MAC_CASES = [
     ("bfloat16", "float32", 2, 1000),
     ("float32", "float32", 3, 1000),
     ("bfloat16", "float32", 1, 200),
     ("bfloat16", "bfloat16", 2, 200),            # narrow accumulators: emu's rounding per add
     ("float8_e4m3fn", "float16", 2, 200),
-])
+]
+ARRAY_CASES = [
+    (4, 4, "bfloat16", "float32", 2),
+    (2, 3, "float32", "bfloat16", 3),
+]
+
+
+@pytest.mark.parametrize("fmt,acc,stages,dots", MAC_CASES)
 def test_mac_dot_products(fmt, acc, stages, dots):
     h = rtl_sim.Harness.mac(fmt, acc, stages)
     reports = rtl_sim.run_cocotb(h, "sim.tb.test_pam_mac", {"dots": dots})
@@ -69,10 +76,7 @@ def test_mac_dot_products(fmt, acc, stages, dots):
         assert r["vectors"] > dots * 100                  # lengths uniform in 1..256
 
 
-@pytest.mark.parametrize("rows,cols,fmt,acc,stages", [
-    (4, 4, "bfloat16", "float32", 2),
-    (2, 3, "float32", "bfloat16", 3),
-])
+@pytest.mark.parametrize("rows,cols,fmt,acc,stages", ARRAY_CASES)
 def test_dot_array_tiles(rows, cols, fmt, acc, stages):
     h = rtl_sim.Harness.array(rows, cols, fmt, acc, stages)
     reports = rtl_sim.run_cocotb(h, "sim.tb.test_pam_dot_array", {"tiles": 150})
@@ -122,6 +126,17 @@ def test_rtl_matmul_bad_input(call, err, msg):
         call()
 
 
+def test_prebuild_covers_the_suite():
+    """`pamsim verify --prebuild` (the set-up step) builds every harness used here."""
+    used = {(rtl_sim.Harness.comb(f).key, "verilator") for f in FP8 + WIDE}
+    used |= {(rtl_sim.Harness.mac(f, a, s).key, "verilator") for f, a, s, _ in MAC_CASES}
+    used |= {(rtl_sim.Harness.array(*c).key, "verilator") for c in ARRAY_CASES}
+    used |= {(rtl_sim.Harness.comb("float8_e5m2").key, "icarus"),
+             (rtl_sim.Harness.mac("bfloat16", "float32").key, "icarus"),
+             (rtl_sim.Harness.array(4, 4, "bfloat16", "float32").key, "icarus")}
+    assert used == {(h.key, sim) for h, sim in rtl_sim.ci_harnesses()}
+
+
 def test_simulator_selection(monkeypatch):
     monkeypatch.setenv("SIM", "icarus")
     assert rtl_sim.default_simulator() == "icarus"
@@ -142,6 +157,10 @@ def test_cli_verify(capsys):
     assert "multiply-accumulates, 0 of" in out and "/s end to end" in out
     assert main(["verify", "--unit", "mac", "--vectors", "0"]) == 2
     assert "--vectors=0" in capsys.readouterr().err
+    assert main(["verify", "--fmt", "bf16"]) == 2
+    assert "--unit is required" in capsys.readouterr().err
+    assert main(["verify", "--prebuild", "--sim", "icarus"]) == 0      # warm: checks stamps
+    assert "3 harnesses ready" in capsys.readouterr().out
 
 
 def test_bench_rtl_quick(capsys):

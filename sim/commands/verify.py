@@ -15,7 +15,7 @@ def register(sub):
         description="mul/div/add/fmul: corner, boundary and random operand pairs (every pair "
                     "for 8-bit formats); mac/array: a random matrix product with specials "
                     "through sim.rtl_matmul, compared with emu.pam_matmul.")
-    p.add_argument("--unit", required=True, choices=UNITS, help="which unit")
+    p.add_argument("--unit", choices=UNITS, help="which unit (required unless --prebuild)")
     p.add_argument("--fmt", type=format_arg, default=emu.bfloat16,
                    help="operand format (default bf16)")
     p.add_argument("--acc", type=format_arg, default=emu.float32,
@@ -25,6 +25,9 @@ def register(sub):
     p.add_argument("--sim", choices=("verilator", "icarus"),
                    help="simulator (default: $SIM, else verilator)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prebuild", action="store_true",
+                   help="only build every simulator harness the test suite uses (set-up step)")
+    p.add_argument("--jobs", type=int, default=2, help="parallel builds for --prebuild")
     p.set_defaults(run=run)
 
 
@@ -34,6 +37,12 @@ def _rate(n, seconds):
 
 def run(args) -> int:
     from sim import rtl_sim
+    if args.prebuild:
+        return _prebuild(args)
+    if args.unit is None:
+        print("pamsim verify: error: --unit is required (one of " + ", ".join(UNITS) + ")",
+              file=sys.stderr)
+        return 2
     if args.vectors < 1:
         print(f"pamsim verify: error: --vectors={args.vectors}: expected a positive int",
               file=sys.stderr)
@@ -80,3 +89,19 @@ def run(args) -> int:
         for e in stats["examples"]:
             print("  " + e)
     return 1 if bad else 0
+
+
+def _prebuild(args) -> int:
+    from sim import rtl_sim
+    sims = rtl_sim.SIMULATORS if args.sim is None else (args.sim,)
+    t0 = time.perf_counter()
+    try:
+        done = rtl_sim.prebuild(args.jobs, sims)
+    except (ValueError, RuntimeError) as exc:
+        print(f"pamsim verify --prebuild: error: {exc}", file=sys.stderr)
+        return 2
+    for key, sim, seconds in done:
+        print(f"{sim:>9}  {key:<50} {seconds:6.1f} s")
+    print(f"{len(done)} harnesses ready under {rtl_sim.build_root()} "
+          f"({time.perf_counter() - t0:.0f} s)")
+    return 0
