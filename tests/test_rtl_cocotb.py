@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import emu
+import sim
 from sim import rtl_sim
 from sim.cli import main
 from sim.tb import vectors as V
@@ -91,7 +92,8 @@ def test_rtl_matmul_shapes(unit, rng):
     kw = {"unit": unit, "rows": 4, "cols": 4}
     A = V.random_values(rng, "bf16", (2, 5, 33), 0.02)
     B = V.random_values(rng, "bf16", (33, 6), 0.02)
-    assert_bits_equal(rtl_sim.rtl_matmul(A, B, "bf16", "float32", **kw),
+    assert sim.rtl_matmul is rtl_sim.rtl_matmul
+    assert_bits_equal(sim.rtl_matmul(A, B, "bf16", "float32", **kw),
                       emu.pam_matmul(A, B, "bf16", "float32"), what="batched, B broadcast")
     v = V.random_values(rng, "bf16", 33)
     assert_bits_equal(rtl_sim.rtl_matmul(v, B, "bf16", **kw),
@@ -184,3 +186,10 @@ def test_icarus_mac_and_matmul(rng):
     B = V.random_values(rng, "bf16", (40, 3), 0.02)
     assert_bits_equal(rtl_sim.rtl_matmul(A, B, "bf16", unit="array", sim="icarus"),
                       emu.pam_matmul(A, B, "bf16"), what="icarus array")
+
+
+def test_icarus_cli_verify(capsys):
+    assert main(["verify", "--unit", "mac", "--fmt", "bf16", "--vectors", "3000",
+                 "--sim", "icarus"]) == 0
+    out = capsys.readouterr().out
+    assert "(icarus, mac-bfloat16-float32-s2-n256)" in out and "0 of" in out
