@@ -1,0 +1,163 @@
+"""Shared datapath pieces: the float layout, operand decoding, a leading-zero counter
+and the one rounding/packing block every IEEE-style unit uses.
+
+Everything here is parameterised by :class:`emu.Format` and works on *format
+encodings* (1 sign, E exponent, M mantissa bits), not float32 patterns.  The rules
+implemented are docs/semantics.md §1 (encodings, canonical NaN) and §2/§4 (RNE on the
+format's grid, subnormals, overflow); the golden definitions are in emu/_scalar.py.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Mux, Module, Signal, Value, signed, unsigned
+from amaranth.lib import data
+
+import emu
+
+__all__ = ["FloatLayout", "Decoded", "lzc", "round_pack", "as_format"]
+
+
+def as_format(spec, argname: str) -> emu.Format:
+    """``emu.format`` with the argument name in the error message."""
+    return emu.format(spec, argname=argname)
+
+
+class FloatLayout(data.StructLayout):
+    """A value of ``fmt`` as a struct: ``man`` (M bits), ``exp`` (E bits), ``sign`` (1 bit).
+
+    Field order is LSB first, so the flat bits are exactly the format encoding
+    (emu.to_bits / emu.from_bits).
+    """
+
+    def __init__(self, fmt):
+        self.fmt = as_format(fmt, "fmt")
+        super().__init__({"man": unsigned(self.fmt.man_bits),
+                          "exp": unsigned(self.fmt.exp_bits),
+                          "sign": unsigned(1)})
+
+    def __repr__(self):
+        return f"FloatLayout({self.fmt.name})"
+
+
+class Decoded:
+    """Classification and unpacked fields of one operand (combinational signals).
+
+    ``e`` is the unbiased exponent (``emin`` for exponent field 0), ``sig`` the
+    significand with the hidden bit (``M + 1`` bits, hidden bit 0 for zero and
+    subnormals), so a finite value is ``(-1)^sign * sig * 2^(e - M)``.
+    """
+
+    def __init__(self, m: Module, view, fmt: emu.Format, name: str):
+        E, M = fmt.exp_bits, fmt.man_bits
+        self.fmt = fmt
+        self.sign = view.sign
+        self.exp_field = view.exp
+        self.man = view.man
+        self.mag = Cat(view.man, view.exp)               # encoding without the sign
+        all_ones = (1 << E) - 1
+        self.is_nan = Signal(name=f"{name}_nan")
+        self.is_inf = Signal(name=f"{name}_inf")
+        if fmt.has_inf:
+            m.d.comb += [self.is_nan.eq((view.exp == all_ones) & (view.man != 0)),
+                         self.is_inf.eq((view.exp == all_ones) & (view.man == 0))]
+        else:                                             # fn: only S.1..1.1..1 is NaN
+            m.d.comb += self.is_nan.eq(self.mag == (1 << (E + M)) - 1)
+        self.is_zero = Signal(name=f"{name}_zero")       # exactly ±0
+        self.is_sub = Signal(name=f"{name}_sub")         # zero or subnormal (exp field 0)
+        m.d.comb += [self.is_sub.eq(view.exp == 0),
+                     self.is_zero.eq((view.exp == 0) & (view.man == 0))]
+        self.e = Signal(range(fmt.emin, fmt.emax + 2), name=f"{name}_e")
+        m.d.comb += self.e.eq(Mux(view.exp == 0, fmt.emin, view.exp - fmt.bias))
+        self.sig = Signal(M + 1, name=f"{name}_sig")
+        m.d.comb += self.sig.eq(Cat(view.man, view.exp != 0))
+
+
+def lzc(m: Module, v: Value, name: str, limit: int | None = None) -> Signal:
+    """Leading-zero count of ``v`` (``len(v)`` when ``v == 0``) as a log-depth tree.
+
+    ``limit`` (optional) states that a nonzero ``v`` never has more than ``limit``
+    leading zeros, which lets a 1-bit normaliser (multiplier) skip the tree.
+    """
+    n = len(v)
+    out = Signal(range(n + 1), name=name)
+    if limit == 1:
+        m.d.comb += out.eq(Mux(v[-1], 0, Mux(v[-2], 1, n)))
+        return out
+    size = 1
+    while size < max(n, 2):
+        size *= 2
+    padded = Cat(Const(0, size - n), v)                  # zeros below: same leading zeros
+
+    def tree(bits):
+        if len(bits) == 2:
+            return ~(bits[0] | bits[1]), ~bits[1]
+        half = len(bits) // 2
+        z_lo, c_lo = tree(bits[:half])
+        z_hi, c_hi = tree(bits[half:])
+        return z_hi & z_lo, Cat(Mux(z_hi, c_lo, c_hi), z_hi)
+
+    zero, count = tree(padded)
+    m.d.comb += out.eq(Mux(zero, n, count))
+    return out
+
+
+def _bits_for(lo: int, hi: int):
+    return signed(max(lo.bit_length(), hi.bit_length()) + 1) if lo < 0 else unsigned(max(hi.bit_length(), 1))
+
+
+def round_pack(m: Module, R: Value, e_top: Value, e_range: tuple[int, int], fmt: emu.Format,
+               name: str, *, ftz: bool = False, lzc_limit: int | None = None):
+    """Round the exact magnitude ``R * 2^(e_top - (len(R) - 1))`` into ``fmt`` (RNE).
+
+    This is ``round_to_fmt`` of emu/_scalar.py in hardware: the quantum is the
+    format's grid at the result's magnitude (the subnormal quantum below the
+    smallest normal), ties go to the even significand, a carry out of the
+    significand runs into the exponent.  ``e_top`` is the exponent of the weight of
+    the top bit of ``R`` and lies in ``e_range`` (inclusive, used for sizing).  The
+    lowest bit of ``R`` may be a sticky bit (its weight is below every rounding
+    boundary the caller can reach).  Returns ``(enc, zero, overflow)``: the
+    magnitude encoding (meaningful when neither flag is set), ``zero`` if the
+    rounded result is 0 (``R == 0``, rounded away, or flushed with ``ftz``), and
+    ``overflow`` if it exceeds the largest finite magnitude.
+    """
+    W = len(R)
+    M = fmt.man_bits
+    assert W >= M + 2, "need the significand plus a rounding bit"
+    z = lzc(m, R, f"{name}_lzc", lzc_limit)
+    t_lo, t_hi = e_range[0] - fmt.emin, e_range[1] - fmt.emin
+    t = Signal(_bits_for(t_lo, t_hi), name=f"{name}_t")  # top bit's height above emin
+    m.d.comb += t.eq(e_top - fmt.emin)
+    X = Signal(W, name=f"{name}_x")                       # R shifted: hidden bit at W-1
+    lost = Signal(name=f"{name}_lost")                    # nonzero bits shifted out
+    shift_l = Signal(range(W + 1), name=f"{name}_shl")
+    # normalise left by the leading zeros, but never below emin (subnormal grid)
+    if t_hi >= 0:
+        m.d.comb += shift_l.eq(Mux(t < 0, 0, Mux(z < t, z, t)) if t_lo < 0 else Mux(z < t, z, t))
+    m.d.comb += X.eq((R << shift_l)[:W])
+    e_res_shape = _bits_for(fmt.emin, max(e_range[1], fmt.emin) + 1)
+    e_res = Signal(e_res_shape, name=f"{name}_eres")      # exponent of X's top bit
+    m.d.comb += e_res.eq(e_top - shift_l)
+    if t_lo < 0:
+        # below the subnormal range: shift right onto the subnormal grid with sticky
+        amount = Signal(range(W + 1), name=f"{name}_shr")
+        back = Signal(range(W + 1), name=f"{name}_back")
+        neg_t = Signal(range(-t_lo + 1), name=f"{name}_negt")
+        m.d.comb += [neg_t.eq(-t), back.eq(W - amount)]
+        with m.If(t < 0):
+            m.d.comb += [amount.eq(Mux(neg_t > W, W, neg_t)),
+                         X.eq(R >> amount),
+                         lost.eq((R << back)[:W] != 0),
+                         e_res.eq(fmt.emin)]
+    N = X[W - 1 - M:]                                     # hidden bit + M mantissa bits
+    rnd = X[W - 2 - M]
+    sticky = (X[:W - 2 - M] != 0) | lost if W - 2 - M > 0 else lost
+    up = rnd & (sticky | N[0])
+    enc_hi = ((max(e_range[1], fmt.emin) + 1 - fmt.emin) << M) + (2 << M)
+    enc = Signal(range(enc_hi + 1), name=f"{name}_enc")
+    # enc = (e_res - emin) * 2^M + rounded significand: a hidden bit or a rounding
+    # carry lands in the exponent field exactly as for round_to_fmt's ``enc``
+    m.d.comb += enc.eq(((e_res - fmt.emin) << M) + N + up)
+    zero = Signal(name=f"{name}_zero")
+    overflow = Signal(name=f"{name}_ovf")
+    m.d.comb += [overflow.eq(enc > fmt.max_encoding),
+                 zero.eq((R == 0) | (enc == 0) | ((enc < (1 << M)) if ftz else 0))]
+    return enc, zero, overflow

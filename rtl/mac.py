@@ -1,0 +1,143 @@
+"""Pipelined PAM multiply-accumulate and an output-stationary array of them.
+
+A dot product streamed through :class:`PAMMac` equals one entry of
+``emu.pam_matmul(A, B, fmt=in_fmt, acc=acc_fmt)`` bit for bit: the products are
+``pam_mul`` in ``in_fmt`` and are added in stream order, from +0.0, by a
+:class:`~rtl.FloatAdder` that rounds the exact sum of accumulator and product once
+into ``acc_fmt`` (docs/semantics.md §5).
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ._float import FloatLayout, as_format
+from .ieee import FloatAdder
+from .pa import PAMMultiplier
+
+__all__ = ["PAMMac", "PAMDotArray", "MAX_STAGES", "MAX_ARRAY_SIDE"]
+
+MAX_STAGES = 3
+MAX_ARRAY_SIDE = 32
+
+
+def _check_stages(stages) -> int:
+    if isinstance(stages, bool) or not isinstance(stages, int) or not 1 <= stages <= MAX_STAGES:
+        raise ValueError(
+            f"stages={stages!r}: expected an int in [1, {MAX_STAGES}] (1: multiply and "
+            "accumulate in one cycle; 2: + a product register; 3: + an input register). "
+            "The accumulation itself is a one-cycle loop: splitting it would need several "
+            "interleaved partial sums, i.e. another summation order than emu.pam_matmul's")
+    return stages
+
+
+def _check_side(name: str, v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_ARRAY_SIDE:
+        raise ValueError(f"{name}={v!r}: expected an int in [1, {MAX_ARRAY_SIDE}]")
+    return v
+
+
+class PAMMac(wiring.Component):
+    """Pipelined PAM multiply-accumulate with a stream interface.
+
+    ``i_stream`` (always ready): payload ``a``, ``b`` (:class:`FloatLayout` of
+    ``in_fmt``), ``first`` (start a new dot product: the accumulator is taken as
+    +0.0 for this element) and ``last`` (passed through).  ``o_stream`` (no
+    backpressure): for every accepted element, ``stages`` cycles later, ``result``
+    is the accumulator after adding that element's product, with ``last`` copied.
+    One element per cycle, back to back or with gaps.  After reset the accumulator
+    is +0.0, as if ``first`` had been given.
+
+    ``stages``: 1 = multiply and accumulate in one cycle; 2 = register the product
+    (default); 3 = also register the inputs.
+    """
+
+    def __init__(self, in_fmt, acc_fmt="float32", stages: int = 2):
+        self.in_fmt = as_format(in_fmt, "in_fmt")
+        self.acc_fmt = as_format(acc_fmt, "acc_fmt")
+        self.stages = _check_stages(stages)
+        in_layout = data.StructLayout({"a": FloatLayout(self.in_fmt), "b": FloatLayout(self.in_fmt),
+                                       "first": 1, "last": 1})
+        out_layout = data.StructLayout({"result": FloatLayout(self.acc_fmt), "last": 1})
+        super().__init__({"i_stream": In(stream.Signature(in_layout, always_ready=True)),
+                          "o_stream": Out(stream.Signature(out_layout, always_ready=True))})
+
+    @property
+    def module_name(self) -> str:
+        return f"pam_mac_{self.in_fmt.name}_{self.acc_fmt.name}_s{self.stages}"
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.mul = mul = PAMMultiplier(self.in_fmt)
+        # PAM products are never subnormal, so b_daz is exact and every format pair works
+        m.submodules.add = add = FloatAdder(self.acc_fmt, b_fmt=self.in_fmt, b_daz=True)
+        valid, pay = self.i_stream.valid, self.i_stream.payload
+        if self.stages >= 3:                               # input register
+            valid_r, pay_r = Signal(), Signal.like(pay)
+            m.d.sync += [valid_r.eq(valid), pay_r.eq(pay)]
+            valid, pay = valid_r, pay_r
+        m.d.comb += [mul.a.eq(pay.a), mul.b.eq(pay.b)]
+        prod, first, last = mul.y, pay.first, pay.last
+        if self.stages >= 2:                               # product register
+            valid_p, prod_p = Signal(), Signal.like(mul.y)
+            first_p, last_p = Signal(), Signal()
+            m.d.sync += [valid_p.eq(valid), prod_p.eq(mul.y), first_p.eq(first), last_p.eq(last)]
+            valid, prod, first, last = valid_p, prod_p, first_p, last_p
+        acc = self.o_stream.payload.result                 # the accumulator register
+        m.d.comb += [add.a.eq(Mux(first, 0, acc.as_value())), add.b.eq(prod)]
+        with m.If(valid):
+            m.d.sync += [acc.eq(add.y), self.o_stream.payload.last.eq(last)]
+        m.d.sync += self.o_stream.valid.eq(valid)
+        return m
+
+
+class PAMDotArray(wiring.Component):
+    """A ``rows x cols`` tile of C = A·B from a grid of :class:`PAMMac`s.
+
+    Output-stationary with broadcast operands: each cycle ``i_stream`` carries one
+    column ``a`` (``rows`` values) of A and one row ``b`` (``cols`` values) of B for
+    the same k; MAC (i, j) accumulates ``a[i] ·̂ b[j]``.  ``first``/``last`` delimit a
+    tile's k range as for :class:`PAMMac`, and ``o_stream.payload.c[i][j]`` follows
+    each accepted column ``stages`` cycles later; at ``last`` it is the tile of
+    ``emu.pam_matmul(A, B, in_fmt, acc_fmt)``.  A systolic version would pass
+    operands between neighbours to shorten the broadcast nets of large arrays; the
+    sums, and so the results, would be the same.
+    """
+
+    def __init__(self, rows: int, cols: int, in_fmt, acc_fmt="float32", stages: int = 2):
+        self.rows, self.cols = _check_side("rows", rows), _check_side("cols", cols)
+        self.in_fmt = as_format(in_fmt, "in_fmt")
+        self.acc_fmt = as_format(acc_fmt, "acc_fmt")
+        self.stages = _check_stages(stages)
+        fin, facc = FloatLayout(self.in_fmt), FloatLayout(self.acc_fmt)
+        in_layout = data.StructLayout({"a": data.ArrayLayout(fin, rows),
+                                       "b": data.ArrayLayout(fin, cols),
+                                       "first": 1, "last": 1})
+        out_layout = data.StructLayout({"c": data.ArrayLayout(data.ArrayLayout(facc, cols), rows),
+                                        "last": 1})
+        super().__init__({"i_stream": In(stream.Signature(in_layout, always_ready=True)),
+                          "o_stream": Out(stream.Signature(out_layout, always_ready=True))})
+
+    @property
+    def module_name(self) -> str:
+        return (f"pam_dot_array_{self.rows}x{self.cols}_{self.in_fmt.name}_{self.acc_fmt.name}"
+                f"_s{self.stages}")
+
+    def elaborate(self, platform):
+        m = Module()
+        pay = self.i_stream.payload
+        for i in range(self.rows):
+            for j in range(self.cols):
+                mac = PAMMac(self.in_fmt, self.acc_fmt, self.stages)
+                m.submodules[f"mac_{i}_{j}"] = mac
+                m.d.comb += [mac.i_stream.valid.eq(self.i_stream.valid),
+                             mac.i_stream.payload.a.eq(pay.a[i]),
+                             mac.i_stream.payload.b.eq(pay.b[j]),
+                             mac.i_stream.payload.first.eq(pay.first),
+                             mac.i_stream.payload.last.eq(pay.last),
+                             self.o_stream.payload.c[i][j].eq(mac.o_stream.payload.result)]
+                if i == 0 and j == 0:
+                    m.d.comb += [self.o_stream.valid.eq(mac.o_stream.valid),
+                                 self.o_stream.payload.last.eq(mac.o_stream.payload.last)]
+        return m

@@ -1,0 +1,115 @@
+"""Piecewise-affine multiplier and divider: one integer adder each (Kosson & Jaggi).
+
+Both are combinational ``wiring.Component``s with ports ``a``, ``b`` (inputs) and
+``y`` (output), each a :class:`~rtl.FloatLayout` of the format, i.e. ``width`` bits
+holding the format encoding.  The rules are docs/semantics.md §3; the golden model is
+``emu.pam_mul`` / ``emu.pa_div`` (emu/_scalar.py).
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ._float import Decoded, FloatLayout, as_format
+
+__all__ = ["PAMMultiplier", "PADivider"]
+
+
+class _PABinary(wiring.Component):
+    """Ports and the shared flush/overflow/packing of the PA multiplier and divider."""
+
+    kind = ""
+
+    def __init__(self, fmt):
+        self.fmt = as_format(fmt, "fmt")
+        layout = FloatLayout(self.fmt)
+        super().__init__({"a": In(layout), "b": In(layout), "y": Out(layout)})
+
+    @property
+    def module_name(self) -> str:
+        return f"{self.kind}_{self.fmt.name}"
+
+    def _pack(self, m: Module, r, s, y):
+        """Drive ``y`` from the wide integer result ``r`` (eqs. 8/17): flush below the
+        smallest normal, overflow to inf (IEEE) or max (fn, saturate)."""
+        f = self.fmt
+        sign = s << (f.width - 1)
+        with m.If(r < (1 << f.man_bits)):
+            m.d.comb += y.eq(sign)
+        with m.Elif(r > f.max_encoding):
+            m.d.comb += y.eq(sign | (f.inf_encoding if f.has_inf else f.max_encoding))
+        with m.Else():
+            m.d.comb += y.eq(sign | r[:f.width - 1])
+
+
+class PAMMultiplier(_PABinary):
+    """PAM multiply ``y = a ·̂ b`` (eqs. 5-8, 11-13): ``|a| + |b| - (bias << M)`` on the
+    encodings, sign ``S_a XOR S_b``; exactly ``emu.pam_mul(a, b, fmt)``.
+
+    NaN operand → NaN; inf × (zero or subnormal) → NaN; inf × x → ±inf; zero or
+    subnormal operand (DAZ) → ±0; otherwise the integer sum, flushed to ±0 below
+    the smallest normal and ±inf (fn formats: ±max) on overflow.  NaNs are canonical.
+    """
+
+    kind = "pam_mul"
+
+    def elaborate(self, platform):
+        m = Module()
+        f = self.fmt
+        a = Decoded(m, self.a, f, "a")
+        b = Decoded(m, self.b, f, "b")
+        s = Signal()
+        m.d.comb += s.eq(a.sign ^ b.sign)
+        r = Signal(signed(f.width + 1))
+        m.d.comb += r.eq(a.mag + b.mag - (f.bias << f.man_bits))
+        y = self.y.as_value()
+        with m.If(a.is_nan | b.is_nan | (a.is_inf & b.is_sub) | (b.is_inf & a.is_sub)):
+            m.d.comb += y.eq(f.nan_encoding)
+        with m.Elif(a.is_inf | b.is_inf):                 # never true in fn formats
+            m.d.comb += y.eq((s << (f.width - 1)) | (f.inf_encoding or 0))
+        with m.Elif(a.is_sub | b.is_sub):
+            m.d.comb += y.eq(s << (f.width - 1))
+        with m.Else():
+            self._pack(m, r, s, y)
+        return m
+
+
+class PADivider(_PABinary):
+    """PA division ``y = a ÷̂ b`` (eqs. 14-17): ``|a| - |b| + (bias << M)`` on the
+    encodings; exactly ``emu.pa_div(a, b, fmt)``.
+
+    In order: NaN → NaN; inf/inf → NaN; inf/x → ±inf; x/inf → ±0; 0/0 → NaN (zero
+    includes subnormals); x/0 → ±inf (fn formats: NaN); 0/x → ±0; otherwise the
+    integer difference with the multiplier's flush and overflow rules.
+    """
+
+    kind = "pa_div"
+
+    def elaborate(self, platform):
+        m = Module()
+        f = self.fmt
+        a = Decoded(m, self.a, f, "a")
+        b = Decoded(m, self.b, f, "b")
+        s = Signal()
+        m.d.comb += s.eq(a.sign ^ b.sign)
+        r = Signal(signed(f.width + 1))
+        m.d.comb += r.eq(a.mag - b.mag + (f.bias << f.man_bits))
+        y = self.y.as_value()
+        signed_zero = s << (f.width - 1)
+        with m.If(a.is_nan | b.is_nan | (a.is_inf & b.is_inf)):
+            m.d.comb += y.eq(f.nan_encoding)
+        with m.Elif(a.is_inf):
+            m.d.comb += y.eq(signed_zero | (f.inf_encoding or 0))
+        with m.Elif(b.is_inf):
+            m.d.comb += y.eq(signed_zero)
+        with m.Elif(b.is_sub):
+            if f.has_inf:
+                m.d.comb += y.eq(Mux(a.is_sub, f.nan_encoding, signed_zero | f.inf_encoding))
+            else:                                         # fn formats have no inf
+                m.d.comb += y.eq(f.nan_encoding)
+        with m.Elif(a.is_sub):
+            m.d.comb += y.eq(signed_zero)
+        with m.Else():
+            self._pack(m, r, s, y)
+        return m

@@ -1,0 +1,150 @@
+"""rtl units without a Verilog simulator: Verilog emission for every unit, parameter
+errors, ``pamsim verilog``, and quick checks under Amaranth's own simulator against
+emu (the cocotb benches in tests/test_rtl_cocotb.py are the full verification)."""
+import re
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+import emu
+import rtl
+from sim.cli import main
+from sim.tb import vectors as V
+from sim.tb.driver import same_encoding
+
+FORMATS = ["float8_e4m3fn", "float8_e5m2", "bfloat16", "float16", "float32"]
+
+
+@pytest.mark.parametrize("unit", sorted(set(rtl.UNITS) - {"array"}))   # array: next test
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "bfloat16", "float32"])
+def test_every_unit_emits_verilog(unit, fmt):
+    c = rtl.make_unit(unit, fmt)
+    text = rtl.verilog(c)
+    assert re.search(rf"^module {c.module_name}\(", text, re.M), text[:400]
+    assert text.rstrip().endswith("endmodule")
+    if unit == "mac":
+        assert "input clk" in text and "input rst" in text and "o_stream__valid" in text
+    else:
+        assert re.search(r"^\s*input \[\d+:0\] a;", text, re.M) and "output [" in text
+
+
+def test_verilog_module_name_and_options():
+    text = rtl.verilog(rtl.make_unit("array", "bf16", acc="float16", stages=3, rows=2, cols=3),
+                       "tile")
+    assert "module tile(" in text
+    assert "input clk" in text and "o_stream__valid" in text
+    # the six MACs, each a multiplier and an adder
+    assert len(re.findall(r"^module \\tile\.mac_\d_\d\.(mul|add)\b", text, re.M)) == 12
+    with pytest.raises(ValueError, match="not a Verilog identifier"):
+        rtl.verilog(rtl.PAMMultiplier("bf16"), "2bad")
+
+
+@pytest.mark.parametrize("call,msg", [
+    (lambda: rtl.make_unit("nosuch", "bf16"), r"unit='nosuch': expected one of"),
+    (lambda: rtl.make_unit("mul", "bf16", stages=2), "takes no stages option"),
+    (lambda: rtl.make_unit("mac", "bf16", rows=2), "takes no rows option"),
+    (lambda: rtl.make_unit("mul", "bf17"), "fmt='bf17' is not a format"),
+    (lambda: rtl.PAMMac("bf16", "nope"), "acc_fmt='nope'"),
+    (lambda: rtl.PAMMac("bf16", stages=0), r"stages=0: expected an int in \[1, 3\]"),
+    (lambda: rtl.PAMMac("bf16", stages=True), "stages=True"),
+    (lambda: rtl.PAMDotArray(0, 4, "bf16"), r"rows=0: expected an int in \[1, 32\]"),
+    (lambda: rtl.PAMDotArray(4, 33, "bf16"), "cols=33"),
+    (lambda: rtl.FloatAdder("float32", b_fmt="float8_e4m3fn"), "pass b_daz=True|Pass b_daz=True"),
+    (lambda: rtl.FloatAdder("bf16", b_daz=1), "b_daz must be a bool"),
+])
+def test_bad_parameters(call, msg):
+    with pytest.raises((ValueError, TypeError), match=msg):
+        call()
+
+
+def test_cli_verilog(tmp_path, capsys):
+    out = tmp_path / "v" / "mac.v"
+    assert main(["verilog", "--unit", "mac", "--fmt", "e4m3fn", "--acc", "bf16", "--stages", "1",
+                 "-o", str(out)]) == 0
+    assert "module pam_mac_float8_e4m3fn_bfloat16_s1(" in out.read_text()
+    assert str(out) in capsys.readouterr().out
+    assert main(["verilog", "--unit", "div", "--fmt", "fp16"]) == 0
+    assert "module pa_div_float16(" in capsys.readouterr().out
+    assert main(["verilog", "--unit", "mul", "--stages", "3"]) == 2
+    assert "unit='mul' takes no stages option" in capsys.readouterr().err
+    assert main(["verilog", "--unit", "array", "--rows", "40"]) == 2
+    assert "rows=40" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["verilog", "--unit", "nosuch"])
+    assert "invalid choice" in capsys.readouterr().err
+
+
+# --- Amaranth's simulator: quick functional checks -------------------------------------
+
+_GOLDEN = {"mul": lambda a, b, f: emu.pam_mul(a, b, f), "div": lambda a, b, f: emu.pa_div(a, b, f),
+           "add": lambda a, b, f: emu.fp_add(a, b, f),
+           "fmul": lambda a, b, f: emu.fp_mul(a, b, f, subnormals=False)}
+
+
+@pytest.mark.parametrize("unit", sorted(_GOLDEN))
+@pytest.mark.parametrize("fmt", ["bfloat16", "float8_e4m3fn"])
+def test_comb_units_in_amaranth_sim(unit, fmt, rng):
+    """Every corner pair plus random and boundary pairs through amaranth.sim."""
+    f = emu.format(fmt)
+    a, b = V.corner_pairs(f)
+    ra, rb = V.random_pairs(rng, f, 150)
+    ba, bb = V.BOUNDARIES[unit](rng, f, 150)
+    a, b = np.concatenate([a, ra, ba]), np.concatenate([b, rb, bb])
+    dut = rtl.make_unit(unit, f)
+    got = []
+
+    async def bench(ctx):
+        for x, y in zip(a.tolist(), b.tolist()):
+            ctx.set(dut.a.as_value(), x)
+            ctx.set(dut.b.as_value(), y)
+            got.append(ctx.get(dut.y.as_value()))
+
+    sim = Simulator(dut)
+    sim.add_testbench(bench)
+    sim.run()
+    want = emu.to_bits(_GOLDEN[unit](emu.from_bits(a, f), emu.from_bits(b, f), f), f)
+    ok = same_encoding(np.array(got), want, f)
+    assert ok.all(), [(hex(a[i]), hex(b[i]), hex(got[i]), hex(want[i])) for i in np.flatnonzero(~ok)[:5]]
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_mac_stream_in_amaranth_sim(stages, rng):
+    """Two dot products with an idle cycle between, then a third after reset state:
+    every output after ``stages`` cycles equals emu's running sum; ``last`` passes."""
+    f, acc = emu.bfloat16, emu.float32
+    dots = [V.random_values(rng, f, (2, n), 0.05) for n in (5, 7, 3)]
+    dut = rtl.PAMMac(f, acc, stages)
+    seq = []                                   # (valid, a, b, first, last)
+    for d, (x, y) in enumerate(dots):
+        ax, bx = emu.to_bits(x, f), emu.to_bits(y, f)
+        for k in range(x.size):
+            seq.append((1, int(ax[k]), int(bx[k]), int(k == 0), int(k == x.size - 1)))
+        seq.append((0, 0x1234, 0x4321, 1, 1))            # idle: junk payload ignored
+    want = []
+    for x, y in dots:
+        want += [int(emu.to_bits(emu.pam_matmul(x[:k + 1], y[:k + 1], f, acc), acc))
+                 for k in range(x.size)]
+    outs = []
+
+    async def bench(ctx):
+        pay = dut.i_stream.payload
+        for v, x, y, first, last in seq + [(0, 0, 0, 0, 0)] * (stages + 1):
+            ctx.set(dut.i_stream.valid, v)
+            ctx.set(pay.a.as_value(), x)
+            ctx.set(pay.b.as_value(), y)
+            ctx.set(pay.first, first)
+            ctx.set(pay.last, last)
+            await ctx.tick()
+            if ctx.get(dut.o_stream.valid):
+                outs.append((ctx.get(dut.o_stream.payload.result.as_value()),
+                             ctx.get(dut.o_stream.payload.last)))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert len(outs) == len(want)
+    assert same_encoding([o for o, _ in outs], want, acc).all(), (outs, want)
+    ends = np.cumsum([x.shape[1] for x in dots]) - 1
+    assert [l for _, l in outs] == [int(i in ends) for i in range(len(want))]
