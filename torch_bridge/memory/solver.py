@@ -55,9 +55,10 @@ class StepTable:
     dp_error: float
 
     def index(self, x: np.ndarray) -> np.ndarray:
-        """Interval index of each x (float64 reference for the fast kernels)."""
+        """Interval index of each x, NaN -> 0 (float64 reference for the kernels)."""
         x = np.abs(x) if self.even else np.asarray(x)
-        return np.searchsorted(np.asarray(self.breakpoints), x, side="left")
+        idx = np.searchsorted(np.asarray(self.breakpoints), x, side="left")
+        return np.where(np.isnan(x), 0, idx)
 
     def __call__(self, x) -> np.ndarray:
         """q(x): the approximated derivative."""
