@@ -33,7 +33,7 @@ from .packing import packed_nbytes, pack_bits, unpack_bits
 from .tables import DATA_DIR, PA_FILE, VERSION, read
 
 PA_ACTIVATIONS = ("gelu", "silu")
-PIECES = (2, 4, 8, 16, 32, 64)
+PIECES = (2, 4, 8, 16, 32)
 _SPAN = 16.0                       # fit grid [-_SPAN, _SPAN]; beyond, f = asymptote to 1e-12
 _GRID = np.linspace(-_SPAN, _SPAN, 16_001)
 
