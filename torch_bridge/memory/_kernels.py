@@ -5,9 +5,9 @@ packing.py): code i occupies stream bits [i*k, i*k + k), stream bit b is bit b %
 of byte b // 8 (little endian).  Eight codes fill exactly k bytes, so the kernels
 work on independent groups of 8 codes and parallelise over groups.
 
-Interval search: ``_bucket`` counts the breakpoints strictly below v with a
-branch-free uniform binary search over 2**k - 1 sorted float64 breakpoints; NaN
-compares false everywhere and lands in interval 0.
+Interval search: ``_bucket`` counts the breakpoints strictly below v — directly for
+k <= 4, by a branch-free uniform binary search over the 2**k - 1 sorted float64
+breakpoints for larger k; NaN compares false everywhere and lands in interval 0.
 """
 import numpy as np
 from numba import njit, prange
@@ -15,11 +15,15 @@ from numba import njit, prange
 
 @njit(cache=True, inline="always")
 def _bucket(v, bp, k):
+    if k <= 4:                  # <= 15 breakpoints: count them, no data-dependent loads
+        pos = 0
+        for j in range((1 << k) - 1):
+            pos += bp[j] < v
+        return pos
     pos = 0
     for b in range(k - 1, -1, -1):
         step = 1 << b
-        if bp[pos + step - 1] < v:
-            pos += step
+        pos += step * (bp[pos + step - 1] < v)     # arithmetic, not a branch: no mispredicts
     return pos
 
 
