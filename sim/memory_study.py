@@ -8,7 +8,7 @@
   storage (a tensor saved by two layers — an activation's output and the next
   Linear's input — counts once), for an MLP block, transformer blocks and
   all-MiniLM-L6-v2 with their activations swapped by ``convert_activations``.
-* :func:`train_digits`: a small training study (sklearn digits MLP), native vs
+* :func:`train_mlp`: a small training study (digits or MNIST-subset MLP), native vs
   few-bit vs inverted vs PA, several seeds.
 
 The commands ``pamsim memory-errors``, ``pamsim memory-saved`` and
@@ -164,21 +164,35 @@ def memory_cases(quick: bool = False):
 
 # --- training study ---------------------------------------------------------------------
 
-def digits_mlp(hidden: int = 128) -> nn.Module:
-    return nn.Sequential(nn.Linear(64, hidden), nn.GELU(), nn.Linear(hidden, hidden),
+DATASETS = ("digits", "mnist")
+
+
+def mlp(inputs: int, hidden: int = 128) -> nn.Module:
+    """The study's classifier: inputs → hidden → GELU → hidden → GELU → 10."""
+    return nn.Sequential(nn.Linear(inputs, hidden), nn.GELU(), nn.Linear(hidden, hidden),
                          nn.GELU(), nn.Linear(hidden, 10))
 
 
-def train_digits(variant: dict, seed: int, epochs: int = 30, batch: int = 64,
-                 lr: float = 3e-3) -> dict:
-    """Train the digits MLP with one activation variant; per-epoch train loss and the
-    final test loss/accuracy.  Same initialisation and batch order per seed."""
-    from sim.data import digits
-    data = digits(seed=0)
+def train_mlp(variant: dict, seed: int, epochs: int = 30, data: str = "digits",
+              batch: int = 64, lr: float = 3e-3) -> dict:
+    """Train :func:`mlp` on ``data`` (sklearn digits or the 5,000-image MNIST subset)
+    with one activation variant; per-epoch train loss and the final test loss/accuracy.  Same initialisation and batch order per seed.  Runs on
+    one thread (torch and Numba): the tensors are tiny, and on a shared machine thread
+    synchronisation made two threads ~40x slower than one."""
+    from sim.bench import threads
+    with threads(1):
+        return _train_mlp(variant, seed, epochs, data, batch, lr)
+
+
+def _train_mlp(variant, seed, epochs, data, batch, lr):
+    from sim import data as datasets
+    if data not in DATASETS:
+        raise ValueError(f"data={data!r}; expected one of {list(DATASETS)}")
+    data = getattr(datasets, data)(seed=0)
     xtr, ytr = torch.from_numpy(data.x_train), torch.from_numpy(data.y_train)
     xte, yte = torch.from_numpy(data.x_test), torch.from_numpy(data.y_test)
     torch.manual_seed(seed)
-    model = convert_activations(digits_mlp(), **variant)
+    model = convert_activations(mlp(xtr.shape[1]), **variant)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
     losses = []
@@ -191,7 +205,7 @@ def train_digits(variant: dict, seed: int, epochs: int = 30, batch: int = 64,
             opt.zero_grad()
             loss.backward()
             opt.step()
-            total += float(loss) * len(idx)
+            total += loss.item() * len(idx)
         losses.append(total / len(xtr))
     with torch.no_grad():
         logits = model(xte)

@@ -146,7 +146,7 @@ def report(names=None) -> str:
     for n in ("sigmoid", "tanh"):       # what the |x| trick buys: the same bits on x itself
         if n in names:
             plain = solver.solve(n, [1, 2, 3, 4], even=False, **tables.SOLVER)
-            lines.append(f"{n + ' (x, not |x|)':16}" + "".join(
+            lines.append(f"{n + ' on x':16}" + "".join(
                 f"{plain[b].error:>22.6f}" for b in range(1, 5)))
     lines += ["", "All bit widths (error (3); uniform on [-10, 10] | standard normal weight)",
               f"{'activation':16}" + "".join(f"{b:>10}" for b in range(1, 9))]
