@@ -176,9 +176,10 @@ def mlp(inputs: int, hidden: int = 128) -> nn.Module:
 def train_mlp(variant: dict, seed: int, epochs: int = 30, data: str = "digits",
               batch: int = 64, lr: float = 3e-3) -> dict:
     """Train :func:`mlp` on ``data`` (sklearn digits or the 5,000-image MNIST subset)
-    with one activation variant; per-epoch train loss and the final test loss/accuracy.  Same initialisation and batch order per seed.  Runs on
-    one thread (torch and Numba): the tensors are tiny, and on a shared machine thread
-    synchronisation made two threads ~40x slower than one."""
+    with one activation variant; per-epoch train loss and the final test loss/accuracy.
+    Same initialisation and batch order per seed.  Runs on one thread (torch and
+    Numba): the tensors are tiny, and on the shared machine thread synchronisation made
+    two threads ~40x slower than one."""
     from sim.bench import threads
     with threads(1):
         return _train_mlp(variant, seed, epochs, data, batch, lr)

@@ -13,8 +13,8 @@ import time
 
 
 def register(sub):
-    p = sub.add_parser("memory-errors", help="backward-derivative error: few-bit 1-8 bits vs "
-                                             "inverted activations (Fig. 5 of Inverted Activations)")
+    p = sub.add_parser("memory-errors", help="backward-derivative error: few-bit 1-8 bits "
+                                             "vs inverted activations (Inverted Act., Fig. 5)")
     p.add_argument("--activations", nargs="+", default=["gelu", "silu"],
                    choices=["gelu", "gelu_tanh", "silu", "mish"])
     p.add_argument("--points", type=_positive, default=2_000_001,
@@ -23,7 +23,7 @@ def register(sub):
     p.set_defaults(run=run_errors)
 
     p = sub.add_parser("memory-saved", help="bytes saved for backward, measured with "
-                                            "saved_tensors_hooks: native vs few-bit vs InvAct vs PA")
+                                            "saved_tensors_hooks: native/few-bit/InvAct/PA")
     p.add_argument("--quick", action="store_true", help="small blocks, no MiniLM")
     p.set_defaults(run=run_saved)
 
