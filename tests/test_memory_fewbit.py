@@ -137,3 +137,15 @@ def test_bad_arguments():
         FewBitGELU(3, weight="laplace")
     with pytest.raises(ValueError, match="approximate='fast'; expected 'none' or 'tanh'"):
         FewBitGELU(3, approximate="fast")
+
+
+def test_float32_thresholds_preserve_every_comparison():
+    """x > b (float64) <=> x > thresholds(b) (float32) for float32 x around each b."""
+    from torch_bridge.memory._kernels import thresholds
+    rng = np.random.default_rng(1)
+    b = np.r_[rng.uniform(-10, 10, 500), np.float32(rng.uniform(-10, 10, 100)), 0.0, np.inf]
+    t = thresholds(b, np.float32)
+    assert t.dtype == np.float32 and thresholds(b, np.float64) is b
+    for bi, ti in zip(b, t):
+        x = np.float32(bi) + np.arange(-3, 4, dtype=np.float32) * np.spacing(np.float32(bi))
+        assert np.array_equal(x > bi, x > ti)

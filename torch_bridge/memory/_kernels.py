@@ -13,6 +13,19 @@ import numpy as np
 from numba import njit, prange
 
 
+def thresholds(bp64: np.ndarray, dtype) -> np.ndarray:
+    """Breakpoints for comparing x of ``dtype`` (float32 or float64) in its own precision.
+
+    For float32 each float64 breakpoint b becomes t = the largest float32 <= b; then for
+    every float32 x, x > b  <=>  x > t (t <= b, and no float32 lies in (t, b]), so the
+    index is unchanged while the kernel compares float32 values (faster than float64).
+    """
+    if np.dtype(dtype) == np.float64:
+        return bp64
+    t = bp64.astype(np.float32)
+    return np.where(t.astype(np.float64) > bp64, np.nextafter(t, np.float32(-np.inf)), t)
+
+
 @njit(cache=True, inline="always")
 def _bucket(v, bp, k):
     if k <= 4:                  # <= 15 breakpoints: count them, no data-dependent loads
@@ -67,12 +80,13 @@ def unpack(packed, k, out):
 
 @njit(parallel=True, cache=True)
 def index_pack(x, bp, k, even, out):
-    """Few-bit forward: interval index of every x (|x| if even), packed."""
+    """Few-bit forward: interval index of every x (|x| if even), packed.  Compares in
+    x's own dtype when ``bp`` has it (see :func:`thresholds`)."""
     n, nbytes = x.size, out.size
     for g in prange((n + 7) // 8):
         acc = np.uint64(0)
         for e in range(min(8, n - 8 * g)):
-            v = np.float64(x[8 * g + e])
+            v = x[8 * g + e]
             if even:
                 v = abs(v)
             acc |= np.uint64(_bucket(v, bp, k)) << np.uint64(k * e)

@@ -62,8 +62,9 @@ class _Quantizer:
         out = torch.empty(packed_nbytes(x.numel(), self.bits), dtype=torch.uint8,
                           device=x.device)
         if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-            K.index_pack(x.detach().contiguous().view(-1).numpy(), self.bp64.numpy(),
-                         self.bits, self.table.even, out.numpy())
+            xs = x.detach().contiguous().view(-1).numpy()
+            K.index_pack(xs, K.thresholds(self.bp64.numpy(), xs.dtype), self.bits,
+                         self.table.even, out.numpy())
             return out
         return pack_bits(self.index(x), self.bits)
 

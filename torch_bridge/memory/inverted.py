@@ -251,7 +251,8 @@ class _Inverted(torch.autograd.Function):
         y = inv.forward32(x) if x.dtype == torch.float32 else inv.act.native(x)
         mask = torch.empty(packed_nbytes(x.numel(), 1), dtype=torch.uint8, device=x.device)
         if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-            K.index_pack(x.detach().contiguous().view(-1).numpy(), np.array([inv.T]), 1, False,
+            xs = x.detach().contiguous().view(-1).numpy()
+            K.index_pack(xs, K.thresholds(np.array([inv.T]), xs.dtype), 1, False,
                          mask.numpy())
         else:
             from .packing import pack_bits
