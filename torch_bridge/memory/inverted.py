@@ -1,0 +1,313 @@
+"""Inverted activations (Novikov & Oseledets, *Inverted Activations*, Sec. 2).
+
+The forward pass saves the activation's *output* y = f(x) plus a bit-packed 1-bit
+branch mask (x > T, T the minimum of f; the paper stores x < T, eq. 4), and the
+backward pass computes f'(f⁻¹(y)) on that branch.  When the next layer saves its
+input anyway (a Linear after the activation), y is the same tensor, so the
+activation costs one bit per element instead of a full copy of x.
+
+f'∘f⁻¹ — the paper's closed forms (eqs. 5–8) reach ~2e-2 for GELU — is computed
+here from per-branch piecewise polynomials fitted in float64:
+
+* near the minimum, in t = sqrt(y − f(T)), where f'(f⁻¹(y)) is analytic in t
+  (f' ≈ ±sqrt(2 f''(T)) t): degree-7 Chebyshev fits on a uniform t grid;
+* on the left tail (y → 0⁻), in z = log(−y); beyond the fitted ranges f' is 1 (right)
+  or 0 (left) to < 1e-10.
+
+The fit error is < 1e-9; what remains is the information the stored y lacks.  Near
+the minimum every stored value y is the rounding of a whole interval of inputs on
+each branch, and no inversion can tell them apart: the best estimate given (y,
+branch) is the midpoint of f' over that interval.  PyTorch's float32 GELU is up to
+1.9 ulp off and not monotone near the minimum, which widens those intervals so much
+that even the midpoint misses by 1.04e-4 (GELU), 1.14e-4 (tanh GELU), 1.12e-4 (Mish).
+Hence, for float32:
+
+* the forward pass returns the native output except for x within 1e-2 of T, where it
+  returns f(x) computed in float64 and rounded to float32 (the correctly rounded
+  value, <= 2 ulp from the native one, in ~1 % of a unit-normal input);
+* the backward pass looks the y values of that window up in a table of midpoints
+  (built once from the same definition), and uses the fits elsewhere.
+
+bfloat16 / float16 keep the native forward; their table covers all 2^16 values of y,
+built by running the native forward on every 16-bit input.  Near the minimum the
+stored bf16 value determines f' only to ~1e-2 (measured: docs/memory.md) — a limit
+of the storage, not of the method.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from . import _kernels as K
+from .activations import Activation, activation
+from .fewbit import check_input, gelu_name
+from .packing import packed_nbytes, unpack_bits
+
+INVERTIBLE = ("gelu", "gelu_tanh", "silu", "mish")
+_DEGREE, _PIECES = 7, 64
+_FLAT = 1e-10               # |f' - asymptote| beyond the fitted ranges
+_TAIL_Y = 1e-14             # left tail: |y| below this -> f' = 0
+_WINDOW_DX = 1e-2           # float32: x-range around T tabulated exactly
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """Polynomial pieces on a uniform grid of [u0, u1]; monomials in s ∈ [-1, 1]."""
+    u0: float
+    u1: float
+    coef: np.ndarray            # (pieces, degree + 1), highest power first
+
+    def __call__(self, u):
+        u = np.nan_to_num(np.asarray(u, np.float64), nan=self.u0)    # callers mask NaN
+        n = len(self.coef)
+        with np.errstate(over="ignore"):        # u = ±inf (y = ±inf) clips to an end
+            p = np.clip((u - self.u0) * (n / (self.u1 - self.u0)), 0, n * (1 - 1e-16))
+        j = p.astype(np.int64)
+        s = 2 * (p - j) - 1
+        out = np.zeros_like(u)
+        for c in self.coef.T:
+            out = out * s + c[j]
+        return out
+
+
+class Inverter:
+    """f'(f⁻¹(y)) on the two monotone branches of a two-branch activation."""
+
+    def __init__(self, act: Activation):
+        if act.name not in INVERTIBLE:
+            raise ValueError(f"activation={act.name!r} has no inverted form; expected one of "
+                             f"{list(INVERTIBLE)}")
+        self.act = act
+        from scipy.optimize import brentq
+        self.T = brentq(lambda x: float(self._d(np.array([x]))[0]), -3.0, 0.0, xtol=1e-15)
+        self.ymin = float(self._f(np.array([self.T]))[0])
+        # ranges: right branch up to where f' = 1 to _FLAT; left: T-2 in t, then log(-y)
+        xs = np.linspace(self.T, 80.0, 400_001)
+        xr = xs[np.nonzero(np.abs(self._d(xs) - 1) > _FLAT)[0][-1] + 1]
+        self.t_right = math.sqrt(self._f(np.array([xr]))[0] - self.ymin)
+        xl = self.T - 2.0
+        yl = float(self._f(np.array([xl]))[0])
+        self.t_left = math.sqrt(yl - self.ymin)
+        self.z_left, self.z_tail = math.log(-yl), math.log(_TAIL_Y)
+        self.right = self._fit(0.0, self.t_right, lambda t: self.ymin + t * t, True)
+        self.near = self._fit(0.0, self.t_left, lambda t: self.ymin + t * t, False)
+        self.tail = self._fit(self.z_tail, self.z_left, lambda z: -np.exp(z), False)
+
+    def _f(self, x):
+        return self.act.f(torch.from_numpy(np.asarray(x, np.float64))).numpy()
+
+    def _d(self, x):
+        return self.act.fprime(torch.from_numpy(np.asarray(x, np.float64))).numpy()
+
+    def inverse(self, y, right) -> np.ndarray:
+        """f⁻¹(y) on a branch (float64 bisection; y clamped to the branch's range)."""
+        y = np.asarray(y, np.float64)
+        right = np.broadcast_to(np.asarray(right, bool), y.shape)
+        lo = np.where(right, self.T, -60.0)
+        hi = np.where(right, np.maximum(y, 0) + 60.0, self.T)
+        for _ in range(120):
+            mid = 0.5 * (lo + hi)
+            up = (self._f(mid) < y) == right        # f increasing right, decreasing left
+            lo, hi = np.where(up, mid, lo), np.where(up, hi, mid)
+        return 0.5 * (lo + hi)
+
+    def _fit(self, u0, u1, y_of_u, right) -> _Fit:
+        s = np.cos(np.pi * (np.arange(_DEGREE + 1) + 0.5) / (_DEGREE + 1))[::-1]
+        h = (u1 - u0) / _PIECES
+        u = u0 + (np.arange(_PIECES)[:, None] + (s[None, :] + 1) / 2) * h
+        g = self._d(self.inverse(y_of_u(u), right))
+        coef = np.stack([np.polynomial.chebyshev.cheb2poly(
+            np.polynomial.chebyshev.chebfit(s, gi, _DEGREE))[::-1] for gi in g])
+        return _Fit(float(u0), float(u1), coef)
+
+    def __call__(self, y, right) -> np.ndarray:
+        """f'(f⁻¹(y)) from the fits (float64 reference of the kernel)."""
+        y = np.asarray(y, np.float64)
+        right = np.broadcast_to(np.asarray(right, bool), y.shape)
+        t = np.sqrt(np.maximum(y - self.ymin, 0.0))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = np.log(-y)
+        out = np.where(right, np.where(t >= self.t_right, 1.0, self.right(t)),
+                       np.where(t <= self.t_left, self.near(t),
+                                np.where(z < self.z_tail, 0.0, self.tail(z))))
+        return np.where(np.isnan(y), np.nan, out)
+
+    # --- tables for the information-limited region -------------------------------------
+
+    @cached_property
+    def window(self) -> tuple[np.float32, np.float32]:
+        """The float32 x range whose forward output is rounded from float64."""
+        return np.float32(self.T - _WINDOW_DX), np.float32(self.T + _WINDOW_DX)
+
+    def forward32(self, x: torch.Tensor) -> torch.Tensor:
+        """The float32 forward: native, but rounded from float64 inside the window."""
+        y = self.act.native(x)
+        lo, hi = self.window
+        near = torch.nonzero((x >= float(lo)) & (x <= float(hi)), as_tuple=True)
+        y[near] = self.act.f(x[near]).to(torch.float32)
+        return y
+
+    @cached_property
+    def window32(self):
+        """float32 y near the minimum: (first uint32 pattern, levels[2, count]).
+
+        levels[b, i] is the midpoint of f' over every float32 x on branch b (1 =
+        right) whose forward (:meth:`forward32`) gives the y with pattern first + i;
+        NaN where no float32 x does (the fits take over).
+        """
+        lo, hi = self.window
+        bits = np.arange(hi.view(np.uint32), lo.view(np.uint32) + 1, dtype=np.uint32)
+        x = bits.view(np.float32)                 # every float32 in [T - dx, T + dx]
+        y = self.forward32(torch.from_numpy(x)).numpy()
+        # only the y values whose every preimage lies inside the enumerated x range
+        y_cut = min(y[0], y[-1]) - 64 * np.spacing(np.abs(y[0]))
+        keep = y < y_cut
+        x, y = x[keep], y[keep]
+        yb = y.view(np.uint32)                    # negative: larger |y|, larger pattern
+        first = int(yb.min())
+        count = int(yb.max()) - first + 1
+        right = (x.astype(np.float64) > self.T).astype(np.int64)
+        d = self._d(x.astype(np.float64))
+        lo_d = np.full((2, count), np.inf)
+        hi_d = np.full((2, count), -np.inf)
+        np.minimum.at(lo_d, (right, yb - first), d)
+        np.maximum.at(hi_d, (right, yb - first), d)
+        levels = np.where(np.isfinite(lo_d), 0.5 * (np.nan_to_num(lo_d) + np.nan_to_num(hi_d)), np.nan)
+        return first, levels
+
+    def table16(self, dtype: torch.dtype) -> torch.Tensor:
+        """bfloat16/float16: levels[2, 65536] for every y pattern and branch (midpoints
+        over all 16-bit inputs; the fits where no input gives that y)."""
+        cache = self.__dict__.setdefault("_tables16", {})
+        if dtype not in cache:
+            x = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(dtype)
+            y = self.act.native(x)
+            xd = x.double().numpy()
+            ok = np.isfinite(xd) & np.isfinite(y.double().numpy())
+            yb = y.view(torch.int16).numpy().astype(np.int64) & 0xFFFF
+            right = (xd > self.T).astype(np.int64)
+            d = self._d(np.where(ok, xd, 0.0))
+            lo_d = np.full((2, 1 << 16), np.inf)
+            hi_d = np.full((2, 1 << 16), -np.inf)
+            np.minimum.at(lo_d, (right[ok], yb[ok]), d[ok])
+            np.maximum.at(hi_d, (right[ok], yb[ok]), d[ok])
+            yall = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(dtype)
+            yall = yall.double().numpy()
+            fit = np.stack([self(yall, False), self(yall, True)])
+            fit[1, np.isposinf(yall)] = 1.0
+            cache[dtype] = torch.from_numpy(
+                np.where(np.isfinite(lo_d), 0.5 * (np.nan_to_num(lo_d) + np.nan_to_num(hi_d)), fit))
+        return cache[dtype]
+
+    # --- the fast path --------------------------------------------------------------
+
+    @cached_property
+    def _kernel_args(self):
+        first, levels = self.window32
+        return (self.ymin, self.right.coef, self.t_right, self.near.coef, self.t_left,
+                self.tail.coef, self.z_tail, self.z_left, first, levels.astype(np.float64))
+
+    def scale(self, grad: torch.Tensor, y: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+        """grad * f'(f⁻¹(y)) with the branch bits of ``packed``."""
+        if grad.device.type == "cpu" and y.dtype in (torch.float32, torch.float64) \
+                and grad.dtype == y.dtype:
+            g = grad.contiguous()
+            yc = y.detach().contiguous()
+            out = torch.empty_like(g)
+            K.inverted_scale(g.view(-1).numpy(), yc.view(-1).numpy(), packed.numpy(),
+                             y.dtype == torch.float32, *self._kernel_args,
+                             out.view(-1).numpy())
+            return out
+        right = unpack_bits(packed, 1, y.numel()).to(torch.int64).to(y.device)
+        if y.dtype in (torch.bfloat16, torch.float16):
+            code = y.detach().reshape(-1).view(torch.int16).to(torch.int64) & 0xFFFF
+            d = self.table16(y.dtype).to(y.device)[right, code]
+        else:
+            d = torch.from_numpy(self(y.detach().reshape(-1).double().cpu().numpy(),
+                                      right.cpu().numpy().astype(bool))).to(y.device)
+        return grad * d.to(grad.dtype).view(grad.shape)
+
+
+_INVERTERS: dict = {}
+
+
+def inverter(act) -> Inverter:
+    """The (cached) :class:`Inverter` of an activation name or Activation."""
+    a = activation(act)
+    if a not in _INVERTERS:
+        _INVERTERS[a] = Inverter(a)
+    return _INVERTERS[a]
+
+
+class _Inverted(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, inv: Inverter):
+        y = inv.forward32(x) if x.dtype == torch.float32 else inv.act.native(x)
+        mask = torch.empty(packed_nbytes(x.numel(), 1), dtype=torch.uint8, device=x.device)
+        if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+            xs = x.detach().contiguous().view(-1).numpy()
+            K.index_pack(xs, K.thresholds(np.array([inv.T]), xs.dtype), 1, False,
+                         mask.numpy())
+        else:
+            from .packing import pack_bits
+            mask = pack_bits((x.detach().reshape(-1).double() > inv.T).to(torch.uint8), 1)
+        ctx.save_for_backward(y, mask)
+        ctx.inv = inv
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        y, mask = ctx.saved_tensors
+        return ctx.inv.scale(grad, y, mask), None
+
+
+def inverted(x: torch.Tensor, act="gelu") -> torch.Tensor:
+    """``act(x)`` saving its output and a 1-bit branch mask for backward."""
+    check_input(x)
+    inv = inverter(act)
+    if not (torch.is_grad_enabled() and x.requires_grad):
+        return inv.act.native(x)
+    return _Inverted.apply(x, inv)
+
+
+class InvertedActivation(nn.Module):
+    """nn.Module form of :func:`inverted`."""
+
+    def __init__(self, act="gelu"):
+        super().__init__()
+        self.act = activation(act)
+        inverter(self.act)                         # fail early, build the fits now
+
+    def forward(self, x):
+        return inverted(x, self.act)
+
+    def extra_repr(self) -> str:
+        return self.act.label
+
+
+class InvGELU(InvertedActivation):
+    """Inverted GELU; ``approximate`` as in nn.GELU."""
+
+    def __init__(self, approximate: str = "none"):
+        super().__init__(gelu_name(approximate))
+
+
+class InvSiLU(InvertedActivation):
+    """Inverted SiLU (Swish)."""
+
+    def __init__(self):
+        super().__init__("silu")
+
+
+class InvMish(InvertedActivation):
+    """Inverted Mish."""
+
+    def __init__(self):
+        super().__init__("mish")
