@@ -17,6 +17,10 @@ kernels then run with ``fmt=float32`` and skip a second rounding pass
 """
 from __future__ import annotations
 
+import math
+from contextlib import contextmanager
+
+import numba
 import numpy as np
 import torch
 
@@ -66,6 +70,39 @@ def round_np(x: np.ndarray, fmt: emu.Format, rounding: str) -> np.ndarray:
     return np.asarray(emu.quantize(x, fmt, rounding))
 
 
+def _start_numba_threads():
+    """Start Numba's thread pool now, keeping torch's thread count: with the OpenMP
+    threading layer, starting the pool sets the OpenMP thread count that torch shares
+    to NUMBA_NUM_THREADS, which would silently undo an earlier torch.set_num_threads."""
+    n = torch.get_num_threads()
+    numba.get_num_threads()
+    torch.set_num_threads(n)
+
+
+_start_numba_threads()
+
+#: below this much work (elements, or multiply-adds for a matmul) emu runs on one
+#: thread: waking a second one costs more than it saves, and on a loaded machine a
+#: parallel region can wait milliseconds for a descheduled worker
+SERIAL_WORK = 1 << 18
+
+
+@contextmanager
+def emu_threads(work: int):
+    """Numba threads for an emu call: one for small work, else as many as torch uses."""
+    n = 1 if work < SERIAL_WORK else max(1, min(torch.get_num_threads(),
+                                                numba.config.NUMBA_NUM_THREADS))
+    old = numba.get_num_threads()
+    if n == old:
+        yield
+        return
+    numba.set_num_threads(n)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(old)
+
+
 def kernel_fmt(fmt: emu.Format) -> emu.Format:
     """The format to hand emu's matmul kernels once operands are values of ``fmt``."""
     return emu.float32 if fmt.exp_bits == 8 else fmt
@@ -96,23 +133,34 @@ def _grad_out(g, operand) -> torch.Tensor:
     return g.to(dtype)
 
 
+def _matmul_work(a, b) -> int:
+    """Multiply-adds of torch.matmul(a, b)."""
+    m = a.shape[-2] if a.dim() > 1 else 1
+    n = b.shape[-1] if b.dim() > 1 else 1
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return math.prod(batch) * m * n * a.shape[-1]
+
+
 class PAMMatmul(torch.autograd.Function):
     """PAM matmul with torch.matmul's shapes; backward 'approx' or 'exact' (emu.grad)."""
 
     @staticmethod
     def forward(ctx, a, b, fmt, acc, kind, rounding):
-        A, B = _rounded(ctx, (a, b), fmt, rounding)
-        C = emu.pam_matmul(A, B, kernel_fmt(fmt), acc)
-        ctx.meta = (fmt, acc, kind, rounding)
+        work = _matmul_work(a, b)
+        with emu_threads(work):
+            A, B = _rounded(ctx, (a, b), fmt, rounding)
+            C = emu.pam_matmul(A, B, kernel_fmt(fmt), acc)
+        ctx.meta = (fmt, acc, kind, rounding, work)
         return from_np(C, torch.promote_types(a.dtype, b.dtype))
 
     @staticmethod
     def backward(ctx, dc):
-        fmt, acc, kind, rounding = ctx.meta
+        fmt, acc, kind, rounding, work = ctx.meta
         a, b = ctx.saved_tensors
         need = ctx.needs_input_grad[:2]
-        dA, dB = G.pam_matmul(to_np(a), to_np(b), round_np(to_np(dc), fmt, rounding),
-                              kernel_fmt(fmt), acc, kind, need=need)
+        with emu_threads(work):
+            dA, dB = G.pam_matmul(to_np(a), to_np(b), round_np(to_np(dc), fmt, rounding),
+                                  kernel_fmt(fmt), acc, kind, need=need)
         return (_grad_out(dA, ctx.operands[0]) if need[0] else None,
                 _grad_out(dB, ctx.operands[1]) if need[1] else None, None, None, None, None)
 
@@ -131,15 +179,19 @@ class PABinary(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a, b, op, fmt, kind, rounding):
-        A, B = _rounded(ctx, (a, b), fmt, rounding)
+        with emu_threads(max(a.numel(), b.numel())):
+            A, B = _rounded(ctx, (a, b), fmt, rounding)
+            y = _FORWARD[op](A, B, fmt)
         ctx.meta = (op, fmt, kind, rounding)
-        return from_np(_FORWARD[op](A, B, fmt), torch.promote_types(a.dtype, b.dtype))
+        return from_np(y, torch.promote_types(a.dtype, b.dtype))
 
     @staticmethod
     def backward(ctx, dy):
         op, fmt, kind, rounding = ctx.meta
         a, b = ctx.saved_tensors
-        da, db = _GRAD[op](to_np(a), to_np(b), round_np(to_np(dy), fmt, rounding), fmt, kind)
+        with emu_threads(dy.numel()):
+            da, db = _GRAD[op](to_np(a), to_np(b), round_np(to_np(dy), fmt, rounding), fmt,
+                               kind)
         need = ctx.needs_input_grad
         return (_grad_out(da, ctx.operands[0]) if need[0] else None,
                 _grad_out(db, ctx.operands[1]) if need[1] else None, None, None, None, None)
@@ -150,13 +202,16 @@ class PAUnary(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, op, fmt, kind, rounding):
-        (X,) = _rounded(ctx, (x,), fmt, rounding)
+        with emu_threads(x.numel()):
+            (X,) = _rounded(ctx, (x,), fmt, rounding)
+            y = _FORWARD[op](X, fmt)
         ctx.meta = (op, fmt, kind, rounding)
-        return from_np(_FORWARD[op](X, fmt), x.dtype)
+        return from_np(y, x.dtype)
 
     @staticmethod
     def backward(ctx, dy):
         op, fmt, kind, rounding = ctx.meta
         (x,) = ctx.saved_tensors
-        dx = _GRAD[op](to_np(x), round_np(to_np(dy), fmt, rounding), fmt, kind)
+        with emu_threads(dy.numel()):
+            dx = _GRAD[op](to_np(x), round_np(to_np(dy), fmt, rounding), fmt, kind)
         return _grad_out(dx, ctx.operands[0]), None, None, None, None

@@ -113,16 +113,16 @@ class PAMConfig:
         return hash((self.fmt, self._kinds, self.ops, self.rounding, self.acc, self.pa_fmt))
 
     def describe(self) -> str:
-        """One line for tables and logs, e.g. 'bf16 matmul+softmax approx'."""
+        """One line for tables and logs, e.g. 'bfloat16 all-ops approx (exact: loss)'."""
         if self.fmt is None or not self.ops:
             return "native"
-        ops = "+".join(op for op in OPS if op in self.ops)
-        kinds = {self.kind(op) for op in self.ops if op != "optimizer"} or {"approx"}
-        if len(kinds) == 1:
-            bwd = kinds.pop()
+        ops = "all-ops" if self.ops == set(OPS) else "+".join(op for op in OPS if op in self.ops)
+        groups = [op for op in OPS if op in self.ops and op != "optimizer"] or ["matmul"]
+        exact = [op for op in groups if self.kind(op) == "exact"]
+        if not exact or len(exact) == len(groups):
+            bwd = "exact" if exact else "approx"
         else:
-            bwd = ",".join(f"{op}={self.kind(op)}" for op in OPS
-                           if op in self.ops and op != "optimizer")
+            bwd = f"approx (exact: {','.join(exact)})"
         pa = "" if self.pa_fmt == emu.float32 else f" pa_fmt={self.pa_fmt.name}"
         rnd = "" if self.rounding == "nearest_even" else f" {self.rounding}"
         return f"{self.fmt.name} {ops} {bwd}{pa}{rnd}"

@@ -20,7 +20,7 @@ import torch
 
 import emu
 
-from ._core import from_np, round_np, to_np
+from ._core import emu_threads, from_np, round_np, to_np
 from .config import PAMConfig
 
 __all__ = ["PAAdamW", "PASGD", "make_optimizer"]
@@ -106,12 +106,13 @@ class PAAdamW(torch.optim.AdamW):
                 if group["maximize"]:
                     g = -g
                 P, M, V = to_np(p), to_np(state["exp_avg"]), to_np(state["exp_avg_sq"])
-                if wd != 0:
-                    P = P - ops.mul(P, lr * wd)
-                M = M + ops.mul(g - M, 1 - b1)
-                V = V + ops.mul(ops.mul(g, g) - V, 1 - b2)
-                denom = ops.div(ops.sqrt(V), math.sqrt(1 - b2 ** t)) + np.float32(eps)
-                P = P - ops.mul(ops.div(M, denom), lr / (1 - b1 ** t))
+                with emu_threads(p.numel()):
+                    if wd != 0:
+                        P = P - ops.mul(P, lr * wd)
+                    M = M + ops.mul(g - M, 1 - b1)
+                    V = V + ops.mul(ops.mul(g, g) - V, 1 - b2)
+                    denom = ops.div(ops.sqrt(V), math.sqrt(1 - b2 ** t)) + np.float32(eps)
+                    P = P - ops.mul(ops.div(M, denom), lr / (1 - b1 ** t))
                 _write(state["exp_avg"], M)
                 _write(state["exp_avg_sq"], V)
                 _write(p, P)
@@ -146,29 +147,32 @@ class PASGD(torch.optim.SGD):
         ops = _PAOps(self.config)
         for group in self.param_groups:
             lr, wd = float(group["lr"]), float(group["weight_decay"])
-            mu, damp = float(group["momentum"]), float(group["dampening"])
             for p in group["params"]:
-                if p.grad is None:
-                    continue
-                d = to_np(p.grad)
-                if group["maximize"]:
-                    d = -d
-                P = to_np(p)
-                if wd != 0:
-                    d = d + ops.mul(P, wd)
-                if mu != 0:
-                    state = self.state[p]
-                    buf = state.get("momentum_buffer")
-                    if buf is None:
-                        new = np.array(d, np.float32)
-                        state["momentum_buffer"] = from_np(new, torch.float32).to(p.dtype)
-                    else:
-                        step = ops.mul(d, 1 - damp) if damp != 0 else d
-                        new = ops.mul(to_np(buf), mu) + step
-                        _write(buf, new)
-                    d = d + ops.mul(new, mu) if group["nesterov"] else new
-                _write(p, P - ops.mul(d, lr))
+                if p.grad is not None:
+                    with emu_threads(p.numel()):
+                        self._update(p, group, ops, lr, wd)
         return loss
+
+    def _update(self, p, group, ops, lr, wd):
+        mu, damp = float(group["momentum"]), float(group["dampening"])
+        d = to_np(p.grad)
+        if group["maximize"]:
+            d = -d
+        P = to_np(p)
+        if wd != 0:
+            d = d + ops.mul(P, wd)
+        if mu != 0:
+            state = self.state[p]
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                new = np.array(d, np.float32)
+                state["momentum_buffer"] = from_np(new, torch.float32).to(p.dtype)
+            else:
+                step = ops.mul(d, 1 - damp) if damp != 0 else d
+                new = ops.mul(to_np(buf), mu) + step
+                _write(buf, new)
+            d = d + ops.mul(new, mu) if group["nesterov"] else new
+        _write(p, P - ops.mul(d, lr))
 
 
 def make_optimizer(name: str, params, config: PAMConfig | None = None, **hyper):
