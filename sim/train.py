@@ -346,3 +346,43 @@ def plot_runs(spec: TrainSpec, runs: list[RunResult], path: Path, title: str = "
 def mean_std(values) -> tuple[float, float]:
     v = np.asarray(values, np.float64)
     return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
+
+
+def fmt_metric(key: str, run: RunResult) -> str:
+    v = run.final.get(key, float("nan"))
+    return f"{100 * v:.2f}%" if key == "acc" else f"{v:.4f}"
+
+
+def summary(key: str, runs: list[RunResult]) -> tuple[float, float]:
+    """Mean and std over seeds of the final headline metric (acc in %)."""
+    scale = 100 if key == "acc" else 1
+    return mean_std([scale * r.final.get(key, float("nan")) for r in runs])
+
+
+def higher_is_better(key: str) -> bool:
+    return key == "acc"
+
+
+def cell(key: str, runs: list[RunResult], base: float | None = None) -> str:
+    """'mean ± std [change]' as in the paper's tables."""
+    m, s = summary(key, runs)
+    unit = "%" if key == "acc" else ""
+    text = f"{m:.2f}{unit} ± {s:.2f}" if key == "acc" else f"{m:.4f} ± {s:.4f}"
+    if base is not None:
+        text += f" [{m - base:+.2f}]" if key == "acc" else f" [{m - base:+.4f}]"
+    n_div = sum(r.diverged for r in runs)
+    return text + (f" ({n_div} diverged)" if n_div else "")
+
+
+def seed_table(spec: TrainSpec, rows) -> str:
+    """One line per (name, config, runs) row: the metric's mean ± std over seeds and its
+    change from the first row (the baseline)."""
+    key, label = metric_names(spec)
+    base = summary(key, rows[0][2])[0]
+    head = f"{'run':24}  {label + ' (mean ± std [change])':40}  {'seeds':>5}  {'time/run':>8}"
+    lines = [head, "-" * len(head)]
+    for i, (name, _, runs) in enumerate(rows):
+        t = float(np.mean([r.seconds for r in runs]))
+        lines.append(f"{name:24}  {cell(key, runs, None if i == 0 else base):40}  "
+                     f"{len(runs):5d}  {t:7.1f}s")
+    return "\n".join(lines)

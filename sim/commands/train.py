@@ -62,12 +62,13 @@ def set_threads(args):
 
 def spec_from_args(args, **override):
     from sim.train import TrainSpec
-    return TrainSpec(data=args.data, model=args.model, epochs=args.epochs,
-                     batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,
-                     label_smoothing=args.label_smoothing, optimizer=args.optimizer,
-                     max_steps=args.max_steps, train_subset=args.train_subset, dim=args.dim,
-                     depth=args.depth, steps_per_epoch=args.steps_per_epoch,
-                     seed=getattr(args, "seed", 0), **override)
+    kw = dict(data=args.data, model=args.model, epochs=args.epochs,
+              batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,
+              label_smoothing=args.label_smoothing, optimizer=args.optimizer,
+              max_steps=args.max_steps, train_subset=args.train_subset, dim=args.dim,
+              depth=args.depth, steps_per_epoch=args.steps_per_epoch,
+              seed=getattr(args, "seed", 0))
+    return TrainSpec(**{**kw, **override})
 
 
 def register(sub):
