@@ -219,14 +219,45 @@ def _schedule(opt, total, warmup):
     return torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
+def world() -> tuple[int, int]:
+    """(rank, size) of this process's torch.distributed group; (0, 1) outside one."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _shard(x, y, rank, size):
+    """This rank's equal share of a global batch; the remainder (fewer than ``size``
+    examples) is dropped so DDP's mean of shard means is the global-batch mean."""
+    n = len(y) // size
+    return x[rank * n:(rank + 1) * n], y[rank * n:(rank + 1) * n]
+
+
 def train(spec: TrainSpec, config: tb.PAMConfig | None, name: str | None = None,
           progress: bool = True) -> RunResult:
-    """Train ``spec``'s model under ``config`` (None: native float32) on ``spec.seed``."""
+    """Train ``spec``'s model under ``config`` (None: native float32) on ``spec.seed``.
+
+    Inside a torch.distributed group of N > 1 processes (sim.train_distributed) this is
+    data-parallel training with DistributedDataParallel: every rank draws the same global
+    batch, trains on its 1/N share, and DDP averages the gradients; ``batch_size`` is the
+    global batch.  Rank 0 evaluates, shows progress and holds the complete result.
+    """
     from tqdm.auto import tqdm
+    rank, size = world()
+    if spec.batch_size < size:
+        raise ValueError(f"batch_size={spec.batch_size} is smaller than the {size} processes")
     data = _dataset(spec)
     torch.manual_seed(spec.seed)
     model = build_model(spec.model, **data.model_kwargs(spec))
     tb.convert(model, config)
+    net = model
+    if size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+        net = DistributedDataParallel(model)
+        # distinct stochastic-rounding streams per rank (rank 0 keeps the 1-process one)
+        if rank:
+            torch.manual_seed(spec.seed * 65537 + rank)
     total = spec.epochs * data.steps_per_epoch
     if spec.max_steps:
         total = min(total, spec.max_steps)
@@ -240,15 +271,20 @@ def train(spec: TrainSpec, config: tb.PAMConfig | None, name: str | None = None,
                     "native float32" if config is None else config.describe(), spec.seed)
     t0 = time.perf_counter()
     bar = tqdm(total=total, desc=f"{res.name} ({res.config})",
-               disable=None if progress else True, leave=False, dynamic_ncols=True)
+               disable=None if progress and rank == 0 else True, leave=False,
+               dynamic_ncols=True)
     step = 0
     for epoch in range(spec.epochs):
         for x, y in data.epoch():
-            logits = model(x)
+            if size > 1:
+                x, y = _shard(x, y, rank, size)
+                if not len(y):
+                    continue
+            logits = net(x)
             loss = tb.functional.cross_entropy(*_flat(logits, y),
                                                label_smoothing=spec.label_smoothing,
                                                config=config)
-            value = loss.item()
+            value = loss.item() if size == 1 else _global_mean(loss)
             res.step_loss.append(value)
             if not math.isfinite(value):
                 res.diverged = True
@@ -263,10 +299,11 @@ def train(spec: TrainSpec, config: tb.PAMConfig | None, name: str | None = None,
                 bar.set_postfix(loss=f"{np.mean(res.step_loss[-10:]):.3f}")
             if step >= total:
                 break
-        ev = evaluate(model, data, text)
-        ev.update(epoch=epoch + 1, step=step,
-                  train_loss=float(np.mean(res.step_loss[-data.steps_per_epoch:])))
-        res.evals.append(ev)
+        if rank == 0:
+            ev = evaluate(model, data, text)
+            ev.update(epoch=epoch + 1, step=step,
+                      train_loss=float(np.mean(res.step_loss[-data.steps_per_epoch:])))
+            res.evals.append(ev)
         if res.diverged or step >= total:
             break
     bar.close()
@@ -275,14 +312,25 @@ def train(spec: TrainSpec, config: tb.PAMConfig | None, name: str | None = None,
     return res
 
 
+def _global_mean(loss: torch.Tensor) -> float:
+    """The mean over ranks of the shard losses (what DDP's gradient is the gradient of)."""
+    import torch.distributed as dist
+    t = loss.detach().reshape(1).clone()
+    dist.all_reduce(t)
+    return t.item() / dist.get_world_size()
+
+
 def cached_baseline(spec: TrainSpec, cache_dir: Path | None, progress=True) -> tuple:
     """The native float32 run of ``spec``: from ``cache_dir`` if present, else trained
-    (and stored).  Returns (result, whether it came from the cache)."""
-    path = None if cache_dir is None else Path(cache_dir) / f"baseline-{spec.key()}.json"
+    (and stored by rank 0).  Returns (result, whether it came from the cache).  A
+    data-parallel baseline is cached apart from the 1-process one (different rounding)."""
+    rank, size = world()
+    tag = f"-ddp{size}" if size > 1 else ""
+    path = None if cache_dir is None else Path(cache_dir) / f"baseline-{spec.key()}{tag}.json"
     if path is not None and path.exists():
         return RunResult.from_json(json.loads(path.read_text())), True
     res = train(spec, None, "float32", progress)
-    if path is not None:
+    if path is not None and rank == 0:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(res.to_json()))
     return res, False

@@ -94,6 +94,9 @@ def register(sub):
     p.add_argument("--no-cache", action="store_true",
                    help="always retrain the float32 baseline (default: reuse a cached one)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--nproc", type=int, default=1,
+                   help="data-parallel processes (DDP over gloo on this CPU; --batch-size is "
+                        "the global batch).  Under torchrun: its WORLD_SIZE")
     p.set_defaults(run=run)
 
 
@@ -107,21 +110,39 @@ def config_from_args(args):
                      pa_fmt=args.pa_fmt)
 
 
-def run(args) -> int:
+def _job(spec, config, cache_dir, progress):
+    """The float32 baseline (cached) and the PAM run, on every rank of a DDP group."""
     from sim import train as T
+    base, cached = T.cached_baseline(spec, cache_dir, progress=progress)
+    return base, cached, T.train(spec, config, "PAM", progress=progress)
+
+
+def run(args) -> int:
+    import os
+
+    from sim import train_distributed as TD
+    nproc = TD.torchrun_world_size() or args.nproc
     try:
         spec = spec_from_args(args)
         config = config_from_args(args)
         set_threads(args)
+        if not 1 <= nproc <= spec.batch_size:
+            raise ValueError(f"nproc must lie in [1, batch_size={spec.batch_size}], got {nproc}")
     except ValueError as exc:
         print(f"pamsim train: error: {exc}")
         return 2
+    from sim import train as T
     out = Path(args.out)
-    print(f"pamsim train: {spec.label()}, {spec.epochs} epochs, seed {spec.seed}; "
-          f"PAM config: {config.describe()}")
-    base, cached = T.cached_baseline(spec, None if args.no_cache else out / "cache",
-                                     progress=not args.quiet)
-    pam = T.train(spec, config, "PAM", progress=not args.quiet)
+    rank0 = int(os.environ.get("RANK", "0")) == 0
+    if rank0:
+        ddp = f"; DDP on {nproc} processes (gloo)" if nproc > 1 else ""
+        print(f"pamsim train: {spec.label()}, {spec.epochs} epochs, seed {spec.seed}; "
+              f"PAM config: {config.describe()}{ddp}", flush=True)
+    base, cached, pam = TD.run(_job, nproc, spec, config,
+                               None if args.no_cache else out / "cache", not args.quiet,
+                               threads=args.threads)
+    if not rank0:
+        return 0
     print(T.comparison_table(spec, [base, pam]))
     if cached:
         print(f"(float32 baseline reused from {out / 'cache'}; --no-cache retrains it)")
@@ -129,7 +150,7 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     js = out / f"{stem}.json"
     png = out / f"{stem}.png"
-    js.write_text(json.dumps({"spec": spec.__dict__, "config": config.describe(),
+    js.write_text(json.dumps({"spec": spec.__dict__, "config": config.describe(), "nproc": nproc,
                               "baseline_cached": cached,
                               "runs": [base.to_json(), pam.to_json()]}, indent=1))
     T.plot_runs(spec, [base, pam], png)
