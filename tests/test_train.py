@@ -4,10 +4,22 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 import torch_bridge as tb
 from sim import train as T
 from sim.cli import main
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread, as ``pamsim train`` uses by default (--threads 1): these small
+    models are per-op overhead, and on a loaded machine a parallel region waits for
+    descheduled workers (measured: the charlm test 148 s at 2 threads under load)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 def losses_fall(run, k=8):
