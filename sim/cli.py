@@ -12,7 +12,7 @@ import sys
 import emu
 
 #: What bare ``pamsim`` runs: the main job on its embedded default.
-DEFAULT_ARGV = ["error", "--png", "out/pam_error_bf16.png"]
+DEFAULT_ARGV = ["train"]
 
 
 def format_arg(text: str):

@@ -27,8 +27,13 @@ def test_bare_pamsim_runs_the_main_job(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "sim.cli"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    assert "bfloat16" in proc.stdout and "-11.1111%" in proc.stdout
-    assert (tmp_path / "out" / "pam_error_bf16.png").exists()
+    # the main job: digits MLP trained on bf16 PA hardware next to its float32 baseline
+    assert "pamsim train: mlp on digits" in proc.stdout and "native float32" in proc.stdout
+    assert "bfloat16 all-ops approx (exact: loss)" in proc.stdout
+    out = tmp_path / "out" / "train"
+    js = json.loads((out / "train_digits_mlp_bfloat16.json").read_text())
+    assert [r["evals"][-1]["acc"] > 0.9 for r in js["runs"]] == [True, True]
+    assert (out / "train_digits_mlp_bfloat16.png").exists()
 
 
 def test_bench_quick(capsys, tmp_path):

@@ -1,6 +1,33 @@
-"""torch_bridge — PyTorch drop-ins that run models on emulated PAM hardware.
+"""torch_bridge — PyTorch drop-ins that run models on emulated PAM hardware (CPU).
 
-What belongs here: PAM matmul/linear/conv/attention, PA softmax, layer norm, loss
-and optimizers with exact or approximate derivatives, narrow mantissas, model
-conversion and memory-saving activations — all numerics taken from emu.
+Kosson & Jaggi, "Multiplication-Free Transformer Training via Piecewise Affine
+Operations": every number comes from :mod:`emu` (forward) and :mod:`emu.grad`
+(backward, exact or approximate derivatives of Table 1).
+
+* :class:`PAMConfig` — format, op groups (matmul, softmax, layernorm, loss,
+  optimizer), derivative kind per group, rounding; ``None`` means native torch.
+* :func:`convert` — swap a model's Linear/Conv2d/LayerNorm/MultiheadAttention/
+  Softmax/CrossEntropyLoss for the drop-ins (:mod:`torch_bridge.modules`), in place.
+* :func:`pam_mode` — a TorchFunctionMode that routes torch.matmul, F.linear,
+  F.conv2d, softmax, layer_norm, cross_entropy, attention of unmodified models.
+* :mod:`torch_bridge.functional` — the PA primitives and composites.
+* :class:`PAAdamW`, :class:`PASGD` — optimizers with PA arithmetic.
+
+See docs/torch_bridge.md.
 """
+from . import functional
+from .config import OPS, PAMConfig
+from .convert import convert
+from .functional import (pa_cross_entropy, pa_div, pa_exp, pa_exp2, pa_layer_norm, pa_log,
+                         pa_log2, pa_softmax, pa_sqrt, pam_conv2d, pam_linear, pam_matmul,
+                         pam_mul)
+from .mode import pam_mode
+from .modules import (PACrossEntropyLoss, PALayerNorm, PAMConv2d, PAMLinear,
+                      PAMultiheadAttention, PASoftmax)
+from .optim import PAAdamW, PASGD, make_optimizer
+
+__all__ = ["PAMConfig", "OPS", "convert", "pam_mode", "functional", "pam_matmul",
+           "pam_linear", "pam_conv2d", "pam_mul", "pa_div", "pa_exp2", "pa_log2", "pa_exp",
+           "pa_log", "pa_sqrt", "pa_softmax", "pa_layer_norm", "pa_cross_entropy",
+           "PAMLinear", "PAMConv2d", "PALayerNorm", "PASoftmax", "PAMultiheadAttention",
+           "PACrossEntropyLoss", "PAAdamW", "PASGD", "make_optimizer"]

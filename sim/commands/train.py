@@ -1,0 +1,158 @@
+"""``pamsim train``: train a model on emulated PA hardware and its float32 baseline."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import emu
+from sim.cli import format_arg
+
+OPS_HELP = ("comma-separated op groups made piecewise affine: matmul, softmax, layernorm, "
+            "loss, optimizer, or 'all' (default all: fully multiplication-free)")
+
+
+def ops_arg(text: str) -> frozenset:
+    """argparse type: 'all' or a comma-separated list of op groups."""
+    import argparse
+
+    from torch_bridge import OPS
+    names = OPS if text == "all" else tuple(s.strip() for s in text.split(",") if s.strip())
+    bad = sorted(set(names) - set(OPS))
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown op group(s) {bad or [text]}; expected "
+                                         f"'all' or names from {OPS}")
+    return frozenset(names)
+
+
+def add_spec_arguments(p, epochs_default: int):
+    """The options every training command shares (data, model, schedule, seed)."""
+    from sim.train import DATASETS, MODELS
+    p.add_argument("--data", choices=DATASETS, default="digits",
+                   help="digits (sklearn 8x8, default), mnist (5,000-image subset) or text "
+                        "(KJV characters)")
+    p.add_argument("--model", choices=MODELS, default="",
+                   help="default: mlp for digits, vit for mnist, charlm for text")
+    p.add_argument("--epochs", type=int, default=epochs_default)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
+    p.add_argument("--max-steps", type=int, default=0,
+                   help="stop each run after this many steps (0: all epochs)")
+    p.add_argument("--train-subset", type=int, default=0,
+                   help="train on only the first N training images (0: all)")
+    p.add_argument("--dim", type=int, default=0, help="transformer width (vit, charlm)")
+    p.add_argument("--depth", type=int, default=0, help="transformer blocks (vit, charlm)")
+    p.add_argument("--steps-per-epoch", type=int, default=100,
+                   help="text data: batches per epoch")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch and Numba threads (default 1: these small models are dominated "
+                        "by per-op overhead, and on a shared machine a parallel region waits "
+                        "for descheduled workers; 0 = torch's default)")
+
+
+def set_threads(args):
+    import torch
+    if args.threads < 0:
+        raise ValueError(f"threads must be >= 0, got {args.threads}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+
+def spec_from_args(args, **override):
+    from sim.train import TrainSpec
+    kw = dict(data=args.data, model=args.model, epochs=args.epochs,
+              batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,
+              label_smoothing=args.label_smoothing, optimizer=args.optimizer,
+              max_steps=args.max_steps, train_subset=args.train_subset, dim=args.dim,
+              depth=args.depth, steps_per_epoch=args.steps_per_epoch,
+              seed=getattr(args, "seed", 0))
+    return TrainSpec(**{**kw, **override})
+
+
+def register(sub):
+    p = sub.add_parser("train", help="train on emulated PA hardware next to a float32 baseline "
+                                     "(the main job)")
+    add_spec_arguments(p, epochs_default=12)
+    p.add_argument("--fmt", type=format_arg, default=emu.bfloat16,
+                   help="format of the PAM matmul operands (default bf16; e.g. float32, e8m4)")
+    p.add_argument("--ops", type=ops_arg, default=None, help=OPS_HELP)
+    p.add_argument("--backward", choices=("approx", "exact", "paper"), default="paper",
+                   help="derivative kind of every op group: approx, exact, or paper (default: "
+                        "approx except exact for the loss, the choice of the paper's "
+                        "section 3.4 / Table 3)")
+    p.add_argument("--exact", type=ops_arg, default=frozenset(),
+                   help="op groups that use the exact derivative regardless of --backward "
+                        "(e.g. 'loss', the paper's best choice)")
+    p.add_argument("--pa-fmt", type=format_arg, default=emu.float32,
+                   help="format of the elementwise PA ops (softmax, layernorm, loss, optimizer)")
+    p.add_argument("--rounding", choices=("nearest_even", "stochastic", "toward_zero"),
+                   default="nearest_even")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="out/train", help="directory for the JSON and PNG")
+    p.add_argument("--no-cache", action="store_true",
+                   help="always retrain the float32 baseline (default: reuse a cached one)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--nproc", type=int, default=1,
+                   help="data-parallel processes (DDP over gloo on this CPU; --batch-size is "
+                        "the global batch).  Under torchrun: its WORLD_SIZE")
+    p.set_defaults(run=run)
+
+
+def config_from_args(args):
+    from torch_bridge import OPS, PAMConfig
+    ops = args.ops if args.ops is not None else frozenset(OPS)
+    base = {op: ("exact" if args.backward == "paper" and op == "loss" else
+                 "approx" if args.backward == "paper" else args.backward) for op in OPS}
+    backward = {op: ("exact" if op in args.exact else base[op]) for op in OPS}
+    return PAMConfig(fmt=args.fmt, backward=backward, ops=ops, rounding=args.rounding,
+                     pa_fmt=args.pa_fmt)
+
+
+def _job(spec, config, cache_dir, progress):
+    """The float32 baseline (cached) and the PAM run, on every rank of a DDP group."""
+    from sim import train as T
+    base, cached = T.cached_baseline(spec, cache_dir, progress=progress)
+    return base, cached, T.train(spec, config, "PAM", progress=progress)
+
+
+def run(args) -> int:
+    import os
+
+    from sim import train_distributed as TD
+    nproc = TD.torchrun_world_size() or args.nproc
+    try:
+        spec = spec_from_args(args)
+        config = config_from_args(args)
+        set_threads(args)
+        if not 1 <= nproc <= spec.batch_size:
+            raise ValueError(f"nproc must lie in [1, batch_size={spec.batch_size}], got {nproc}")
+    except ValueError as exc:
+        print(f"pamsim train: error: {exc}")
+        return 2
+    from sim import train as T
+    out = Path(args.out)
+    rank0 = int(os.environ.get("RANK", "0")) == 0
+    if rank0:
+        ddp = f"; DDP on {nproc} processes (gloo)" if nproc > 1 else ""
+        print(f"pamsim train: {spec.label()}, {spec.epochs} epochs, seed {spec.seed}; "
+              f"PAM config: {config.describe()}{ddp}", flush=True)
+    base, cached, pam = TD.run(_job, nproc, spec, config,
+                               None if args.no_cache else out / "cache", not args.quiet,
+                               threads=args.threads)
+    if not rank0:
+        return 0
+    print(T.comparison_table(spec, [base, pam]))
+    if cached:
+        print(f"(float32 baseline reused from {out / 'cache'}; --no-cache retrains it)")
+    stem = f"train_{spec.data}_{spec.model}_{config.fmt.name}"
+    out.mkdir(parents=True, exist_ok=True)
+    js = out / f"{stem}.json"
+    png = out / f"{stem}.png"
+    js.write_text(json.dumps({"spec": spec.__dict__, "config": config.describe(), "nproc": nproc,
+                              "baseline_cached": cached,
+                              "runs": [base.to_json(), pam.to_json()]}, indent=1))
+    T.plot_runs(spec, [base, pam], png)
+    print(f"wrote {js} and {png}")
+    return 0

@@ -1,0 +1,436 @@
+"""Training simulations: train a model on emulated PA hardware next to its float32 baseline.
+
+The question (Kosson & Jaggi, sections 3.2-3.4 and Appendix D): does a network still
+train when its multiplications — matmuls, softmax, layer norm, loss, optimizer — are
+piecewise affine, at a given mantissa width and with exact or approximate derivatives?
+:func:`train` runs one configuration on one seed; the PAM run and the native float32
+baseline share the seed, so they start from the same weights and see the same batches.
+Every PA number comes from torch_bridge (hence emu).
+
+Data (offline, sim.data): ``digits`` (sklearn 8x8), ``mnist`` (5,000-image subset),
+``text`` (KJV characters, a causal character-level transformer).  Metrics are computed
+natively on the model's logits, so PAM and baseline are measured the same way:
+classification — test cross-entropy and accuracy; text — validation bits per
+character and next-character accuracy.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import torch_bridge as tb
+from sim.models import build_model
+
+DATASETS = ("digits", "mnist", "text")
+MODELS = ("mlp", "cnn", "vit", "charlm")
+DEFAULT_MODEL = {"digits": "mlp", "mnist": "vit", "text": "charlm"}
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """Everything about a training run except its PAMConfig (hashable, JSON-able)."""
+    data: str = "digits"
+    model: str = ""                      # "": the data set's default (DEFAULT_MODEL)
+    epochs: int = 12
+    batch_size: int = 64
+    lr: float = 3e-3
+    weight_decay: float = 0.01
+    label_smoothing: float = 0.1
+    warmup: float = 0.05                 # fraction of the steps with linear warm-up
+    seed: int = 0
+    optimizer: str = "adamw"
+    max_steps: int = 0                   # > 0: stop after this many steps (tests, quick runs)
+    train_subset: int = 0                # > 0: use only this many training examples
+    dim: int = 0                         # > 0: transformer width (vit, charlm)
+    depth: int = 0                       # > 0: transformer blocks (vit, charlm)
+    seq_len: int = 64                    # text: characters per sequence
+    steps_per_epoch: int = 100           # text: an "epoch" is this many batches
+    text_chars: int = 400_000            # text: the first characters of the KJV used
+
+    def __post_init__(self):
+        if self.data not in DATASETS:
+            raise ValueError(f"data={self.data!r}; expected one of {DATASETS}")
+        model = self.model or DEFAULT_MODEL[self.data]
+        if model not in MODELS:
+            raise ValueError(f"model={model!r}; expected one of {MODELS}")
+        if (self.data == "text") != (model == "charlm"):
+            raise ValueError(f"model={model!r} does not fit data={self.data!r}: the text data "
+                             "trains the charlm model, images train mlp, cnn or vit")
+        object.__setattr__(self, "model", model)
+        for name in ("epochs", "batch_size", "seq_len", "steps_per_epoch"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive int, got {getattr(self, name)!r}")
+        if self.optimizer not in ("adamw", "sgd"):
+            raise ValueError(f"optimizer={self.optimizer!r}; expected 'adamw' or 'sgd'")
+
+    def key(self) -> str:
+        """A short hash of the spec (and the torch version): the baseline cache key."""
+        blob = json.dumps([asdict(self), torch.__version__, 1], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def replace(self, **kw) -> "TrainSpec":
+        return TrainSpec(**{**asdict(self), **kw})
+
+    def label(self) -> str:
+        return f"{self.model} on {self.data}"
+
+
+@dataclass
+class RunResult:
+    """One training run: per-step training loss and per-epoch evaluations."""
+    name: str
+    config: str                          # PAMConfig.describe() or "native"
+    seed: int
+    step_loss: list = field(default_factory=list)
+    evals: list = field(default_factory=list)
+    seconds: float = 0.0
+    steps: int = 0
+    diverged: bool = False
+
+    @property
+    def final(self) -> dict:
+        return self.evals[-1] if self.evals else {}
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d) -> "RunResult":
+        return cls(**{f.name: d[f.name] for f in fields(cls)})
+
+
+# --- data ---------------------------------------------------------------------------------
+
+class _Images:
+    def __init__(self, spec: TrainSpec):
+        from sim import data
+        split = data.digits(spec.seed) if spec.data == "digits" else data.mnist(spec.seed)
+        x_train, y_train = split.x_train, split.y_train
+        if spec.train_subset:
+            x_train, y_train = x_train[:spec.train_subset], y_train[:spec.train_subset]
+        shape = (1, *split.image_shape)
+        self.x_train = torch.from_numpy(x_train).reshape(-1, *shape)
+        self.y_train = torch.from_numpy(y_train)
+        self.x_test = torch.from_numpy(split.x_test).reshape(-1, *shape)
+        self.y_test = torch.from_numpy(split.y_test)
+        self.side = split.image_shape[0]
+        self.batch = spec.batch_size
+        self.steps_per_epoch = math.ceil(len(self.y_train) / self.batch)
+        self.rng = np.random.default_rng(spec.seed)
+
+    def model_kwargs(self, spec):
+        if spec.model == "mlp":
+            return {"in_features": self.side * self.side}
+        if spec.model == "cnn":
+            return {"image_size": self.side}
+        kw = {"image_size": self.side, "patch": 2 if self.side == 8 else 7}
+        kw.update({k: v for k, v in (("dim", spec.dim), ("depth", spec.depth)) if v})
+        return kw
+
+    def epoch(self):
+        order = torch.from_numpy(self.rng.permutation(len(self.y_train)))
+        for i in range(0, len(order), self.batch):
+            idx = order[i:i + self.batch]
+            yield self.x_train[idx], self.y_train[idx]
+
+    def eval_batches(self):
+        for i in range(0, len(self.y_test), 500):
+            yield self.x_test[i:i + 500], self.y_test[i:i + 500]
+
+
+class _Text:
+    def __init__(self, spec: TrainSpec):
+        from sim import data
+        corpus = data.kjv_chars(spec.text_chars)
+        self.vocab = len(corpus.vocab)
+        self.train = torch.from_numpy(corpus.train)
+        self.val = torch.from_numpy(corpus.val)
+        self.L = spec.seq_len
+        self.batch = spec.batch_size
+        self.steps_per_epoch = spec.steps_per_epoch
+        self.rng = np.random.default_rng(spec.seed)
+        vrng = np.random.default_rng(12345)              # the same windows for every run
+        self.val_starts = torch.from_numpy(vrng.integers(0, len(self.val) - self.L - 1, 256))
+
+    def model_kwargs(self, spec):
+        kw = {"vocab": self.vocab, "seq_len": self.L}
+        kw.update({k: v for k, v in (("dim", spec.dim), ("depth", spec.depth)) if v})
+        return kw
+
+    def _windows(self, tokens, starts):
+        idx = starts[:, None] + torch.arange(self.L + 1)
+        w = tokens[idx]
+        return w[:, :-1], w[:, 1:]
+
+    def epoch(self):
+        for _ in range(self.steps_per_epoch):
+            starts = torch.from_numpy(self.rng.integers(0, len(self.train) - self.L - 1,
+                                                        self.batch))
+            yield self._windows(self.train, starts)
+
+    def eval_batches(self):
+        for i in range(0, len(self.val_starts), 64):
+            yield self._windows(self.val, self.val_starts[i:i + 64])
+
+
+def _dataset(spec):
+    return _Text(spec) if spec.data == "text" else _Images(spec)
+
+
+# --- the loop ---------------------------------------------------------------------------
+
+def _flat(logits, y):
+    return logits.reshape(-1, logits.shape[-1]), y.reshape(-1)
+
+
+@torch.no_grad()
+def evaluate(model, data, text: bool) -> dict:
+    """Native metrics of the model's logits (PA forward for a converted model)."""
+    model.eval()
+    loss = correct = count = 0.0
+    for x, y in data.eval_batches():
+        z, t = _flat(model(x), y)
+        loss += F.cross_entropy(z, t, reduction="sum").item()
+        correct += (z.argmax(-1) == t).sum().item()
+        count += t.numel()
+    model.train()
+    out = {"loss": loss / count, "acc": correct / count}
+    if text:
+        out["bpc"] = out["loss"] / math.log(2)
+    return out
+
+
+def _schedule(opt, total, warmup):
+    """Linear warm-up then cosine decay (the paper's schedules), host arithmetic."""
+    n_warm = max(1, int(total * warmup))
+
+    def factor(step):
+        if step < n_warm:
+            return (step + 1) / n_warm
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - n_warm) / max(1, total - n_warm))))
+    return torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+def world() -> tuple[int, int]:
+    """(rank, size) of this process's torch.distributed group; (0, 1) outside one."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _shard(x, y, rank, size):
+    """This rank's equal share of a global batch; the remainder (fewer than ``size``
+    examples) is dropped so DDP's mean of shard means is the global-batch mean."""
+    n = len(y) // size
+    return x[rank * n:(rank + 1) * n], y[rank * n:(rank + 1) * n]
+
+
+def train(spec: TrainSpec, config: tb.PAMConfig | None, name: str | None = None,
+          progress: bool = True) -> RunResult:
+    """Train ``spec``'s model under ``config`` (None: native float32) on ``spec.seed``.
+
+    Inside a torch.distributed group of N > 1 processes (sim.train_distributed) this is
+    data-parallel training with DistributedDataParallel: every rank draws the same global
+    batch, trains on its 1/N share, and DDP averages the gradients; ``batch_size`` is the
+    global batch.  Rank 0 evaluates, shows progress and holds the complete result.
+    """
+    from tqdm.auto import tqdm
+    rank, size = world()
+    if spec.batch_size < size:
+        raise ValueError(f"batch_size={spec.batch_size} is smaller than the {size} processes")
+    data = _dataset(spec)
+    torch.manual_seed(spec.seed)
+    model = build_model(spec.model, **data.model_kwargs(spec))
+    tb.convert(model, config)
+    net = model
+    if size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+        net = DistributedDataParallel(model)
+        # distinct stochastic-rounding streams per rank (rank 0 keeps the 1-process one)
+        if rank:
+            torch.manual_seed(spec.seed * 65537 + rank)
+    total = spec.epochs * data.steps_per_epoch
+    if spec.max_steps:
+        total = min(total, spec.max_steps)
+    hyper = {"lr": spec.lr, "weight_decay": spec.weight_decay}
+    if spec.optimizer == "sgd":
+        hyper["momentum"] = 0.9
+    opt = tb.make_optimizer(spec.optimizer, model.parameters(), config, **hyper)
+    sched = _schedule(opt, total, spec.warmup)
+    text = spec.data == "text"
+    res = RunResult(name or ("float32" if config is None else "PAM"),
+                    "native float32" if config is None else config.describe(), spec.seed)
+    t0 = time.perf_counter()
+    bar = tqdm(total=total, desc=f"{res.name} ({res.config})",
+               disable=None if progress and rank == 0 else True, leave=False,
+               dynamic_ncols=True)
+    step = 0
+    for epoch in range(spec.epochs):
+        for x, y in data.epoch():
+            if size > 1:
+                x, y = _shard(x, y, rank, size)
+                if not len(y):
+                    continue
+            logits = net(x)
+            loss = tb.functional.cross_entropy(*_flat(logits, y),
+                                               label_smoothing=spec.label_smoothing,
+                                               config=config)
+            value = loss.item() if size == 1 else _global_mean(loss)
+            res.step_loss.append(value)
+            if not math.isfinite(value):
+                res.diverged = True
+                break
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            step += 1
+            bar.update()
+            if step % 10 == 0:
+                bar.set_postfix(loss=f"{np.mean(res.step_loss[-10:]):.3f}")
+            if step >= total:
+                break
+        if rank == 0:
+            ev = evaluate(model, data, text)
+            ev.update(epoch=epoch + 1, step=step,
+                      train_loss=float(np.mean(res.step_loss[-data.steps_per_epoch:])))
+            res.evals.append(ev)
+        if res.diverged or step >= total:
+            break
+    bar.close()
+    res.steps = step
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _global_mean(loss: torch.Tensor) -> float:
+    """The mean over ranks of the shard losses (what DDP's gradient is the gradient of)."""
+    import torch.distributed as dist
+    t = loss.detach().reshape(1).clone()
+    dist.all_reduce(t)
+    return t.item() / dist.get_world_size()
+
+
+def cached_baseline(spec: TrainSpec, cache_dir: Path | None, progress=True) -> tuple:
+    """The native float32 run of ``spec``: from ``cache_dir`` if present, else trained
+    (and stored by rank 0).  Returns (result, whether it came from the cache).  A
+    data-parallel baseline is cached apart from the 1-process one (different rounding)."""
+    rank, size = world()
+    tag = f"-ddp{size}" if size > 1 else ""
+    path = None if cache_dir is None else Path(cache_dir) / f"baseline-{spec.key()}{tag}.json"
+    if path is not None and path.exists():
+        return RunResult.from_json(json.loads(path.read_text())), True
+    res = train(spec, None, "float32", progress)
+    if path is not None and rank == 0:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(res.to_json()))
+    return res, False
+
+
+# --- reporting -------------------------------------------------------------------------
+
+def metric_names(spec: TrainSpec) -> tuple[str, str]:
+    """(headline metric, its label): validation bpc for text, test accuracy otherwise."""
+    return ("bpc", "val bits/char") if spec.data == "text" else ("acc", "test acc")
+
+
+def comparison_table(spec: TrainSpec, runs: list[RunResult]) -> str:
+    """The final metrics of each run, and the change from the first (the baseline)."""
+    key, label = metric_names(spec)
+    head = f"{'run':8}  {'config':44}  {'train loss':>10}  {'test loss':>9}  {label:>13}  " \
+           f"{'change':>8}  {'steps':>5}  {'time':>7}"
+    lines = [head, "-" * len(head)]
+    base = runs[0].final.get(key)
+    for r in runs:
+        f = r.final
+        val = f.get(key, float("nan"))
+        fmt = (lambda v: f"{100 * v:12.2f}%") if key == "acc" else (lambda v: f"{v:13.4f}")
+        delta = "" if r is runs[0] or base is None else (
+            f"{100 * (val - base):+7.2f}%" if key == "acc" else f"{val - base:+8.4f}")
+        note = " (diverged)" if r.diverged else ""
+        lines.append(f"{r.name:8}  {r.config[:44]:44}  {f.get('train_loss', float('nan')):10.4f}"
+                     f"  {f.get('loss', float('nan')):9.4f}  {fmt(val)}  {delta:>8}  "
+                     f"{r.steps:5d}  {r.seconds:6.1f}s{note}")
+    return "\n".join(lines)
+
+
+def plot_runs(spec: TrainSpec, runs: list[RunResult], path: Path, title: str = ""):
+    """Loss per step (smoothed) and the headline metric per epoch, one line per run."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    key, label = metric_names(spec)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for r in runs:
+        loss = np.asarray(r.step_loss, np.float64)
+        w = max(1, len(loss) // 50)
+        smooth = np.convolve(loss, np.ones(w) / w, mode="valid") if len(loss) >= w else loss
+        ax1.plot(np.arange(len(smooth)) + w, smooth, label=f"{r.name}: {r.config}")
+        ax2.plot([e["epoch"] for e in r.evals],
+                 [100 * e[key] if key == "acc" else e[key] for e in r.evals], marker="o",
+                 label=r.name)
+    ax1.set_xlabel("step")
+    ax1.set_ylabel("training loss (label-smoothed CE)")
+    ax1.legend(fontsize=7)
+    ax2.set_xlabel("epoch")
+    ax2.set_ylabel(label + (" (%)" if key == "acc" else ""))
+    ax2.legend(fontsize=7)
+    fig.suptitle(title or f"{spec.label()}: PAM vs float32")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def mean_std(values) -> tuple[float, float]:
+    v = np.asarray(values, np.float64)
+    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
+
+
+def fmt_metric(key: str, run: RunResult) -> str:
+    v = run.final.get(key, float("nan"))
+    return f"{100 * v:.2f}%" if key == "acc" else f"{v:.4f}"
+
+
+def summary(key: str, runs: list[RunResult]) -> tuple[float, float]:
+    """Mean and std over seeds of the final headline metric (acc in %)."""
+    scale = 100 if key == "acc" else 1
+    return mean_std([scale * r.final.get(key, float("nan")) for r in runs])
+
+
+def higher_is_better(key: str) -> bool:
+    return key == "acc"
+
+
+def cell(key: str, runs: list[RunResult], base: float | None = None) -> str:
+    """'mean ± std [change]' as in the paper's tables."""
+    m, s = summary(key, runs)
+    unit = "%" if key == "acc" else ""
+    text = f"{m:.2f}{unit} ± {s:.2f}" if key == "acc" else f"{m:.4f} ± {s:.4f}"
+    if base is not None:
+        text += f" [{m - base:+.2f}]" if key == "acc" else f" [{m - base:+.4f}]"
+    n_div = sum(r.diverged for r in runs)
+    return text + (f" ({n_div} diverged)" if n_div else "")
+
+
+def seed_table(spec: TrainSpec, rows) -> str:
+    """One line per (name, config, runs) row: the metric's mean ± std over seeds and its
+    change from the first row (the baseline)."""
+    key, label = metric_names(spec)
+    base = summary(key, rows[0][2])[0]
+    head = f"{'run':24}  {label + ' (mean ± std [change])':40}  {'seeds':>5}  {'time/run':>8}"
+    lines = [head, "-" * len(head)]
+    for i, (name, _, runs) in enumerate(rows):
+        t = float(np.mean([r.seconds for r in runs]))
+        lines.append(f"{name:24}  {cell(key, runs, None if i == 0 else base):40}  "
+                     f"{len(runs):5d}  {t:7.1f}s")
+    return "\n".join(lines)

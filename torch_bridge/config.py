@@ -1,0 +1,128 @@
+"""PAMConfig: which operations of a model run on emulated PA hardware, and how."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+import emu
+from emu.ops import ROUNDING, _ROUNDING_ALIASES
+
+__all__ = ["OPS", "PAMConfig"]
+
+#: The operation groups of the paper's Table 3, in its order.
+OPS = ("matmul", "softmax", "layernorm", "loss", "optimizer")
+_KINDS = ("approx", "exact")
+
+
+def _fmt(value, name, allow_none=False):
+    if value is None and allow_none:
+        return None
+    try:
+        return emu.format(value, argname=name)
+    except ValueError as exc:
+        if allow_none:
+            raise ValueError(f"{exc} (or None for native torch behaviour)") from None
+        raise
+
+
+@dataclass(frozen=True)
+class PAMConfig:
+    """How a model runs on emulated piecewise-affine hardware (Kosson & Jaggi).
+
+    fmt: number format of the PAM matmul operands — linear, convolution and the
+        attention batched matmuls, forward and backward (``"bf16"``, ``"e8m4"``,
+        ``"float32"``, any ``emu.format``).  ``None``: no change at all, every op native.
+    backward: ``"approx"`` (the paper's approximate/mimic derivative) or ``"exact"``
+        (the true piecewise-constant derivative, Table 1), or a mapping from op group
+        to kind, e.g. ``{"loss": "exact"}`` (unlisted groups: approx).
+    ops: the op groups that are piecewise affine: ``"matmul"``, ``"softmax"``
+        (attention softmax, its scaling and the PAM gains that go with it),
+        ``"layernorm"``, ``"loss"`` (cross-entropy with label smoothing),
+        ``"optimizer"`` (PAAdamW / PASGD); the others stay native torch.
+    rounding: how operands are rounded into the formats: ``"nearest_even"``,
+        ``"stochastic"`` (a fresh stream per call, drawn from torch's RNG, so
+        ``torch.manual_seed`` makes runs reproducible) or ``"toward_zero"``.
+    acc: accumulator format of the PAM matmuls (emu's ``acc``), float32 by default.
+    pa_fmt: format of the elementwise PA operations inside softmax, layer norm,
+        loss and optimizer.  float32 by default, like the paper's Table 3 (its
+        narrow-mantissa study, Appendix D, narrows only the matmul inputs).
+    """
+    fmt: object = "bf16"
+    backward: object = field(default="approx", compare=False)
+    ops: Iterable[str] = OPS
+    rounding: str = "nearest_even"
+    acc: object = "float32"
+    pa_fmt: object = "float32"
+    _kinds: tuple = field(default=(), init=False, repr=False)
+
+    def __post_init__(self):
+        set_ = lambda k, v: object.__setattr__(self, k, v)     # noqa: E731 (frozen)
+        set_("fmt", _fmt(self.fmt, "fmt", allow_none=True))
+        set_("acc", _fmt(self.acc, "acc"))
+        set_("pa_fmt", _fmt(self.pa_fmt, "pa_fmt"))
+        ops = [self.ops] if isinstance(self.ops, str) else self.ops
+        try:
+            ops = frozenset(ops)
+        except TypeError:
+            raise ValueError(f"ops={self.ops!r}; expected a set of names from {OPS}") from None
+        bad = sorted(map(str, ops - set(OPS)))
+        if bad:
+            raise ValueError(f"ops: unknown op group(s) {bad}; expected names from {OPS}")
+        set_("ops", ops)
+        if isinstance(self.backward, str):
+            kinds = {op: self.backward for op in OPS}
+        elif isinstance(self.backward, Mapping):
+            bad = sorted(map(str, set(self.backward) - set(OPS)))
+            if bad:
+                raise ValueError(f"backward: unknown op group(s) {bad}; expected names "
+                                 f"from {OPS}")
+            kinds = {op: self.backward.get(op, "approx") for op in OPS}
+        else:
+            raise ValueError(f"backward={self.backward!r}; expected 'approx', 'exact' or a "
+                             f"mapping from op group {OPS} to one of them")
+        for op, kind in kinds.items():
+            if kind not in _KINDS:
+                raise ValueError(f"backward[{op!r}]={kind!r}; expected one of {_KINDS}")
+        set_("backward", kinds if not isinstance(self.backward, str) else self.backward)
+        set_("_kinds", tuple(kinds[op] for op in OPS))
+        key = self.rounding.lower() if isinstance(self.rounding, str) else self.rounding
+        key = _ROUNDING_ALIASES.get(key, key)
+        if key not in ROUNDING:
+            raise ValueError(f"rounding={self.rounding!r}; expected one of {sorted(ROUNDING)}")
+        set_("rounding", key)
+
+    def enabled(self, op: str) -> bool:
+        """Whether op group ``op`` runs piecewise affine under this config."""
+        if op not in OPS:
+            raise ValueError(f"op={op!r}; expected one of {OPS}")
+        return self.fmt is not None and op in self.ops
+
+    def kind(self, op: str) -> str:
+        """The derivative kind ('approx' or 'exact') of op group ``op``."""
+        if op not in OPS:
+            raise ValueError(f"op={op!r}; expected one of {OPS}")
+        return self._kinds[OPS.index(op)]
+
+    def replace(self, **changes) -> "PAMConfig":
+        """A copy with some fields changed (validated again)."""
+        if isinstance(self.backward, dict) and "backward" not in changes:
+            changes["backward"] = dict(self.backward)
+        return replace(self, **changes)
+
+    def __hash__(self):
+        return hash((self.fmt, self._kinds, self.ops, self.rounding, self.acc, self.pa_fmt))
+
+    def describe(self) -> str:
+        """One line for tables and logs, e.g. 'bfloat16 all-ops approx (exact: loss)'."""
+        if self.fmt is None or not self.ops:
+            return "native"
+        ops = "all-ops" if self.ops == set(OPS) else "+".join(op for op in OPS if op in self.ops)
+        groups = [op for op in OPS if op in self.ops and op != "optimizer"] or ["matmul"]
+        exact = [op for op in groups if self.kind(op) == "exact"]
+        if not exact or len(exact) == len(groups):
+            bwd = "exact" if exact else "approx"
+        else:
+            bwd = f"approx (exact: {','.join(exact)})"
+        pa = "" if self.pa_fmt == emu.float32 else f" pa_fmt={self.pa_fmt.name}"
+        rnd = "" if self.rounding == "nearest_even" else f" {self.rounding}"
+        return f"{self.fmt.name} {ops} {bwd}{pa}{rnd}"

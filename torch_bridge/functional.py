@@ -1,0 +1,394 @@
+"""The functional API: PA primitives and composites, and config dispatchers.
+
+Primitives (always piecewise affine; ``fmt``, ``backward``, ``rounding`` explicit):
+``pam_matmul``, ``pam_linear``, ``pam_conv2d``, the elementwise ``pam_mul``,
+``pa_div``, ``pa_exp2``, ``pa_log2``, ``pa_exp``, ``pa_log``, ``pa_sqrt``, and the
+composites ``pa_softmax``, ``pa_layer_norm``, ``pa_cross_entropy``.  Composites are
+built from the elementwise primitives and float32 additions, so their backward pass
+runs through the graph that defines them with the chosen derivative kind at every
+node (Kosson & Jaggi, section 2.5).
+
+Dispatchers (what the modules, :func:`torch_bridge.pam_mode` and the trainers call):
+``matmul``, ``linear``, ``conv2d``, ``softmax``, ``layer_norm``, ``cross_entropy``,
+``scaled_dot_product_attention`` take a :class:`PAMConfig` and run the PA version of
+an enabled op group, the native torch function otherwise (``config=None``: native).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.nn import functional as F
+from torch.nn.modules.utils import _pair
+
+import emu
+
+from ._core import BINARY, UNARY, PABinary, PAMMatmul, PAUnary, check_tensor
+from .config import PAMConfig
+
+__all__ = ["pam_matmul", "pam_linear", "pam_conv2d", "pam_mul", "pa_div", "pa_exp2",
+           "pa_log2", "pa_exp", "pa_log", "pa_sqrt", "pa_softmax", "pa_layer_norm",
+           "pa_cross_entropy", "matmul", "linear", "conv2d", "softmax", "layer_norm",
+           "cross_entropy", "scaled_dot_product_attention"]
+
+_KINDS = ("approx", "exact")
+
+
+def _numerics(fmt, backward, rounding, acc=None):
+    """Validated (fmt, kind, rounding[, acc]) through PAMConfig's checks."""
+    if backward not in _KINDS:
+        raise ValueError(f"backward={backward!r}; expected one of {_KINDS}")
+    cfg = PAMConfig(fmt=fmt, rounding=rounding, acc=emu.float32 if acc is None else acc)
+    if cfg.fmt is None:
+        raise ValueError("fmt=None; the PA primitives need a format (use the dispatchers "
+                         "with config=None for native torch)")
+    return cfg.fmt, backward, cfg.rounding, cfg.acc
+
+
+# --- PAM matmul family ---------------------------------------------------------------
+
+def pam_matmul(a, b, fmt="float32", *, acc="float32", backward="approx",
+               rounding="nearest_even") -> torch.Tensor:
+    """PAM matrix product with torch.matmul's shapes (1-D, 2-D, batched, broadcast).
+
+    Operands are rounded into ``fmt``, products are PAM (eqs. 5-8), accumulation is
+    emu's sequential fold in ``acc``.  Backward: ``"approx"`` (section 3.2: PAM matmuls
+    of the transposes) or ``"exact"`` (Table 1), both computed by emu.grad.
+    """
+    check_tensor(a, "a")
+    check_tensor(b, "b")
+    fmt, kind, rounding, acc = _numerics(fmt, backward, rounding, acc)
+    if a.dim() == 0 or b.dim() == 0:
+        raise ValueError(f"pam_matmul operands must have at least one dimension, got "
+                         f"a.shape={tuple(a.shape)}, b.shape={tuple(b.shape)}")
+    return PAMMatmul.apply(a, b, fmt, acc, kind, rounding)
+
+
+def pam_linear(x, weight, bias=None, fmt="float32", *, acc="float32", backward="approx",
+               rounding="nearest_even") -> torch.Tensor:
+    """``x @ weight.T + bias`` with a PAM matmul over the flattened leading dimensions
+    (so the weight gradient is one fold over every token); the bias add is float32."""
+    check_tensor(x, "input")
+    check_tensor(weight, "weight")
+    if weight.dim() != 2 or x.dim() == 0 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear: input.shape={tuple(x.shape)} does not fit weight.shape="
+                         f"{tuple(weight.shape)} (expected (..., {weight.shape[-1]}) and a "
+                         f"2-D weight)")
+    x2 = x.reshape(-1, x.shape[-1])
+    y = pam_matmul(x2, weight.t(), fmt, acc=acc, backward=backward, rounding=rounding)
+    y = y.reshape(*x.shape[:-1], weight.shape[0])
+    return y if bias is None else y + bias
+
+
+def _same_padding(x, kernel, dilation):
+    """F.pad arguments for padding='same' (stride 1), the extra pixel at the end."""
+    pads = []
+    for k, d in zip(reversed(kernel), reversed(dilation)):
+        total = d * (k - 1)
+        pads += [total // 2, total - total // 2]
+    return F.pad(x, pads)
+
+
+def pam_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
+               fmt="float32", *, acc="float32", backward="approx",
+               rounding="nearest_even") -> torch.Tensor:
+    """2-D convolution as PAM matmuls over im2col patches (F.unfold).
+
+    Each output is the fold over the kernel's (channel, row, column) entries in that
+    order — the order of ``weight.reshape(out, -1)``; the weight gradient folds over
+    (batch, output position).  Accepts torch.nn.functional.conv2d's arguments.
+    """
+    check_tensor(x, "input")
+    check_tensor(weight, "weight")
+    unbatched = x.dim() == 3
+    if unbatched:
+        x = x.unsqueeze(0)
+    if x.dim() != 4 or weight.dim() != 4:
+        raise ValueError(f"conv2d expects a 3-D or 4-D input and a 4-D weight, got "
+                         f"input.shape={tuple(x.shape)}, weight.shape={tuple(weight.shape)}")
+    if not isinstance(groups, int) or groups < 1 or weight.shape[0] % groups \
+            or x.shape[1] != weight.shape[1] * groups:
+        raise ValueError(f"conv2d: input channels {x.shape[1]}, weight.shape="
+                         f"{tuple(weight.shape)} and groups={groups!r} do not fit")
+    stride, dilation = _pair(stride), _pair(dilation)
+    kernel = tuple(weight.shape[2:])
+    if isinstance(padding, str):
+        if padding not in ("same", "valid"):
+            raise ValueError(f"padding={padding!r}; expected 'same', 'valid' or ints")
+        if padding == "same":
+            if stride != (1, 1):
+                raise ValueError("padding='same' needs stride 1 (as torch)")
+            x = _same_padding(x, kernel, dilation)
+        padding = (0, 0)
+    padding = _pair(padding)
+    n, _, h, w = x.shape
+    ho = (h + 2 * padding[0] - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1
+    wo = (w + 2 * padding[1] - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1
+    cols = F.unfold(x, kernel, dilation=dilation, padding=padding, stride=stride)
+    cols = cols.reshape(n, groups, weight[0].numel(), ho * wo)      # (N, G, C/G*kh*kw, L)
+    wm = weight.reshape(groups, weight.shape[0] // groups, -1)      # (G, O/G, C/G*kh*kw)
+    y = pam_matmul(wm, cols, fmt, acc=acc, backward=backward, rounding=rounding)
+    y = y.reshape(n, weight.shape[0], ho, wo)
+    if bias is not None:
+        y = y + bias.reshape(1, -1, 1, 1)
+    return y.squeeze(0) if unbatched else y
+
+
+# --- elementwise PA operations ------------------------------------------------------
+
+def _operand(v, name, like):
+    if isinstance(v, torch.Tensor):
+        return check_tensor(v, name)
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return torch.tensor(float(v), dtype=like.dtype if isinstance(like, torch.Tensor)
+                            else torch.float32)
+    raise TypeError(f"{name} must be a floating tensor or a Python number, got "
+                    f"{type(v).__name__}")
+
+
+def _binary(op, doc):
+    def f(a, b, fmt="float32", *, backward="approx", rounding="nearest_even"):
+        fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
+        a = _operand(a, "a", b)
+        b = _operand(b, "b", a)
+        return PABinary.apply(a, b, op, fmt, kind, rounding)
+    f.__name__ = f.__qualname__ = op
+    f.__doc__ = doc + ("\n\n    Elementwise with torch broadcasting; operands (tensors or "
+                       "numbers) are rounded into ``fmt``; ``backward`` is 'approx' or "
+                       "'exact' (Table 1, computed by emu.grad).")
+    return f
+
+
+def _unary(op, doc):
+    def f(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
+        fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
+        return PAUnary.apply(check_tensor(x, "x"), op, fmt, kind, rounding)
+    f.__name__ = f.__qualname__ = op
+    f.__doc__ = doc + ("\n\n    Elementwise; ``x`` is rounded into ``fmt``; ``backward`` "
+                       "is 'approx' or 'exact' (Table 1, computed by emu.grad).")
+    return f
+
+
+pam_mul = _binary("pam_mul", "Piecewise affine multiplication a ·̂ b (eqs. 5-8).")
+pa_div = _binary("pa_div", "Piecewise affine division a ÷̂ b (eqs. 14-17).")
+pa_exp2 = _unary("pa_exp2", "paexp2(x) = 2^floor(x) (1 + x - floor(x)) (eq. 9).")
+pa_log2 = _unary("pa_log2", "palog2(x) = E_x + M_x (eq. 10).")
+pa_exp = _unary("pa_exp", "paexp(x) = paexp2(log2(e) ·̂ x) (eq. 18).")
+pa_log = _unary("pa_log", "palog(x) = palog2(x) ÷̂ log2(e) (eq. 19).")
+pa_sqrt = _unary("pa_sqrt", "pasqrt(x) = paexp2(palog2(x) / 2) (eq. 20).")
+assert set(BINARY) | set(UNARY) == {"pam_mul", "pa_div", "pa_exp2", "pa_log2", "pa_exp",
+                                     "pa_log", "pa_sqrt"}
+
+
+# --- composites ------------------------------------------------------------------------
+
+def _shift(x, dim, kind):
+    """x - max(x): the max is a constant for the approximate derivative (softmax is
+    shift invariant) and part of the graph for the exact one."""
+    m = x.amax(dim, keepdim=True)
+    return x - (m.detach() if kind == "approx" else m)
+
+
+def pa_softmax(x, dim=-1, fmt="float32", *, backward="approx", rounding="nearest_even"):
+    """Softmax with PA operations: ``paexp(x - max) ÷̂ Σ paexp(x - max)`` (section 2.3);
+    the sum is float32.  Rows that are entirely -inf give NaN, as torch.softmax."""
+    check_tensor(x, "input")
+    fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
+    if x.numel() == 0:
+        return x.clone()
+    kw = dict(fmt=fmt, backward=kind, rounding=rounding)
+    e = pa_exp(_shift(x, dim, kind), **kw)
+    return pa_div(e, e.sum(dim, keepdim=True), **kw)
+
+
+def pa_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, fmt="float32", *,
+                  backward="approx", rounding="nearest_even"):
+    """Layer norm with PA operations (section 2.3): mean ``Σx ÷̂ n``, variance
+    ``Σ (x-μ) ·̂ (x-μ) ÷̂ n``, ``(x-μ) ÷̂ pasqrt(var + eps)``, PAM gain, float32 bias."""
+    check_tensor(x, "input")
+    fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if len(shape) > x.dim() or tuple(x.shape[x.dim() - len(shape):]) != shape:
+        raise ValueError(f"layer_norm: normalized_shape={shape} does not match the trailing "
+                         f"dimensions of input.shape={tuple(x.shape)}")
+    kw = dict(fmt=fmt, backward=kind, rounding=rounding)
+    dims = tuple(range(-len(shape), 0))
+    n = float(math.prod(shape))
+    xc = x - pa_div(x.sum(dims, keepdim=True), n, **kw)
+    var = pa_div(pam_mul(xc, xc, **kw).sum(dims, keepdim=True), n, **kw)
+    y = pa_div(xc, pa_sqrt(var + eps, **kw), **kw)
+    if weight is not None:
+        y = pam_mul(y, weight, **kw)
+    return y if bias is None else y + bias
+
+
+def pa_cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean",
+                     label_smoothing=0.0, fmt="float32", *, backward="approx",
+                     rounding="nearest_even"):
+    """Cross-entropy with label smoothing, every multiply/divide/exp/log PA.
+
+    ``log p = (z - max) - palog(Σ paexp(z - max))``; with class-index targets the loss
+    of a sample is ``(1-ε) ·̂ w_y ·̂ (-log p_y) + (ε ÷̂ C) ·̂ Σ_c w_c ·̂ (-log p_c)``, with
+    probability targets ``Σ_c w_c ·̂ q_c ·̂ (-log p_c)``, ``q = (1-ε) t + ε/C`` (torch's
+    definitions).  ``reduction``: 'mean' (divided ÷̂ by the summed weights of the
+    non-ignored targets), 'sum' or 'none'.  Arguments as F.cross_entropy.
+    """
+    check_tensor(input, "input")
+    fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"reduction={reduction!r}; expected 'mean', 'sum' or 'none'")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing={label_smoothing!r} must lie in [0, 1]")
+    kw = dict(fmt=fmt, backward=kind, rounding=rounding)
+    if input.dim() == 0:
+        raise ValueError("cross_entropy: input must have a class dimension")
+    n_classes = input.shape[0] if input.dim() == 1 else input.shape[1]
+    z = input.unsqueeze(0) if input.dim() == 1 else input.movedim(1, -1)
+    out_shape = z.shape[:-1]
+    z = z.reshape(-1, n_classes)
+    probs = target.is_floating_point()
+    if probs:
+        t = target.unsqueeze(0) if input.dim() == 1 else target.movedim(1, -1)
+        if t.shape[:-1] != out_shape or t.shape[-1] != n_classes:
+            raise ValueError(f"cross_entropy: probability target.shape={tuple(target.shape)} "
+                             f"must equal input.shape={tuple(input.shape)}")
+        t = t.reshape(-1, n_classes).to(z.dtype)
+    else:
+        if target.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
+            raise TypeError(f"target must hold class indices (an integer dtype) or "
+                            f"probabilities (floating), got {target.dtype}")
+        t = target.reshape(-1).long()
+        if t.numel() != z.shape[0]:
+            raise ValueError(f"cross_entropy: target.shape={tuple(target.shape)} does not "
+                             f"match input.shape={tuple(input.shape)}")
+        valid = t != ignore_index
+        if ((t[valid] < 0) | (t[valid] >= n_classes)).any():
+            raise ValueError(f"cross_entropy: target holds class indices outside "
+                             f"[0, {n_classes}) that are not ignore_index={ignore_index}")
+        t = torch.where(valid, t, 0)
+    if weight is not None:
+        check_tensor(weight, "weight")
+        if weight.shape != (n_classes,):
+            raise ValueError(f"weight.shape={tuple(weight.shape)}; expected ({n_classes},)")
+    sh = _shift(z, -1, kind)
+    nlogp = pa_log(pa_exp(sh, **kw).sum(-1, keepdim=True), **kw) - sh      # -log p
+    if weight is not None:
+        nlogp_w = pam_mul(nlogp, weight, **kw)
+    else:
+        nlogp_w = nlogp
+    eps = float(label_smoothing)
+    eps_c = float(emu.pa_div(eps, float(n_classes), fmt))
+    if probs:
+        q = t if eps == 0 else t * (1 - eps) + eps / n_classes   # target smoothing: data prep
+        loss = pam_mul(q, nlogp_w, **kw).sum(-1)
+        denom = None
+    else:
+        loss = nlogp_w.gather(-1, t[:, None]).squeeze(-1)
+        if eps > 0:
+            loss = pam_mul(loss, 1.0 - eps, **kw) + pam_mul(nlogp_w.sum(-1), eps_c, **kw)
+        wy = torch.ones_like(loss) if weight is None else weight.to(loss.dtype)[t]
+        loss = torch.where(valid, loss, 0.0)
+        denom = torch.where(valid, wy, 0.0).sum()
+    if reduction == "none":
+        return loss.reshape(out_shape)
+    total = loss.sum()
+    if reduction == "sum":
+        return total
+    if denom is None:
+        denom = float(loss.shape[0])
+    return pa_div(total, denom.detach() if isinstance(denom, torch.Tensor) else denom, **kw)
+
+
+# --- dispatchers ------------------------------------------------------------------------
+
+def _on(config: PAMConfig | None, op: str) -> bool:
+    if config is not None and not isinstance(config, PAMConfig):
+        raise TypeError(f"config must be a torch_bridge.PAMConfig or None, got "
+                        f"{type(config).__name__}")
+    return config is not None and config.enabled(op)
+
+
+def _mm_kw(config):
+    return dict(acc=config.acc, backward=config.kind("matmul"), rounding=config.rounding)
+
+
+def _pa_kw(config, op):
+    return dict(fmt=config.pa_fmt, backward=config.kind(op), rounding=config.rounding)
+
+
+def matmul(a, b, config: PAMConfig | None = None):
+    """torch.matmul, as a PAM matmul when ``config`` enables 'matmul'."""
+    if not _on(config, "matmul"):
+        return torch.matmul(a, b)
+    return pam_matmul(a, b, config.fmt, **_mm_kw(config))
+
+
+def linear(x, weight, bias=None, config: PAMConfig | None = None):
+    """F.linear, as a PAM linear layer when ``config`` enables 'matmul'."""
+    if not _on(config, "matmul"):
+        return F.linear(x, weight, bias)
+    return pam_linear(x, weight, bias, config.fmt, **_mm_kw(config))
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
+           config: PAMConfig | None = None):
+    """F.conv2d, as PAM matmuls when ``config`` enables 'matmul'."""
+    if not _on(config, "matmul"):
+        return F.conv2d(x, weight, bias, stride, padding, dilation, groups)
+    return pam_conv2d(x, weight, bias, stride, padding, dilation, groups, config.fmt,
+                      **_mm_kw(config))
+
+
+def softmax(x, dim=-1, config: PAMConfig | None = None):
+    """torch.softmax, PA when ``config`` enables 'softmax'."""
+    if not _on(config, "softmax"):
+        return torch.softmax(x, dim)
+    return pa_softmax(x, dim, **_pa_kw(config, "softmax"))
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5,
+               config: PAMConfig | None = None):
+    """F.layer_norm, PA when ``config`` enables 'layernorm'."""
+    if not _on(config, "layernorm"):
+        return F.layer_norm(x, normalized_shape, weight, bias, eps)
+    return pa_layer_norm(x, normalized_shape, weight, bias, eps, **_pa_kw(config, "layernorm"))
+
+
+def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean",
+                  label_smoothing=0.0, config: PAMConfig | None = None):
+    """F.cross_entropy, PA when ``config`` enables 'loss'."""
+    if not _on(config, "loss"):
+        return F.cross_entropy(input, target, weight, ignore_index=ignore_index,
+                               reduction=reduction, label_smoothing=label_smoothing)
+    return pa_cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing,
+                            **_pa_kw(config, "loss"))
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False, *,
+                                 config: PAMConfig | None = None):
+    """F.scaled_dot_product_attention with PAM batched matmuls ('matmul') and a PA
+    softmax whose logit scaling is a PAM ('softmax').  Dropout stays native (a
+    select and a constant scale)."""
+    if not (_on(config, "matmul") or _on(config, "softmax")):
+        return F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p,
+                                              is_causal, scale=scale, enable_gqa=enable_gqa)
+    L, S = query.shape[-2], key.shape[-2]
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    if enable_gqa and key.shape[-3] != query.shape[-3]:
+        rep = query.shape[-3] // key.shape[-3]
+        key = key.repeat_interleave(rep, -3)
+        value = value.repeat_interleave(rep, -3)
+    s = matmul(query, key.transpose(-2, -1), config)
+    s = pam_mul(s, scale, **_pa_kw(config, "softmax")) if _on(config, "softmax") else s * scale
+    if is_causal:
+        s = s.masked_fill(torch.ones(L, S, dtype=torch.bool).triu(1), float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            s = s.masked_fill(~attn_mask, float("-inf"))
+        else:
+            s = s + attn_mask
+    p = softmax(s, -1, config)
+    if dropout_p > 0:
+        p = F.dropout(p, dropout_p)
+    return matmul(p, value, config)

@@ -1,0 +1,143 @@
+"""nn.Module drop-ins: subclasses of the torch modules that run on emulated PA hardware.
+
+Each keeps its base class's parameters, buffers and arguments and adds a ``config``
+(:class:`PAMConfig`); ``config=None`` or a config that leaves the module's op group
+off gives exactly the base class's behaviour.  ``from_module`` turns an existing
+module into the drop-in without copying its parameters (what :func:`convert` uses).
+"""
+from __future__ import annotations
+
+from torch import nn
+from torch.nn import functional as F
+
+from . import functional as PF
+from .config import PAMConfig
+
+
+class _PAModule:
+    """Mixin: a ``config`` attribute, conversion from the native module, repr."""
+    config: PAMConfig | None
+    _native: type
+
+    @classmethod
+    def from_module(cls, module: nn.Module, config: PAMConfig | None):
+        """The drop-in for ``module``, sharing its parameters, buffers and hooks."""
+        if not isinstance(module, cls._native):
+            raise TypeError(f"{cls.__name__}.from_module expects a {cls._native.__name__}, "
+                            f"got {type(module).__name__}")
+        new = cls.__new__(cls)
+        new.__dict__.update(module.__dict__)
+        new.config = config
+        return new
+
+    def to_native(self) -> nn.Module:
+        """The plain torch module, sharing this module's parameters."""
+        new = self._native.__new__(self._native)
+        new.__dict__.update({k: v for k, v in self.__dict__.items() if k != "config"})
+        return new
+
+    def extra_repr(self):
+        cfg = "native" if self.config is None else self.config.describe()
+        return f"{super().extra_repr()}, config={cfg}"
+
+
+class PAMLinear(_PAModule, nn.Linear):
+    """nn.Linear with a PAM matmul (forward and backward) when config enables 'matmul'."""
+    _native = nn.Linear
+
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None, *,
+                 config: PAMConfig | None = None):
+        super().__init__(in_features, out_features, bias, device, dtype)
+        self.config = config
+
+    def forward(self, x):
+        return PF.linear(x, self.weight, self.bias, self.config)
+
+
+class PAMConv2d(_PAModule, nn.Conv2d):
+    """nn.Conv2d as PAM matmuls over im2col patches when config enables 'matmul'."""
+    _native = nn.Conv2d
+
+    def __init__(self, *args, config: PAMConfig | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.config = config
+
+    def _conv_forward(self, x, weight, bias):
+        if self.padding_mode != "zeros":
+            x = F.pad(x, self._reversed_padding_repeated_twice, mode=self.padding_mode)
+            return PF.conv2d(x, weight, bias, self.stride, 0, self.dilation, self.groups,
+                             self.config)
+        return PF.conv2d(x, weight, bias, self.stride, self.padding, self.dilation,
+                         self.groups, self.config)
+
+
+class PALayerNorm(_PAModule, nn.LayerNorm):
+    """nn.LayerNorm with PA mean/variance/sqrt/division and a PAM gain ('layernorm')."""
+    _native = nn.LayerNorm
+
+    def __init__(self, *args, config: PAMConfig | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.config = config
+
+    def forward(self, x):
+        return PF.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps,
+                             self.config)
+
+
+class PASoftmax(_PAModule, nn.Softmax):
+    """nn.Softmax with paexp and PA division ('softmax')."""
+    _native = nn.Softmax
+
+    def __init__(self, dim=None, *, config: PAMConfig | None = None):
+        super().__init__(dim)
+        self.config = config
+
+    def forward(self, x):
+        dim = self.dim if self.dim is not None else F._get_softmax_dim("softmax", x.dim(), 5)
+        return PF.softmax(x, dim, self.config)
+
+
+class PACrossEntropyLoss(_PAModule, nn.CrossEntropyLoss):
+    """nn.CrossEntropyLoss (label smoothing included) with PA operations ('loss')."""
+    _native = nn.CrossEntropyLoss
+
+    def __init__(self, *args, config: PAMConfig | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.config = config
+
+    def forward(self, input, target):
+        return PF.cross_entropy(input, target, self.weight, self.ignore_index, self.reduction,
+                                self.label_smoothing, self.config)
+
+
+class PAMultiheadAttention(_PAModule, nn.MultiheadAttention):
+    """nn.MultiheadAttention with PAM projections and attention matmuls ('matmul') and
+    a PA softmax with PAM scaling ('softmax'); every argument of the base class works.
+
+    It runs torch's own multi-head attention under :func:`torch_bridge.pam_mode` limited
+    to those two groups, so masks, biases, dropout and ``need_weights`` behave as in torch.
+    """
+    _native = nn.MultiheadAttention
+
+    def __init__(self, *args, config: PAMConfig | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.config = config
+
+    def forward(self, *args, **kwargs):
+        from .mode import pam_mode
+        cfg = self.config
+        if cfg is not None:
+            cfg = cfg.replace(ops=cfg.ops & {"matmul", "softmax"})
+        with pam_mode(cfg):
+            return super().forward(*args, **kwargs)
+
+    def extra_repr(self):
+        cfg = "native" if self.config is None else self.config.describe()
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, config={cfg}"
+
+
+#: native module class -> drop-in, and the op groups that make a conversion worthwhile
+DROP_INS = {nn.Linear: (PAMLinear, {"matmul"}), nn.Conv2d: (PAMConv2d, {"matmul"}),
+            nn.LayerNorm: (PALayerNorm, {"layernorm"}), nn.Softmax: (PASoftmax, {"softmax"}),
+            nn.MultiheadAttention: (PAMultiheadAttention, {"matmul", "softmax"}),
+            nn.CrossEntropyLoss: (PACrossEntropyLoss, {"loss"})}

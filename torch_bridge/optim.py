@@ -1,0 +1,183 @@
+"""Optimizers whose every tensor multiply, divide and square root is piecewise affine.
+
+Kosson & Jaggi, section 2.6 / Table 3 ("OPTIMIZER"): AdamW with PA operations.  The
+update is torch's, written so that PAMs act on *increments* — ``m += (1-β1) ·̂ (g - m)``,
+``p -= (lr·wd) ·̂ p`` — which is algebraically torch's AdamW and keeps a PAM's ≤ 11 %
+error off the long-lived state (a PAM of a moment by β2 = 0.999 would change its decay
+rate by up to 2x).  Per-step scalars (bias corrections, step size, lr·wd) are host
+arithmetic in Python floats, as in torch; they are not datapath operations.
+Elementwise operations use ``config.pa_fmt`` and ``config.rounding``; additions are
+float32.  With ``config=None`` or 'optimizer' not enabled these *are* torch's AdamW /
+SGD (their ``step`` runs unchanged).  State keys match torch's, so state dicts move
+between the native and PA versions.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+import emu
+
+from ._core import emu_threads, from_np, round_np, to_np
+from .config import PAMConfig
+
+__all__ = ["PAAdamW", "PASGD", "make_optimizer"]
+
+
+class _PAOps:
+    """PAM / PA division / PA sqrt on numpy arrays, operands rounded per the config."""
+
+    def __init__(self, config: PAMConfig):
+        self.fmt = config.pa_fmt
+        self.rounding = config.rounding
+
+    def _r(self, x):
+        return round_np(np.asarray(x, np.float32), self.fmt, self.rounding)
+
+    def mul(self, a, b):
+        return emu.pam_mul(self._r(a), self._r(b), self.fmt)
+
+    def div(self, a, b):
+        return emu.pa_div(self._r(a), self._r(b), self.fmt)
+
+    def sqrt(self, a):
+        return emu.pa_sqrt(self._r(a), self.fmt)
+
+
+def _check_config(config):
+    if config is not None and not isinstance(config, PAMConfig):
+        raise TypeError(f"config must be a torch_bridge.PAMConfig or None, got "
+                        f"{type(config).__name__}")
+    return config
+
+
+def _write(t: torch.Tensor, values: np.ndarray):
+    t.copy_(from_np(values, torch.float32))
+
+
+class PAAdamW(torch.optim.AdamW):
+    """torch.optim.AdamW with PA arithmetic when ``config`` enables 'optimizer'.
+
+    PA update for a parameter p with gradient g at step t (⊙ = PAM, ⊘ = PA division):
+    ``p -= (lr·wd) ⊙ p``; ``m += (1-β1) ⊙ (g - m)``; ``v += (1-β2) ⊙ (g ⊙ g - v)``;
+    ``p -= (pasqrt(v) ⊘ sqrt(1-β2^t) + eps) ⊘`` applied to m, then ``⊙ lr/(1-β1^t)``.
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *,
+                 amsgrad=False, maximize=False, config: PAMConfig | None = None):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                         amsgrad=amsgrad, maximize=maximize, foreach=False)
+        self.config = _check_config(config)
+        if self._pa and amsgrad:
+            raise ValueError("amsgrad=True is not supported by the PA update")
+
+    @property
+    def _pa(self) -> bool:
+        return self.config is not None and self.config.enabled("optimizer")
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        if not self._pa:
+            return super().step(closure)
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        ops = _PAOps(self.config)
+        for group in self.param_groups:
+            lr, wd, eps = float(group["lr"]), float(group["weight_decay"]), float(group["eps"])
+            b1, b2 = (float(b) for b in group["betas"])
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise ValueError("PAAdamW does not support sparse gradients")
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.tensor(0.0)
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p,
+                                                           memory_format=torch.preserve_format)
+                state["step"] += 1
+                t = float(state["step"])
+                g = to_np(p.grad)
+                if group["maximize"]:
+                    g = -g
+                P, M, V = to_np(p), to_np(state["exp_avg"]), to_np(state["exp_avg_sq"])
+                with emu_threads(p.numel()):
+                    if wd != 0:
+                        P = P - ops.mul(P, lr * wd)
+                    M = M + ops.mul(g - M, 1 - b1)
+                    V = V + ops.mul(ops.mul(g, g) - V, 1 - b2)
+                    denom = ops.div(ops.sqrt(V), math.sqrt(1 - b2 ** t)) + np.float32(eps)
+                    P = P - ops.mul(ops.div(M, denom), lr / (1 - b1 ** t))
+                _write(state["exp_avg"], M)
+                _write(state["exp_avg_sq"], V)
+                _write(p, P)
+        return loss
+
+
+class PASGD(torch.optim.SGD):
+    """torch.optim.SGD (momentum, dampening, Nesterov, L2 weight decay) with PA
+    arithmetic when ``config`` enables 'optimizer':
+    ``d = g + wd ⊙ p``; ``buf = μ ⊙ buf + (1-τ) ⊙ d``; ``p -= lr ⊙ d`` (or the Nesterov
+    ``d + μ ⊙ buf``)."""
+
+    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0,
+                 nesterov=False, *, maximize=False, config: PAMConfig | None = None):
+        super().__init__(params, lr=lr, momentum=momentum, dampening=dampening,
+                         weight_decay=weight_decay, nesterov=nesterov, maximize=maximize,
+                         foreach=False)
+        self.config = _check_config(config)
+
+    @property
+    def _pa(self) -> bool:
+        return self.config is not None and self.config.enabled("optimizer")
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        if not self._pa:
+            return super().step(closure)
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        ops = _PAOps(self.config)
+        for group in self.param_groups:
+            lr, wd = float(group["lr"]), float(group["weight_decay"])
+            for p in group["params"]:
+                if p.grad is not None:
+                    with emu_threads(p.numel()):
+                        self._update(p, group, ops, lr, wd)
+        return loss
+
+    def _update(self, p, group, ops, lr, wd):
+        mu, damp = float(group["momentum"]), float(group["dampening"])
+        d = to_np(p.grad)
+        if group["maximize"]:
+            d = -d
+        P = to_np(p)
+        if wd != 0:
+            d = d + ops.mul(P, wd)
+        if mu != 0:
+            state = self.state[p]
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                new = np.array(d, np.float32)
+                state["momentum_buffer"] = from_np(new, torch.float32).to(p.dtype)
+            else:
+                step = ops.mul(d, 1 - damp) if damp != 0 else d
+                new = ops.mul(to_np(buf), mu) + step
+                _write(buf, new)
+            d = d + ops.mul(new, mu) if group["nesterov"] else new
+        _write(p, P - ops.mul(d, lr))
+
+
+def make_optimizer(name: str, params, config: PAMConfig | None = None, **hyper):
+    """'adamw' -> PAAdamW, 'sgd' -> PASGD, with ``config`` and the hyperparameters."""
+    kinds = {"adamw": PAAdamW, "sgd": PASGD}
+    if name not in kinds:
+        raise ValueError(f"optimizer={name!r}; expected one of {sorted(kinds)}")
+    return kinds[name](params, config=config, **hyper)
