@@ -301,3 +301,28 @@ def test_pa_optimizers_train(rng):
         tb.PAAdamW([w], amsgrad=True, config=cfg)
     with pytest.raises(ValueError, match="optimizer='lamb'"):
         tb.make_optimizer("lamb", [w])
+
+
+def test_convert_swaps_memory_saving_activations():
+    """convert(model, fewbit=/inverted=/pa=) applies torch_bridge.memory's rule next to
+    the PAM swaps, honours skip, and leaves PAM layers alone without a config."""
+    from torch_bridge.memory import FewBitActivation, InvertedActivation, PAActivation
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Sequential(nn.Linear(8, 8), nn.SiLU()),
+                      nn.Linear(8, 2))
+    tb.convert(m, tb.PAMConfig("bf16", ops={"matmul"}))
+    assert tb.convert(m, fewbit=3) is m
+    assert isinstance(m[0], tb.PAMLinear) and isinstance(m[2][0], tb.PAMLinear)
+    assert isinstance(m[1], FewBitActivation) and m[1].bits == 3
+    assert isinstance(m[2][1], FewBitActivation)
+    x = torch.randn(5, 4, requires_grad=True)
+    m(x).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+
+    m = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Sequential(nn.Linear(8, 8), nn.SiLU()))
+    tb.convert(m, tb.PAMConfig("bf16"), skip="2", inverted=True)
+    assert isinstance(m[0], tb.PAMLinear) and isinstance(m[1], InvertedActivation)
+    assert type(m[2][0]) is nn.Linear and type(m[2][1]) is nn.SiLU
+    assert isinstance(tb.convert(nn.GELU(), pa=8), PAActivation)
+    with pytest.raises(ValueError, match="fewbit"):
+        tb.convert(m, fewbit=9)

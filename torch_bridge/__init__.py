@@ -12,10 +12,12 @@ Operations": every number comes from :mod:`emu` (forward) and :mod:`emu.grad`
   F.conv2d, softmax, layer_norm, cross_entropy, attention of unmodified models.
 * :mod:`torch_bridge.functional` — the PA primitives and composites.
 * :class:`PAAdamW`, :class:`PASGD` — optimizers with PA arithmetic.
+* :mod:`torch_bridge.memory` — memory-saving activations (few-bit backward, inverted
+  and PA activations); ``convert(model, fewbit=3)`` swaps them in (docs/memory.md).
 
 See docs/torch_bridge.md.
 """
-from . import functional
+from . import functional, memory
 from .config import OPS, PAMConfig
 from .convert import convert
 from .functional import (pa_cross_entropy, pa_div, pa_exp, pa_exp2, pa_layer_norm, pa_log,
@@ -26,7 +28,7 @@ from .modules import (PACrossEntropyLoss, PALayerNorm, PAMConv2d, PAMLinear,
                       PAMultiheadAttention, PASoftmax)
 from .optim import PAAdamW, PASGD, make_optimizer
 
-__all__ = ["PAMConfig", "OPS", "convert", "pam_mode", "functional", "pam_matmul",
+__all__ = ["PAMConfig", "OPS", "convert", "pam_mode", "functional", "memory", "pam_matmul",
            "pam_linear", "pam_conv2d", "pam_mul", "pa_div", "pa_exp2", "pa_log2", "pa_exp",
            "pa_log", "pa_sqrt", "pa_softmax", "pa_layer_norm", "pa_cross_entropy",
            "PAMLinear", "PAMConv2d", "PALayerNorm", "PASoftmax", "PAMultiheadAttention",

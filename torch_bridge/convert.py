@@ -9,8 +9,13 @@ from .modules import DROP_INS, _PAModule
 __all__ = ["convert"]
 
 
-def _target(module: nn.Module, config: PAMConfig | None):
+_KEEP = object()        # convert(model, fewbit=3): PAM layers stay as they are
+
+
+def _target(module: nn.Module, config):
     """The module that should stand where ``module`` is (``module`` if unchanged)."""
+    if config is _KEEP:
+        return module
     if isinstance(module, _PAModule):
         if config is None:
             return module.to_native()
@@ -24,7 +29,9 @@ def _target(module: nn.Module, config: PAMConfig | None):
     return module
 
 
-def convert(model: nn.Module, config: PAMConfig | None = None, *, skip=()) -> nn.Module:
+def convert(model: nn.Module, config: PAMConfig | None = _KEEP, *, skip=(),
+            fewbit: int | None = None, inverted: bool = False, pa: int | None = None,
+            activation_weight: str = "uniform") -> nn.Module:
     """Replace nn.Linear, nn.Conv2d, nn.LayerNorm, nn.MultiheadAttention, nn.Softmax and
     nn.CrossEntropyLoss in ``model`` (in place) by the torch_bridge drop-ins for the op
     groups ``config`` enables.  Parameters, buffers and hooks are shared, not copied,
@@ -34,10 +41,21 @@ def convert(model: nn.Module, config: PAMConfig | None = None, *, skip=()) -> nn
     qualified submodule names (as in ``model.named_modules()``) to leave alone with
     everything inside them, e.g. a classifier head.  Returns the model (a new object only if ``model`` itself is a
     converted layer).
+
+    Memory-saving activations (docs/memory.md): ``fewbit=k`` (k-bit backward),
+    ``inverted=True`` (inverted activations), ``pa=P`` (P-piece PA GELU/SiLU), with
+    ``activation_weight`` ("uniform" or "normal") choosing the few-bit tables; the
+    rule is torch_bridge.memory.convert_activations', and ``skip`` applies to it too.
+    Given only activation options (no ``config``), the other layers are left as they
+    are.
     """
+    from .memory.convert import activation_replacer
+    act = activation_replacer(fewbit, inverted, pa, activation_weight)
+    if config is _KEEP and fewbit is None and not inverted and pa is None:
+        config = None                               # convert(model): back to plain torch
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if config is not None and not isinstance(config, PAMConfig):
+    if config is not None and config is not _KEEP and not isinstance(config, PAMConfig):
         raise TypeError(f"config must be a torch_bridge.PAMConfig or None, got "
                         f"{type(config).__name__}")
     skip = {skip} if isinstance(skip, str) else set(skip)
@@ -51,6 +69,13 @@ def convert(model: nn.Module, config: PAMConfig | None = None, *, skip=()) -> nn
             if any(qual == s or qual.startswith(s + ".") for s in skip):
                 continue
             new = _target(child, config)
+            if new is child and act(child) is not None:
+                new = act(child)
             if new is not child:
                 setattr(module, child_name, new)
-    return model if "" in skip else _target(model, config)
+    if "" in skip:
+        return model
+    new = _target(model, config)
+    if new is model and act(model) is not None:
+        return act(model)
+    return new

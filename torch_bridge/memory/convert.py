@@ -45,6 +45,35 @@ def _classify(m: nn.Module):
     return None
 
 
+def activation_replacer(fewbit: int | None = None, inverted: bool = False,
+                        pa: int | None = None, weight: str = "uniform"):
+    """The rule of :func:`convert_activations` as a function ``module -> replacement
+    or None`` (validated here; torch_bridge.convert applies it next to its own swaps)."""
+    fewbit = None if fewbit is None else check_bits(fewbit, "fewbit")
+    if not isinstance(inverted, bool):
+        raise TypeError(f"inverted must be True or False, got {inverted!r}")
+    if pa is not None and (isinstance(pa, bool) or not isinstance(pa, int) or pa < 2):
+        raise ValueError(f"pa={pa!r} must be None or a number of pieces >= 2")
+    _check_weight(weight)
+
+    def replacement(m):
+        kind = _classify(m)
+        if kind is None:
+            return None
+        name, params = kind
+        if pa is not None and name in PA_ACTIVATIONS:
+            new = PAActivation(name, pa)
+        elif inverted and name in INVERTIBLE:
+            new = InvertedActivation(name)
+        elif fewbit is not None:
+            new = FewBitActivation(name, fewbit, weight, **params)
+        else:
+            return None
+        return new.train(m.training)
+
+    return replacement
+
+
 def convert_activations(model: nn.Module, fewbit: int | None = None, inverted: bool = False,
                         pa: int | None = None, weight: str = "uniform") -> nn.Module:
     """Replace the activation modules of ``model`` in place; returns ``model``.
@@ -64,30 +93,9 @@ def convert_activations(model: nn.Module, fewbit: int | None = None, inverted: b
     forward method) cannot be swapped; use the functional forms there.  If ``model``
     itself is an activation module, the replacement is returned instead.
     """
-    fewbit = None if fewbit is None else check_bits(fewbit, "fewbit")
-    if not isinstance(inverted, bool):
-        raise TypeError(f"inverted must be True or False, got {inverted!r}")
-    if pa is not None and (isinstance(pa, bool) or not isinstance(pa, int) or pa < 2):
-        raise ValueError(f"pa={pa!r} must be None or a number of pieces >= 2")
-    _check_weight(weight)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-
-    def replacement(m):
-        kind = _classify(m)
-        if kind is None:
-            return None
-        name, params = kind
-        if pa is not None and name in PA_ACTIVATIONS:
-            new = PAActivation(name, pa)
-        elif inverted and name in INVERTIBLE:
-            new = InvertedActivation(name)
-        elif fewbit is not None:
-            new = FewBitActivation(name, fewbit, weight, **params)
-        else:
-            return None
-        return new.train(m.training)
-
+    replacement = activation_replacer(fewbit, inverted, pa, weight)
     root = replacement(model)
     if root is not None:
         return root
