@@ -33,7 +33,7 @@ __all__ = ["Design", "Resources", "SynthResult", "synthesize", "TARGETS", "devic
            "format_rows"]
 
 #: Bumped whenever the scripts or the parsing change, so old cache entries are not reused.
-_PIPELINE_VERSION = 1
+_PIPELINE_VERSION = 2
 
 TARGETS = ("ecp5", "ice40", "xilinx")
 _DEFAULT_DEVICE = {"ecp5": "85k", "ice40": "up5k", "xilinx": "xc7a100t"}
@@ -53,6 +53,7 @@ _CELL_CLASS = {
                "MUXF7": "mux", "MUXF8": "mux", "SRL16E": "lutram", "SRLC32E": "lutram",
                "RAM32X1D": "lutram", "RAM64X1D": "lutram"},
 }
+_IGNORED_CELLS = frozenset(("$scopeinfo",))      # hierarchy metadata, no hardware
 _FF_PATTERN = {"ecp5": re.compile(r"TRELLIS_FF$"), "ice40": re.compile(r"SB_DFF\w*$"),
                "xilinx": re.compile(r"(FD[RSCP]E(_1)?|LD[CP]E)$")}
 
@@ -202,6 +203,7 @@ def _parse_stat(stat: dict, target: str) -> Resources:
     cells = {k: int(v) for k, v in stat["design"].get("num_cells_by_type", {}).items()}
     by_class = {c: 0 for c in ("lut", "carry", "ff", "dsp", "bram", "mux", "lutram")}
     other = {}
+    cells = {k: v for k, v in cells.items() if k not in _IGNORED_CELLS}
     for cell, n in cells.items():
         cls = _CELL_CLASS[target].get(cell)
         if cls is None and _FF_PATTERN[target].match(cell):

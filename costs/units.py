@@ -1,0 +1,148 @@
+"""The rtl/ units by name, their synthesis, and the PAM-vs-float sweep (``pamsim fpga``).
+
+Units are built by ``rtl.make_unit`` and emitted by ``rtl.verilog`` (issue 3's Python
+API); ``rtl`` is imported only when a unit is built, so costs/ works without it.
+Names follow ``pamsim verilog --unit``: ``mul`` (PAM multiplier), ``div`` (PA divider),
+``add`` (IEEE adder), ``fmul`` (IEEE multiplier, the baseline), ``mac`` (pipelined PAM
+MAC), ``array`` (grid of PAM MACs), plus ``fmac``: the same MAC with the IEEE
+multiplier, the float baseline of ``mac``.
+"""
+from __future__ import annotations
+
+import emu
+
+from .fpga import TARGETS, Design, SynthResult, fit, synthesize
+
+__all__ = ["UNITS", "unit_design", "synthesize_unit", "sweep", "SWEEP_UNITS", "SWEEP_FORMATS",
+           "compare", "FloatMacUnavailable"]
+
+UNITS = {
+    "mul": "PAM multiplier (rtl.PAMMultiplier, combinational)",
+    "div": "PA divider (rtl.PADivider, combinational)",
+    "add": "IEEE adder (rtl.FloatAdder, combinational)",
+    "fmul": "IEEE multiplier, subnormals flushed (rtl.FloatMultiplier, combinational)",
+    "mac": "pipelined PAM multiply-accumulate (rtl.PAMMac)",
+    "fmac": "pipelined float multiply-accumulate (rtl.PAMMac with the IEEE multiplier)",
+    "array": "rows x cols grid of PAM MACs (rtl.PAMDotArray)",
+}
+SWEEP_UNITS = ("mul", "fmul", "add", "mac", "fmac")
+SWEEP_FORMATS = ("float32", "bfloat16", "float16", "float8_e4m3fn")
+
+
+class FloatMacUnavailable(RuntimeError):
+    """rtl.PAMMac cannot be built with the IEEE multiplier (no ``multiplier=`` option)."""
+
+
+def _rtl():
+    try:
+        import rtl
+    except ImportError as exc:                                    # pragma: no cover
+        raise RuntimeError("the rtl package is needed to build units") from exc
+    if not hasattr(rtl, "make_unit") or not hasattr(rtl, "verilog"):
+        raise RuntimeError("rtl has no make_unit/verilog yet (issue 3): cannot build units")
+    return rtl
+
+
+def _check_unit(unit: str) -> str:
+    if unit not in UNITS:
+        raise ValueError(f"unit={unit!r}; expected one of {list(UNITS)}")
+    return unit
+
+
+def unit_design(unit: str, fmt, *, acc=None, stages=None, rows=None, cols=None) -> Design:
+    """The Verilog :class:`~costs.fpga.Design` of a unit, built and emitted by rtl/."""
+    _check_unit(unit)
+    fmt = emu.format(fmt)
+    rtl = _rtl()
+    if unit == "fmac":
+        import inspect
+        if "multiplier" not in inspect.signature(rtl.PAMMac).parameters:
+            raise FloatMacUnavailable(
+                "rtl.PAMMac(in_fmt, acc_fmt, stages) has no multiplier='float' option, so "
+                "the float MAC baseline cannot be built; costs estimates it by substitution "
+                "(see costs.units.compare)")
+        if rows is not None or cols is not None:
+            raise ValueError("unit='fmac' takes no rows/cols option")
+        acc = emu.format("float32" if acc is None else acc, argname="acc")
+        stages = 2 if stages is None else stages
+        comp = rtl.PAMMac(fmt, acc, stages, multiplier="float")
+        name = f"fp_mac_{fmt.name}_{acc.name}_s{stages}"
+    else:
+        comp = rtl.make_unit(unit, fmt, acc=acc, stages=stages, rows=rows, cols=cols)
+        name = comp.module_name
+    return Design.from_verilog(rtl.verilog(comp, name), name)
+
+
+def synthesize_unit(unit: str, fmt, target: str = "ecp5", *, acc=None, stages=None,
+                    rows=None, cols=None, **kwargs) -> SynthResult:
+    """:func:`costs.fpga.synthesize` of a named unit (kwargs: device, dsp, pnr, ...)."""
+    return synthesize(unit_design(unit, fmt, acc=acc, stages=stages, rows=rows, cols=cols),
+                      target, **kwargs)
+
+
+def sweep(units=SWEEP_UNITS, fmts=SWEEP_FORMATS, targets=TARGETS, *, acc="float32",
+          dsp: bool = True, progress: bool = True) -> list[dict]:
+    """Synthesize every (unit, format, target); one row per result (see ``summary_row``).
+
+    A unit that cannot be built (``fmac`` without rtl support) or placed (too big for
+    the device) gets a row with ``error`` instead of numbers.
+    """
+    from tqdm import tqdm
+
+    from .fpga import summary_row
+    jobs = [(u, emu.format(f), t) for f in fmts for u in units for t in targets]
+    rows = []
+    for unit, fmt, target in tqdm(jobs, desc="synthesis", disable=not progress):
+        label = f"{unit} {fmt.name}" + (f"->{emu.format(acc).name}" if unit in (
+            "mac", "fmac") else "")
+        kw = {"acc": acc} if unit in ("mac", "fmac") else {}
+        try:
+            r = synthesize_unit(unit, fmt, target, dsp=dsp, **kw)
+        except (FloatMacUnavailable, RuntimeError) as exc:
+            rows.append({"unit": label, "kind": unit, "fmt": fmt.name, "target": target,
+                         "error": str(exc).splitlines()[0]})
+            continue
+        row = summary_row(label, r)
+        row.update(kind=unit, fmt=fmt.name, result=r)
+        rows.append(row)
+    return rows
+
+
+def compare(rows: list[dict]) -> list[dict]:
+    """PAM against float, per (format, target): multiplier resources, and MACs per device
+    and peak MAC/s.  Without a measured ``fmac`` the float MAC is estimated by
+    substitution: resources of ``mac`` - ``mul`` + ``fmul`` (same pipeline and adder),
+    fitted to the device; its Fmax is then unknown."""
+    by = {(r["kind"], r["fmt"], r["target"]): r for r in rows if "error" not in r}
+    out = []
+    for (kind, fmt, target), pam in sorted(by.items()):
+        if kind != "mul" or ("fmul", fmt, target) not in by:
+            continue
+        fm = by["fmul", fmt, target]
+        row = {"fmt": fmt, "target": target,
+               "mul_logic": pam["logic"], "fmul_logic": fm["logic"], "fmul_dsps": fm["dsps"],
+               "mul_fmax": pam["fmax_mhz"], "fmul_fmax": fm["fmax_mhz"]}
+        mac = by.get(("mac", fmt, target))
+        if mac is not None:
+            row.update(mac_fit=mac["fit"], mac_limit=mac["limit"], mac_gops=mac["peak_gops"])
+            fmac = by.get(("fmac", fmt, target))
+            if fmac is not None:
+                row.update(fmac_fit=fmac["fit"], fmac_limit=fmac["limit"],
+                           fmac_gops=fmac["peak_gops"], fmac_source="measured")
+            else:
+                est = _substitute(mac["result"], pam["result"], fm["result"])
+                row.update(fmac_fit=est.count, fmac_limit=est.limit, fmac_gops=None,
+                           fmac_source="estimated: mac - mul + fmul")
+        out.append(row)
+    return out
+
+
+def _substitute(mac: SynthResult, mul: SynthResult, fmul: SynthResult):
+    """Device fit of a MAC whose PAM multiplier is replaced by the float multiplier."""
+    import copy
+    est = copy.deepcopy(mac)
+    for field in ("luts", "carry", "ffs", "dsps", "brams", "muxes", "lutram", "logic"):
+        setattr(est.resources, field, getattr(mac.resources, field)
+                - getattr(mul.resources, field) + getattr(fmul.resources, field))
+    est.fmax_mhz = None
+    return fit(est)
