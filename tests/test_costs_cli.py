@@ -129,3 +129,9 @@ def test_fpga_without_rtl_units(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "rtl", types.ModuleType("rtl"))
     assert main(["fpga", "--unit", "mac"]) == 2
     assert "rtl has no make_unit/verilog yet" in capsys.readouterr().out
+
+
+def test_bench_costs_quick(capsys):
+    assert main(["bench", "--quick", "--only", "costs"]) == 0
+    out = capsys.readouterr().out
+    assert "count_step mlp batch 32" in out and "plain step mlp" in out
