@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Callable
 
 import emu
@@ -100,7 +101,6 @@ class StepCounts:
     saved_bytes_by_dtype: dict[str, int]
     params: int
     integer_ops: int = 0                        # ops on integer/bool tensors only (index math)
-    note: str = ""
 
     @property
     def total_macs(self) -> int:
@@ -115,90 +115,89 @@ class StepCounts:
                    if dt.startswith(("torch.float", "torch.bfloat", "torch.half")))
 
 
-class _OpCounter:
-    """A TorchDispatchMode (built lazily: torch is optional) that decomposes and counts."""
+@lru_cache(maxsize=None)
+def _op_counter_class():
+    """The TorchDispatchMode that decomposes and counts (built lazily: torch is optional)."""
+    import torch
+    from torch._decomp import decomposition_table
+    from torch.utils._python_dispatch import TorchDispatchMode
 
-    def __new__(cls):
-        import torch
-        from torch._decomp import decomposition_table
-        from torch.utils._python_dispatch import TorchDispatchMode
+    class Mode(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.phase = "forward"
+            self.ops = {}
+            self.prims = Counter()
+            self.unclassified = Counter()
+            self.integer_ops = 0
 
-        class Mode(TorchDispatchMode):
-            def __init__(self):
-                super().__init__()
-                self.phase = "forward"
-                self.ops = {}
-                self.prims = Counter()
-                self.unclassified = Counter()
-                self.integer_ops = 0
+        def _count(self, kind, n):
+            bucket = self.ops.setdefault(self.phase, Counter())
+            bucket[kind] += n
 
-            def _count(self, kind, n):
-                bucket = self.ops.setdefault(self.phase, Counter())
-                bucket[kind] += n
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = _name(func)
+            if name not in _MATMUL and name not in _MOVEMENT and name not in _FIXED_MIX:
+                decomp = decomposition_table.get(func)
+                with self:
+                    r = decomp(*args, **kwargs) if decomp else func.decompose(*args, **kwargs)
+                if r is not NotImplemented:
+                    return r
+            out = func(*args, **kwargs)
+            self._classify(name, func, args, kwargs, out)
+            return out
 
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                kwargs = kwargs or {}
-                name = _name(func)
-                if name not in _MATMUL and name not in _MOVEMENT and name not in _FIXED_MIX:
-                    decomp = decomposition_table.get(func)
-                    with self:
-                        r = decomp(*args, **kwargs) if decomp else func.decompose(*args, **kwargs)
-                    if r is not NotImplemented:
-                        return r
-                out = func(*args, **kwargs)
-                self._classify(name, func, args, kwargs, out)
-                return out
+        def _classify(self, name, func, args, kwargs, out):
+            if name in _MOVEMENT:
+                return
+            tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs))
+                       if isinstance(a, torch.Tensor)]
+            outs = [o for o in torch.utils._pytree.tree_leaves(out)
+                    if isinstance(o, torch.Tensor)]
+            if name in _MATMUL:
+                self._matmul_adds(name, args, out)
+                return
+            floating = any(t.is_floating_point() for t in tensors + outs)
+            n_out = sum(o.numel() for o in outs)
+            if name in _REDUCTION_KIND:
+                n = max(0, sum(t.numel() for t in tensors[:1]) - n_out)
+                kind = _REDUCTION_KIND[name]
+            elif name == "var":
+                # prims.var: per input element a subtract, a square and two adds (the
+                # mean and the sum of squares); one division per output
+                n_in = tensors[0].numel()
+                if floating:
+                    self.prims[name] += 1
+                    self._count("add", 2 * n_in + n_out)
+                    self._count("mul", n_in)
+                    self._count("div", 2 * n_out)
+                return
+            elif name in _FIXED_MIX:
+                if floating:
+                    self.prims[name] += 1
+                    for kind, k in _FIXED_MIX[name].items():
+                        self._count(kind, k * n_out)
+                return
+            elif name in _PRIM_KIND:
+                n, kind = n_out, _PRIM_KIND[name]
+            else:
+                self.unclassified[str(func.overloadpacket)] += n_out
+                return
+            if not floating:
+                self.integer_ops += n
+                return
+            self.prims[name] += 1
+            self._count(kind, n)
 
-            def _classify(self, name, func, args, kwargs, out):
-                if name in _MOVEMENT:
-                    return
-                tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs))
-                           if isinstance(a, torch.Tensor)]
-                outs = [o for o in torch.utils._pytree.tree_leaves(out)
-                        if isinstance(o, torch.Tensor)]
-                if name in _MATMUL:
-                    self._matmul_adds(name, args, out)
-                    return
-                floating = any(t.is_floating_point() for t in tensors + outs)
-                n_out = sum(o.numel() for o in outs)
-                if name in _REDUCTION_KIND:
-                    n = max(0, sum(t.numel() for t in tensors[:1]) - n_out)
-                    kind = _REDUCTION_KIND[name]
-                elif name == "var":
-                    # prims.var: per input element a subtract, a square and two adds (the
-                    # mean and the sum of squares); one division per output
-                    n_in = tensors[0].numel()
-                    if floating:
-                        self.prims[name] += 1
-                        self._count("add", 2 * n_in + n_out)
-                        self._count("mul", n_in)
-                        self._count("div", 2 * n_out)
-                    return
-                elif name in _FIXED_MIX:
-                    if floating:
-                        self.prims[name] += 1
-                        for kind, k in _FIXED_MIX[name].items():
-                            self._count(kind, k * n_out)
-                    return
-                elif name in _PRIM_KIND:
-                    n, kind = n_out, _PRIM_KIND[name]
-                else:
-                    self.unclassified[str(func.overloadpacket)] += n_out
-                    return
-                if not floating:
-                    self.integer_ops += n
-                    return
-                self.prims[name] += 1
-                self._count(kind, n)
+        def _matmul_adds(self, name, args, out):
+            if name in ("addmm", "baddbmm", "convolution", "_convolution"):
+                if name.endswith("mm") or args[2] is not None:
+                    self._count("add", out.numel())
+            elif name == "convolution_backward" and out[2] is not None:
+                self._count("add", args[0].numel() - out[2].numel())
 
-            def _matmul_adds(self, name, args, out):
-                if name in ("addmm", "baddbmm", "convolution", "_convolution"):
-                    if name.endswith("mm") or args[2] is not None:
-                        self._count("add", out.numel())
-                elif name == "convolution_backward" and out[2] is not None:
-                    self._count("add", args[0].numel() - out[2].numel())
-
-        return Mode()
+    return Mode
 
 
 def count_step(model, loss_fn: Callable[[], object], optimizer=None) -> StepCounts:
@@ -227,7 +226,7 @@ def count_step(model, loss_fn: Callable[[], object], optimizer=None) -> StepCoun
             saved[ptr] = (t.untyped_storage().nbytes(), str(t.dtype))
         return t
 
-    counter = _OpCounter()
+    counter = _op_counter_class()()
     macs, macs_by_op = {}, Counter()
     with ExitStack() as stack:
         stack.enter_context(sdpa_kernel(SDPBackend.MATH))
