@@ -33,7 +33,7 @@ __all__ = ["Design", "Resources", "SynthResult", "synthesize", "TARGETS", "devic
            "format_rows"]
 
 #: Bumped whenever the scripts or the parsing change, so old cache entries are not reused.
-_PIPELINE_VERSION = 2
+_PIPELINE_VERSION = 3
 
 TARGETS = ("ecp5", "ice40", "xilinx")
 _DEFAULT_DEVICE = {"ecp5": "85k", "ice40": "up5k", "xilinx": "xc7a100t"}
@@ -255,7 +255,10 @@ def _synth_command(target: str, top: str, dsp: bool, device: Device) -> str:
     if target == "ecp5":
         return f"synth_ecp5 -top {top}" + ("" if dsp else " -nodsp")
     if target == "ice40":
-        return f"synth_ice40 -top {top}" + (" -dsp" if dsp and device.dsp else "")
+        # -device tunes abc9's delay model: "u" for UltraPlus, "hx" otherwise
+        family = "u" if device.name.startswith("up") else "hx"
+        return (f"synth_ice40 -device {family} -top {top}"
+                + (" -dsp" if dsp and device.dsp else ""))
     return (f"synth_xilinx -family xc7 -noiopad -noclkbuf -top {top}"
             + ("" if dsp else " -nodsp"))
 
@@ -357,7 +360,11 @@ def synthesize(design: Design, target: str = "ecp5", *, device: str | None = Non
         if pnr:
             Path(tmp, "wrap.v").write_text(fmax_wrapper(ports, design.top, design.clock))
             wsynth = _synth_command(target, _WRAP_TOP, dsp, dev)
-            script = (f"{design._read_command(src)}; read_verilog wrap.v; {wsynth}; "
+            # the unit keeps its own hierarchy: it is optimised as in the unwrapped run
+            # (wrapper registers are not absorbed into it), and abc9 does not trip over
+            # the cross-boundary structure (an assertion in yosys 0.70's abc9 on iCE40)
+            script = (f"{design._read_command(src)}; read_verilog wrap.v; "
+                      f"setattr -mod -set keep_hierarchy 1 {design.top}; {wsynth}; "
                       "write_json wrapped.json")
             _run([yosys, "-q", "-p", script], tmp, f"yosys {wsynth} (wrapped)", timeout)
             argv = [_tool(_PNR_TOOL[target]), *dev.nextpnr_args, "--json", "wrapped.json",
