@@ -81,31 +81,37 @@ def synthesize_unit(unit: str, fmt, target: str = "ecp5", *, acc=None, stages=No
 
 
 def sweep(units=SWEEP_UNITS, fmts=SWEEP_FORMATS, targets=TARGETS, *, acc="float32",
-          dsp: bool = True, progress: bool = True) -> list[dict]:
-    """Synthesize every (unit, format, target); one row per result (see ``summary_row``).
+          dsp: bool = True, jobs: int = 1, progress: bool = True) -> list[dict]:
+    """Synthesize every (unit, format, target); one row per result (see ``summary_row``),
+    ``jobs`` tool runs at a time.
 
-    A unit that cannot be built (``fmac`` without rtl support) or placed (too big for
-    the device) gets a row with ``error`` instead of numbers.
+    A unit that cannot be built (``fmac`` without rtl support) or synthesized/placed
+    (e.g. too big for the device) gets a row with ``error`` instead of numbers.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     from tqdm import tqdm
 
     from .fpga import summary_row
-    jobs = [(u, emu.format(f), t) for f in fmts for u in units for t in targets]
-    rows = []
-    for unit, fmt, target in tqdm(jobs, desc="synthesis", disable=not progress):
-        label = f"{unit} {fmt.name}" + (f"->{emu.format(acc).name}" if unit in (
-            "mac", "fmac") else "")
-        kw = {"acc": acc} if unit in ("mac", "fmac") else {}
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
+    acc = emu.format(acc, argname="acc")
+    jobs_list = [(u, emu.format(f), t) for f in fmts for u in units for t in targets]
+
+    def one(job):
+        unit, fmt, target = job
+        mac = unit in ("mac", "fmac")
+        label = f"{unit} {fmt.name}" + (f"->{acc.name}" if mac else "")
         try:
-            r = synthesize_unit(unit, fmt, target, dsp=dsp, **kw)
-        except (FloatMacUnavailable, RuntimeError) as exc:
-            rows.append({"unit": label, "kind": unit, "fmt": fmt.name, "target": target,
-                         "error": str(exc).splitlines()[0]})
-            continue
-        row = summary_row(label, r)
-        row.update(kind=unit, fmt=fmt.name, result=r)
-        rows.append(row)
-    return rows
+            r = synthesize_unit(unit, fmt, target, dsp=dsp, **({"acc": acc} if mac else {}))
+        except RuntimeError as exc:             # FloatMacUnavailable, tool failures
+            return {"unit": label, "kind": unit, "fmt": fmt.name, "target": target,
+                    "error": str(exc).splitlines()[0]}
+        return dict(summary_row(label, r), kind=unit, fmt=fmt.name, result=r)
+
+    with ThreadPoolExecutor(jobs) as pool:      # the work is in yosys/nextpnr processes
+        return list(tqdm(pool.map(one, jobs_list), total=len(jobs_list), desc="synthesis",
+                         disable=not progress))
 
 
 def compare(rows: list[dict]) -> list[dict]:

@@ -61,3 +61,16 @@ def test_unit_names_and_errors():
         units.unit_design("sqrt", "bf16")
     with pytest.raises(ValueError, match="fmt='bf17'"):
         units.unit_design("mul", "bf17")
+
+
+def test_sweep_records_unbuildable_units(monkeypatch):
+    """Units that cannot be built become error rows; the rest of the sweep goes on."""
+    def fail(unit, fmt, target, **kw):
+        raise units.FloatMacUnavailable("no float multiplier option")
+    monkeypatch.setattr(units, "synthesize_unit", fail)
+    rows = units.sweep(("fmac",), ("bf16", "fp16"), ("ecp5",), jobs=2, progress=False)
+    assert [(r["unit"], r["error"]) for r in rows] == [
+        ("fmac bfloat16->float32", "no float multiplier option"),
+        ("fmac float16->float32", "no float multiplier option")]
+    with pytest.raises(ValueError, match="jobs must be a positive int"):
+        units.sweep(jobs=0)

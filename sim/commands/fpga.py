@@ -30,6 +30,8 @@ def register(sub):
     p.add_argument("--sweep", action="store_true",
                    help="synthesize mul, fmul, add, mac, fmac for " + ", ".join(SWEEP_FORMATS)
                         + " on every target (slow the first time, then cached)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="--sweep: tool runs in parallel (default 1)")
     p.add_argument("--json", help="also write the rows as JSON")
     p.set_defaults(run=run)
 
@@ -40,7 +42,12 @@ def run(args) -> int:
     from costs.fpga import TARGETS
     targets = TARGETS if args.target == "all" else (args.target,)
     if args.sweep:
-        rows = units.sweep(targets=targets, acc=args.acc or "float32", dsp=not args.nodsp)
+        try:
+            rows = units.sweep(targets=targets, acc=args.acc or "float32",
+                               dsp=not args.nodsp, jobs=args.jobs)
+        except ValueError as exc:
+            print(f"pamsim fpga: error: {exc}")
+            return 2
         ok = [r for r in rows if "error" not in r]
         print(fpga.format_rows(ok))
         for r in rows:
