@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -381,7 +382,7 @@ def synthesize(design: Design, target: str = "ecp5", *, device: str | None = Non
                          fmax_mhz=fmax, utilization=util, tools=tools, design_key=design.key,
                          seconds=time.perf_counter() - t0, log=log)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_path = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp_path = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
     tmp_path.write_text(json.dumps(result.to_json(), indent=1))
     os.replace(tmp_path, path)          # atomic: parallel runs never read half a file
     return result
@@ -400,7 +401,8 @@ def fit(result: SynthResult, device: str | None = None) -> Fit:
     """Copies of ``result``'s unit that fit ``device`` (default: the synthesized one).
 
     An upper bound: each resource class is divided independently (no packing or routing
-    overhead).  Peak ops/s = copies x Fmax (one result per cycle per copy).
+    overhead).  Peak ops/s = copies x Fmax (one result per cycle per copy), with the
+    Fmax measured on the synthesized device.
     """
     dev = _device(result.target, device or result.device)
     r = result.resources
