@@ -5,7 +5,8 @@ API); ``rtl`` is imported only when a unit is built, so costs/ works without it.
 Names follow ``pamsim verilog --unit``: ``mul`` (PAM multiplier), ``div`` (PA divider),
 ``add`` (IEEE adder), ``fmul`` (IEEE multiplier, the baseline), ``mac`` (pipelined PAM
 MAC), ``array`` (grid of PAM MACs), plus ``fmac``: the same MAC with the IEEE
-multiplier, the float baseline of ``mac``.
+multiplier, the float baseline of ``mac`` (:func:`float_mac`; rtl.PAMMac has no
+multiplier option, so costs builds it from rtl's parts).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import emu
 from .fpga import TARGETS, Design, SynthResult, fit, synthesize
 
 __all__ = ["UNITS", "unit_design", "synthesize_unit", "sweep", "SWEEP_UNITS", "SWEEP_FORMATS",
-           "compare", "FloatMacUnavailable"]
+           "FMAX_TARGETS", "compare", "float_mac"]
 
 UNITS = {
     "mul": "PAM multiplier (rtl.PAMMultiplier, combinational)",
@@ -26,11 +27,11 @@ UNITS = {
     "array": "rows x cols grid of PAM MACs (rtl.PAMDotArray)",
 }
 SWEEP_UNITS = ("mul", "fmul", "add", "mac", "fmac")
-SWEEP_FORMATS = ("float32", "bfloat16", "float16", "float8_e4m3fn")
-
-
-class FloatMacUnavailable(RuntimeError):
-    """rtl.PAMMac cannot be built with the IEEE multiplier (no ``multiplier=`` option)."""
+# smallest first, so a cut-short sweep has the cheap formats complete
+SWEEP_FORMATS = ("float8_e4m3fn", "bfloat16", "float16", "float32")
+#: Targets the sweep places and routes for Fmax (bounds its time; nextpnr has no
+#: Xilinx 7-series flow here).
+FMAX_TARGETS = ("ecp5",)
 
 
 def _rtl():
@@ -55,22 +56,59 @@ def unit_design(unit: str, fmt, *, acc=None, stages=None, rows=None, cols=None) 
     fmt = emu.format(fmt)
     rtl = _rtl()
     if unit == "fmac":
-        import inspect
-        if "multiplier" not in inspect.signature(rtl.PAMMac).parameters:
-            raise FloatMacUnavailable(
-                "rtl.PAMMac(in_fmt, acc_fmt, stages) has no multiplier='float' option, so "
-                "the float MAC baseline cannot be built; costs estimates it by substitution "
-                "(see costs.units.compare)")
         if rows is not None or cols is not None:
             raise ValueError("unit='fmac' takes no rows/cols option")
-        acc = emu.format("float32" if acc is None else acc, argname="acc")
-        stages = 2 if stages is None else stages
-        comp = rtl.PAMMac(fmt, acc, stages, multiplier="float")
-        name = f"fp_mac_{fmt.name}_{acc.name}_s{stages}"
+        comp = float_mac(fmt, "float32" if acc is None else acc, 2 if stages is None else stages)
+        name = comp.module_name
     else:
         comp = rtl.make_unit(unit, fmt, acc=acc, stages=stages, rows=rows, cols=cols)
         name = comp.module_name
     return Design.from_verilog(rtl.verilog(comp, name), name)
+
+
+def float_mac(in_fmt, acc_fmt="float32", stages: int = 2):
+    """The float baseline of ``rtl.PAMMac``: the same component (stream interface,
+    pipeline, ``FloatAdder`` accumulator) with ``rtl.FloatMultiplier`` (RNE, subnormals
+    flushed) in place of the PAM multiplier, i.e. mixed-precision float MAC hardware.
+
+    Only for cost comparison: it is not verified against emu, and should become
+    ``rtl.PAMMac(..., multiplier="float")`` once rtl/ offers that.
+    """
+    rtl = _rtl()
+    from amaranth.hdl import Module, Mux, Signal
+
+    class FloatMac(rtl.PAMMac):
+        @property
+        def module_name(self) -> str:
+            return f"fp_mac_{self.in_fmt.name}_{self.acc_fmt.name}_s{self.stages}"
+
+        def elaborate(self, platform):
+            # rtl.PAMMac.elaborate with the multiplier swapped; the float product is
+            # never subnormal (FTZ), so the accumulator's b_daz is exact here too
+            m = Module()
+            m.submodules.mul = mul = rtl.FloatMultiplier(self.in_fmt)
+            m.submodules.add = add = rtl.FloatAdder(self.acc_fmt, b_fmt=self.in_fmt,
+                                                    b_daz=True)
+            valid, pay = self.i_stream.valid, self.i_stream.payload
+            if self.stages >= 3:
+                valid_r, pay_r = Signal(), Signal.like(pay)
+                m.d.sync += [valid_r.eq(valid), pay_r.eq(pay)]
+                valid, pay = valid_r, pay_r
+            m.d.comb += [mul.a.eq(pay.a), mul.b.eq(pay.b)]
+            prod, first, last = mul.y, pay.first, pay.last
+            if self.stages >= 2:
+                valid_p, prod_p, first_p, last_p = Signal(), Signal.like(mul.y), Signal(), Signal()
+                m.d.sync += [valid_p.eq(valid), prod_p.eq(mul.y), first_p.eq(first),
+                             last_p.eq(last)]
+                valid, prod, first, last = valid_p, prod_p, first_p, last_p
+            acc = self.o_stream.payload.result
+            m.d.comb += [add.a.eq(Mux(first, 0, acc.as_value())), add.b.eq(prod)]
+            with m.If(valid):
+                m.d.sync += [acc.eq(add.y), self.o_stream.payload.last.eq(last)]
+            m.d.sync += self.o_stream.valid.eq(valid)
+            return m
+
+    return FloatMac(emu.format(in_fmt), emu.format(acc_fmt, argname="acc"), stages)
 
 
 def synthesize_unit(unit: str, fmt, target: str = "ecp5", *, acc=None, stages=None,
@@ -81,12 +119,11 @@ def synthesize_unit(unit: str, fmt, target: str = "ecp5", *, acc=None, stages=No
 
 
 def sweep(units=SWEEP_UNITS, fmts=SWEEP_FORMATS, targets=TARGETS, *, acc="float32",
-          dsp: bool = True, jobs: int = 1, progress: bool = True) -> list[dict]:
-    """Synthesize every (unit, format, target); one row per result (see ``summary_row``),
-    ``jobs`` tool runs at a time.
-
-    A unit that cannot be built (``fmac`` without rtl support) or synthesized/placed
-    (e.g. too big for the device) gets a row with ``error`` instead of numbers.
+          dsp: bool = True, fmax_targets=FMAX_TARGETS, jobs: int = 1,
+          progress: bool = True) -> list[dict]:
+    """Synthesize every (unit, format, target), placing and routing for Fmax on
+    ``fmax_targets``; one row per result (see ``summary_row``), ``jobs`` tool runs at a
+    time.  A unit that cannot be synthesized/placed gets a row with ``error`` instead.
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -103,8 +140,9 @@ def sweep(units=SWEEP_UNITS, fmts=SWEEP_FORMATS, targets=TARGETS, *, acc="float3
         mac = unit in ("mac", "fmac")
         label = f"{unit} {fmt.name}" + (f"->{acc.name}" if mac else "")
         try:
-            r = synthesize_unit(unit, fmt, target, dsp=dsp, **({"acc": acc} if mac else {}))
-        except RuntimeError as exc:             # FloatMacUnavailable, tool failures
+            r = synthesize_unit(unit, fmt, target, dsp=dsp, pnr=target in fmax_targets,
+                                **({"acc": acc} if mac else {}))
+        except RuntimeError as exc:             # tool failures
             return {"unit": label, "kind": unit, "fmt": fmt.name, "target": target,
                     "error": str(exc).splitlines()[0]}
         return dict(summary_row(label, r), kind=unit, fmt=fmt.name, result=r)

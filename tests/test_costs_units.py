@@ -36,7 +36,7 @@ def test_compare_estimates_float_mac_by_substitution():
     rows = [_row("mul", _result(150)), _row("fmul", _result(350, dsps=1)),
             _row("mac", _result(1300, ffs=50, fmax=20)),
             {"unit": "fmac bfloat16", "kind": "fmac", "fmt": "bfloat16", "target": "ecp5",
-             "error": "no float multiplier option"}]
+             "error": "yosys synth_ecp5 failed (exit 1):"}]
     (c,) = units.compare(rows)
     # mac - mul + fmul: 1500 logic, 50 FFs, 1 DSP -> 55 by logic (< 156 DSPs), no Fmax
     assert c["fmac_fit"] == 55 and c["fmac_limit"] == "logic" and c["fmac_gops"] is None
@@ -64,13 +64,20 @@ def test_unit_names_and_errors():
 
 
 def test_sweep_records_unbuildable_units(monkeypatch):
-    """Units that cannot be built become error rows; the rest of the sweep goes on."""
+    """Units that cannot be built or placed become error rows; the sweep goes on, and
+    only FMAX_TARGETS are placed and routed."""
+    calls = []
+
     def fail(unit, fmt, target, **kw):
-        raise units.FloatMacUnavailable("no float multiplier option")
+        calls.append((target, kw["pnr"]))
+        raise RuntimeError("nextpnr-ice40 failed (exit 255):\nno placement")
     monkeypatch.setattr(units, "synthesize_unit", fail)
     rows = units.sweep(("fmac",), ("bf16", "fp16"), ("ecp5",), jobs=2, progress=False)
     assert [(r["unit"], r["error"]) for r in rows] == [
-        ("fmac bfloat16->float32", "no float multiplier option"),
-        ("fmac float16->float32", "no float multiplier option")]
+        ("fmac bfloat16->float32", "nextpnr-ice40 failed (exit 255):"),
+        ("fmac float16->float32", "nextpnr-ice40 failed (exit 255):")]
+    assert calls == [("ecp5", True)] * 2
+    units.sweep(("mul",), ("bf16",), ("ice40", "xilinx"), progress=False)
+    assert calls[2:] == [("ice40", False), ("xilinx", False)]
     with pytest.raises(ValueError, match="jobs must be a positive int"):
         units.sweep(jobs=0)

