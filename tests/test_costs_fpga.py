@@ -38,8 +38,10 @@ endmodule
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
-    """A fresh cache, so the first call of each test really synthesizes."""
-    path = tmp_path_factory.mktemp("fpga_cache")
+    """A fresh cache (one per test process), so the first call of each test really
+    synthesizes."""
+    path = tmp_path_factory.getbasetemp() / "fpga_cache"
+    path.mkdir(exist_ok=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PAMSIM_CACHE", str(path))
         yield path
@@ -50,11 +52,6 @@ def addmul():
     return Design.from_elaboratable(AddMul(), "addmul")
 
 
-@pytest.fixture(scope="module")
-def ecp5_pnr(cache, addmul):
-    return synthesize(addmul, "ecp5", device="85k", pnr=True)
-
-
 # Exact cell counts of AddMul with the multiplier in a DSP: a 17-bit sum needs 9 ECP5
 # CCU2C (2 bits each), 16 iCE40 SB_CARRY (+16 sum LUTs), 5 Xilinx CARRY4 (4 bits each).
 EXPECTED = {"ecp5": dict(carry=9, ffs=17, dsps=1, luts=0, cell_dsp="MULT18X18D"),
@@ -62,8 +59,18 @@ EXPECTED = {"ecp5": dict(carry=9, ffs=17, dsps=1, luts=0, cell_dsp="MULT18X18D")
             "xilinx": dict(carry=5, ffs=17, dsps=1, luts=16, cell_dsp="DSP48E1")}
 
 
-def test_ecp5_synthesis_and_place_and_route(ecp5_pnr):
-    r = ecp5_pnr
+def test_ecp5_synthesis_place_and_route_cache_and_fit(cache, addmul):
+    """One real ECP5 synthesis + nextpnr run, checked in one test so the two xdist
+    workers do not both run it."""
+    r = synthesize(addmul, "ecp5", device="85k", pnr=True)
+    _check_ecp5(r)
+    _check_cache_hit(r, addmul, cache)
+    _check_fit_and_peak_rate(r)
+    back = fpga.SynthResult.from_json(json.loads(json.dumps(r.to_json())))
+    assert back.resources == r.resources and back.cached
+
+
+def _check_ecp5(r):
     exp = EXPECTED["ecp5"]
     assert (r.resources.carry, r.resources.ffs, r.resources.dsps) == (9, 17, 1)
     assert r.resources.logic == 2 * 9 and r.resources.other == {}
@@ -90,7 +97,7 @@ def test_ecp5_synthesis_and_place_and_route(ecp5_pnr):
         util["MULT18X18D"]["available"], util["DP16KD"]["available"])
 
 
-def test_cache_hit_is_instant_and_identical(ecp5_pnr, addmul, cache):
+def _check_cache_hit(ecp5_pnr, addmul, cache):
     again = synthesize(addmul, "ecp5", device="85k", pnr=True)
     assert again.cached and not ecp5_pnr.cached
     assert again.resources == ecp5_pnr.resources and again.fmax_mhz == ecp5_pnr.fmax_mhz
@@ -122,7 +129,7 @@ def test_luts_without_dsp_and_verilog_input(cache):
     assert mul.resources.carry > 9
 
 
-def test_fit_and_peak_rate(ecp5_pnr):
+def _check_fit_and_peak_rate(ecp5_pnr):
     f = fpga.fit(ecp5_pnr)
     assert f.limit == "dsp" and f.count == 156          # one MULT18X18D each, 156 on the 85k
     assert f.per_resource["logic"] == 83640 // 18
@@ -140,11 +147,6 @@ def test_wrapper_registers_everything():
     assert "out_q <= {o0}" in v and "assign dout = out_sr[1]" in v
     with pytest.raises(ValueError, match="no outputs"):
         fpga.fmax_wrapper({"a": {"direction": "input", "width": 1}}, "dut")
-
-
-def test_result_json_round_trip(ecp5_pnr):
-    back = fpga.SynthResult.from_json(json.loads(json.dumps(ecp5_pnr.to_json())))
-    assert back.resources == ecp5_pnr.resources and back.cached
 
 
 @pytest.mark.parametrize("kwargs,msg", [
