@@ -30,7 +30,7 @@ def register(sub):
     p.add_argument("--sweep", action="store_true",
                    help="synthesize " + ", ".join(SWEEP_UNITS) + " for "
                         + ", ".join(SWEEP_FORMATS) + " on --target (Fmax on "
-                        + "/".join(FMAX_TARGETS) + "; ~1 h the first time, then cached)")
+                        + "/".join(FMAX_TARGETS) + "; ~35 min the first time, then cached)")
     p.add_argument("--jobs", type=int, default=1,
                    help="--sweep: tool runs in parallel (default 1)")
     p.add_argument("--json", help="also write the rows as JSON")
