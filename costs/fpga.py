@@ -49,7 +49,8 @@ _CELL_CLASS = {
              "PFUMX": "mux", "L6MUX21": "mux"},
     "ice40": {"SB_LUT4": "lut", "SB_CARRY": "carry", "SB_MAC16": "dsp",
               "SB_RAM40_4K": "bram"},
-    "xilinx": {**{f"LUT{i}": "lut" for i in range(1, 7)}, "CARRY4": "carry",
+    # INV: a Xilinx primitive placed as a LUT1 (UG953)
+    "xilinx": {**{f"LUT{i}": "lut" for i in range(1, 7)}, "INV": "lut", "CARRY4": "carry",
                "CARRY8": "carry", "DSP48E1": "dsp", "RAMB18E1": "bram", "RAMB36E1": "bram",
                "MUXF7": "mux", "MUXF8": "mux", "SRL16E": "lutram", "SRLC32E": "lutram",
                "RAM32X1D": "lutram", "RAM64X1D": "lutram"},
@@ -170,6 +171,7 @@ class Resources:
     logic: int
     cells: dict[str, int]
     other: dict[str, int]
+    hierarchy: list[str] = field(default_factory=list)   # submodules kept as instances
 
 
 @dataclass
@@ -195,17 +197,31 @@ class SynthResult:
     @classmethod
     def from_json(cls, d: dict) -> "SynthResult":
         d = dict(d)
-        d["resources"] = Resources(**d["resources"])
+        # re-classified from the stored cell counts: parsing fixes need no re-synthesis
+        r = d["resources"]
+        d["resources"] = _classify(r["cells"], d["target"], r.get("hierarchy", []))
         return cls(**d, cached=True)
 
 
 def _parse_stat(stat: dict, target: str) -> Resources:
-    """Resources from ``stat -json`` of a flattened, technology-mapped design."""
+    """Resources from ``stat -json`` of a technology-mapped design.
+
+    ``design`` totals include the cells inside submodules a flow keeps as instances
+    (synth_xilinx does not flatten) and also list each instance as a cell of its
+    module's type; those instance cells are hierarchy, not hardware.
+    """
     cells = {k: int(v) for k, v in stat["design"].get("num_cells_by_type", {}).items()}
+    hierarchy = sorted(m.lstrip("\\") for m in stat.get("modules", {}))
+    return _classify(cells, target, hierarchy)
+
+
+def _classify(cells: dict[str, int], target: str, hierarchy: list[str]) -> Resources:
     by_class = {c: 0 for c in ("lut", "carry", "ff", "dsp", "bram", "mux", "lutram")}
     other = {}
     cells = {k: v for k, v in cells.items() if k not in _IGNORED_CELLS}
     for cell, n in cells.items():
+        if cell in hierarchy:
+            continue
         cls = _CELL_CLASS[target].get(cell)
         if cls is None and _FF_PATTERN[target].match(cell):
             cls = "ff"
@@ -219,7 +235,8 @@ def _parse_stat(stat: dict, target: str) -> Resources:
         logic = by_class["lut"] + by_class["lutram"]
     return Resources(luts=by_class["lut"], carry=by_class["carry"], ffs=by_class["ff"],
                      dsps=by_class["dsp"], brams=by_class["bram"], muxes=by_class["mux"],
-                     lutram=by_class["lutram"], logic=logic, cells=cells, other=other)
+                     lutram=by_class["lutram"], logic=logic, cells=cells, other=other,
+                     hierarchy=list(hierarchy))
 
 
 # -- tools ---------------------------------------------------------------------------------

