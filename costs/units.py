@@ -1,0 +1,192 @@
+"""The rtl/ units by name, their synthesis, and the PAM-vs-float sweep (``pamsim fpga``).
+
+Units are built by ``rtl.make_unit`` and emitted by ``rtl.verilog`` (issue 3's Python
+API); ``rtl`` is imported only when a unit is built, so costs/ works without it.
+Names follow ``pamsim verilog --unit``: ``mul`` (PAM multiplier), ``div`` (PA divider),
+``add`` (IEEE adder), ``fmul`` (IEEE multiplier, the baseline), ``mac`` (pipelined PAM
+MAC), ``array`` (grid of PAM MACs), plus ``fmac``: the same MAC with the IEEE
+multiplier, the float baseline of ``mac`` (:func:`float_mac`; rtl.PAMMac has no
+multiplier option, so costs builds it from rtl's parts).
+"""
+from __future__ import annotations
+
+import emu
+
+from .fpga import TARGETS, Design, SynthResult, fit, synthesize
+
+__all__ = ["UNITS", "unit_design", "synthesize_unit", "sweep", "SWEEP_UNITS", "SWEEP_FORMATS",
+           "FMAX_TARGETS", "compare", "float_mac"]
+
+UNITS = {
+    "mul": "PAM multiplier (rtl.PAMMultiplier, combinational)",
+    "div": "PA divider (rtl.PADivider, combinational)",
+    "add": "IEEE adder (rtl.FloatAdder, combinational)",
+    "fmul": "IEEE multiplier, subnormals flushed (rtl.FloatMultiplier, combinational)",
+    "mac": "pipelined PAM multiply-accumulate (rtl.PAMMac)",
+    "fmac": "pipelined float multiply-accumulate (rtl.PAMMac with the IEEE multiplier)",
+    "array": "rows x cols grid of PAM MACs (rtl.PAMDotArray)",
+}
+SWEEP_UNITS = ("mul", "fmul", "add", "mac", "fmac")
+# smallest first, so a cut-short sweep has the cheap formats complete
+SWEEP_FORMATS = ("float8_e4m3fn", "bfloat16", "float16", "float32")
+#: Targets the sweep places and routes for Fmax (bounds its time; nextpnr has no
+#: Xilinx 7-series flow here).
+FMAX_TARGETS = ("ecp5",)
+
+
+def _rtl():
+    try:
+        import rtl
+    except ImportError as exc:                                    # pragma: no cover
+        raise RuntimeError("the rtl package is needed to build units") from exc
+    if not hasattr(rtl, "make_unit") or not hasattr(rtl, "verilog"):
+        raise RuntimeError("rtl has no make_unit/verilog yet (issue 3): cannot build units")
+    return rtl
+
+
+def _check_unit(unit: str) -> str:
+    if unit not in UNITS:
+        raise ValueError(f"unit={unit!r}; expected one of {list(UNITS)}")
+    return unit
+
+
+def unit_design(unit: str, fmt, *, acc=None, stages=None, rows=None, cols=None) -> Design:
+    """The Verilog :class:`~costs.fpga.Design` of a unit, built and emitted by rtl/."""
+    _check_unit(unit)
+    fmt = emu.format(fmt)
+    rtl = _rtl()
+    if unit == "fmac":
+        if rows is not None or cols is not None:
+            raise ValueError("unit='fmac' takes no rows/cols option")
+        comp = float_mac(fmt, "float32" if acc is None else acc, 2 if stages is None else stages)
+        name = comp.module_name
+    else:
+        comp = rtl.make_unit(unit, fmt, acc=acc, stages=stages, rows=rows, cols=cols)
+        name = comp.module_name
+    return Design.from_verilog(rtl.verilog(comp, name), name)
+
+
+def float_mac(in_fmt, acc_fmt="float32", stages: int = 2):
+    """The float baseline of ``rtl.PAMMac``: the same component (stream interface,
+    pipeline, ``FloatAdder`` accumulator) with ``rtl.FloatMultiplier`` (RNE, subnormals
+    flushed) in place of the PAM multiplier, i.e. mixed-precision float MAC hardware.
+
+    Only for cost comparison: it is not verified against emu, and should become
+    ``rtl.PAMMac(..., multiplier="float")`` once rtl/ offers that.
+    """
+    rtl = _rtl()
+    from amaranth.hdl import Module, Mux, Signal
+
+    class FloatMac(rtl.PAMMac):
+        @property
+        def module_name(self) -> str:
+            return f"fp_mac_{self.in_fmt.name}_{self.acc_fmt.name}_s{self.stages}"
+
+        def elaborate(self, platform):
+            # rtl.PAMMac.elaborate with the multiplier swapped; the float product is
+            # never subnormal (FTZ), so the accumulator's b_daz is exact here too
+            m = Module()
+            m.submodules.mul = mul = rtl.FloatMultiplier(self.in_fmt)
+            m.submodules.add = add = rtl.FloatAdder(self.acc_fmt, b_fmt=self.in_fmt,
+                                                    b_daz=True)
+            valid, pay = self.i_stream.valid, self.i_stream.payload
+            if self.stages >= 3:
+                valid_r, pay_r = Signal(), Signal.like(pay)
+                m.d.sync += [valid_r.eq(valid), pay_r.eq(pay)]
+                valid, pay = valid_r, pay_r
+            m.d.comb += [mul.a.eq(pay.a), mul.b.eq(pay.b)]
+            prod, first, last = mul.y, pay.first, pay.last
+            if self.stages >= 2:
+                valid_p, prod_p, first_p, last_p = Signal(), Signal.like(mul.y), Signal(), Signal()
+                m.d.sync += [valid_p.eq(valid), prod_p.eq(mul.y), first_p.eq(first),
+                             last_p.eq(last)]
+                valid, prod, first, last = valid_p, prod_p, first_p, last_p
+            acc = self.o_stream.payload.result
+            m.d.comb += [add.a.eq(Mux(first, 0, acc.as_value())), add.b.eq(prod)]
+            with m.If(valid):
+                m.d.sync += [acc.eq(add.y), self.o_stream.payload.last.eq(last)]
+            m.d.sync += self.o_stream.valid.eq(valid)
+            return m
+
+    return FloatMac(emu.format(in_fmt), emu.format(acc_fmt, argname="acc"), stages)
+
+
+def synthesize_unit(unit: str, fmt, target: str = "ecp5", *, acc=None, stages=None,
+                    rows=None, cols=None, **kwargs) -> SynthResult:
+    """:func:`costs.fpga.synthesize` of a named unit (kwargs: device, dsp, pnr, ...)."""
+    return synthesize(unit_design(unit, fmt, acc=acc, stages=stages, rows=rows, cols=cols),
+                      target, **kwargs)
+
+
+def sweep(units=SWEEP_UNITS, fmts=SWEEP_FORMATS, targets=TARGETS, *, acc="float32",
+          dsp: bool = True, fmax_targets=FMAX_TARGETS, jobs: int = 1,
+          progress: bool = True) -> list[dict]:
+    """Synthesize every (unit, format, target), placing and routing for Fmax on
+    ``fmax_targets``; one row per result (see ``summary_row``), ``jobs`` tool runs at a
+    time.  A unit that cannot be synthesized/placed gets a row with ``error`` instead.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tqdm import tqdm
+
+    from .fpga import summary_row
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
+    acc = emu.format(acc, argname="acc")
+    jobs_list = [(u, emu.format(f), t) for f in fmts for u in units for t in targets]
+
+    def one(job):
+        unit, fmt, target = job
+        mac = unit in ("mac", "fmac")
+        label = f"{unit} {fmt.name}" + (f"->{acc.name}" if mac else "")
+        try:
+            r = synthesize_unit(unit, fmt, target, dsp=dsp, pnr=target in fmax_targets,
+                                **({"acc": acc} if mac else {}))
+        except RuntimeError as exc:             # tool failures
+            return {"unit": label, "kind": unit, "fmt": fmt.name, "target": target,
+                    "error": str(exc).splitlines()[0]}
+        return dict(summary_row(label, r), kind=unit, fmt=fmt.name, result=r)
+
+    with ThreadPoolExecutor(jobs) as pool:      # the work is in yosys/nextpnr processes
+        return list(tqdm(pool.map(one, jobs_list), total=len(jobs_list), desc="synthesis",
+                         disable=not progress))
+
+
+def compare(rows: list[dict]) -> list[dict]:
+    """PAM against float, per (format, target): multiplier resources, and MACs per device
+    and peak MAC/s.  Without a measured ``fmac`` the float MAC is estimated by
+    substitution: resources of ``mac`` - ``mul`` + ``fmul`` (same pipeline and adder),
+    fitted to the device; its Fmax is then unknown."""
+    by = {(r["kind"], r["fmt"], r["target"]): r for r in rows if "error" not in r}
+    out = []
+    for (kind, fmt, target), pam in sorted(by.items()):
+        if kind != "mul" or ("fmul", fmt, target) not in by:
+            continue
+        fm = by["fmul", fmt, target]
+        row = {"fmt": fmt, "target": target,
+               "mul_logic": pam["logic"], "fmul_logic": fm["logic"], "fmul_dsps": fm["dsps"],
+               "mul_fmax": pam["fmax_mhz"], "fmul_fmax": fm["fmax_mhz"]}
+        mac = by.get(("mac", fmt, target))
+        if mac is not None:
+            row.update(mac_fit=mac["fit"], mac_limit=mac["limit"], mac_gops=mac["peak_gops"])
+            fmac = by.get(("fmac", fmt, target))
+            if fmac is not None:
+                row.update(fmac_fit=fmac["fit"], fmac_limit=fmac["limit"],
+                           fmac_gops=fmac["peak_gops"], fmac_source="measured")
+            else:
+                est = _substitute(mac["result"], pam["result"], fm["result"])
+                row.update(fmac_fit=est.count, fmac_limit=est.limit, fmac_gops=None,
+                           fmac_source="estimated: mac - mul + fmul")
+        out.append(row)
+    return out
+
+
+def _substitute(mac: SynthResult, mul: SynthResult, fmul: SynthResult):
+    """Device fit of a MAC whose PAM multiplier is replaced by the float multiplier."""
+    import copy
+    est = copy.deepcopy(mac)
+    for field in ("luts", "carry", "ffs", "dsps", "brams", "muxes", "lutram", "logic"):
+        setattr(est.resources, field, getattr(mac.resources, field)
+                - getattr(mul.resources, field) + getattr(fmul.resources, field))
+    est.fmax_mhz = None
+    return fit(est)

