@@ -5,8 +5,8 @@ API); ``rtl`` is imported only when a unit is built, so costs/ works without it.
 Names follow ``pamsim verilog --unit``: ``mul`` (PAM multiplier), ``div`` (PA divider),
 ``add`` (IEEE adder), ``fmul`` (IEEE multiplier, the baseline), ``mac`` (pipelined PAM
 MAC), ``array`` (grid of PAM MACs), plus ``fmac``: the same MAC with the IEEE
-multiplier, the float baseline of ``mac`` (:func:`float_mac`; rtl.PAMMac has no
-multiplier option, so costs builds it from rtl's parts).
+multiplier, the float baseline of ``mac`` (:func:`float_mac`:
+``rtl.PAMMac(..., multiplier="float")``).
 """
 from __future__ import annotations
 
@@ -69,46 +69,9 @@ def unit_design(unit: str, fmt, *, acc=None, stages=None, rows=None, cols=None) 
 def float_mac(in_fmt, acc_fmt="float32", stages: int = 2):
     """The float baseline of ``rtl.PAMMac``: the same component (stream interface,
     pipeline, ``FloatAdder`` accumulator) with ``rtl.FloatMultiplier`` (RNE, subnormals
-    flushed) in place of the PAM multiplier, i.e. mixed-precision float MAC hardware.
-
-    Only for cost comparison: it is not verified against emu, and should become
-    ``rtl.PAMMac(..., multiplier="float")`` once rtl/ offers that.
-    """
-    rtl = _rtl()
-    from amaranth.hdl import Module, Mux, Signal
-
-    class FloatMac(rtl.PAMMac):
-        @property
-        def module_name(self) -> str:
-            return f"fp_mac_{self.in_fmt.name}_{self.acc_fmt.name}_s{self.stages}"
-
-        def elaborate(self, platform):
-            # rtl.PAMMac.elaborate with the multiplier swapped; the float product is
-            # never subnormal (FTZ), so the accumulator's b_daz is exact here too
-            m = Module()
-            m.submodules.mul = mul = rtl.FloatMultiplier(self.in_fmt)
-            m.submodules.add = add = rtl.FloatAdder(self.acc_fmt, b_fmt=self.in_fmt,
-                                                    b_daz=True)
-            valid, pay = self.i_stream.valid, self.i_stream.payload
-            if self.stages >= 3:
-                valid_r, pay_r = Signal(), Signal.like(pay)
-                m.d.sync += [valid_r.eq(valid), pay_r.eq(pay)]
-                valid, pay = valid_r, pay_r
-            m.d.comb += [mul.a.eq(pay.a), mul.b.eq(pay.b)]
-            prod, first, last = mul.y, pay.first, pay.last
-            if self.stages >= 2:
-                valid_p, prod_p, first_p, last_p = Signal(), Signal.like(mul.y), Signal(), Signal()
-                m.d.sync += [valid_p.eq(valid), prod_p.eq(mul.y), first_p.eq(first),
-                             last_p.eq(last)]
-                valid, prod, first, last = valid_p, prod_p, first_p, last_p
-            acc = self.o_stream.payload.result
-            m.d.comb += [add.a.eq(Mux(first, 0, acc.as_value())), add.b.eq(prod)]
-            with m.If(valid):
-                m.d.sync += [acc.eq(add.y), self.o_stream.payload.last.eq(last)]
-            m.d.sync += self.o_stream.valid.eq(valid)
-            return m
-
-    return FloatMac(emu.format(in_fmt), emu.format(acc_fmt, argname="acc"), stages)
+    flushed) in place of the PAM multiplier, i.e. mixed-precision float MAC hardware."""
+    return _rtl().PAMMac(emu.format(in_fmt), emu.format(acc_fmt, argname="acc"), stages,
+                         multiplier="float")
 
 
 def synthesize_unit(unit: str, fmt, target: str = "ecp5", *, acc=None, stages=None,

@@ -13,7 +13,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ._float import FloatLayout, as_format
-from .ieee import FloatAdder
+from .ieee import FloatAdder, FloatMultiplier
 from .pa import PAMMultiplier
 
 __all__ = ["PAMMac", "PAMDotArray", "MAX_STAGES", "MAX_ARRAY_SIDE"]
@@ -51,12 +51,21 @@ class PAMMac(wiring.Component):
 
     ``stages``: 1 = multiply and accumulate in one cycle; 2 = register the product
     (default); 3 = also register the inputs.
+
+    ``multiplier="float"`` swaps the PAM multiplier for :class:`FloatMultiplier` (RNE,
+    subnormals flushed): the mixed-precision float MAC that costs/ compares against
+    (its products equal ``emu.fp_mul(a, b, in_fmt, subnormals=False)``).
     """
 
-    def __init__(self, in_fmt, acc_fmt="float32", stages: int = 2):
+    MULTIPLIERS = ("pam", "float")
+
+    def __init__(self, in_fmt, acc_fmt="float32", stages: int = 2, multiplier: str = "pam"):
         self.in_fmt = as_format(in_fmt, "in_fmt")
         self.acc_fmt = as_format(acc_fmt, "acc_fmt")
         self.stages = _check_stages(stages)
+        if multiplier not in self.MULTIPLIERS:
+            raise ValueError(f"multiplier={multiplier!r}; expected one of {self.MULTIPLIERS}")
+        self.multiplier = multiplier
         in_layout = data.StructLayout({"a": FloatLayout(self.in_fmt), "b": FloatLayout(self.in_fmt),
                                        "first": 1, "last": 1})
         out_layout = data.StructLayout({"result": FloatLayout(self.acc_fmt), "last": 1})
@@ -65,12 +74,15 @@ class PAMMac(wiring.Component):
 
     @property
     def module_name(self) -> str:
-        return f"pam_mac_{self.in_fmt.name}_{self.acc_fmt.name}_s{self.stages}"
+        kind = "pam" if self.multiplier == "pam" else "fp"
+        return f"{kind}_mac_{self.in_fmt.name}_{self.acc_fmt.name}_s{self.stages}"
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.mul = mul = PAMMultiplier(self.in_fmt)
-        # PAM products are never subnormal, so b_daz is exact and every format pair works
+        mul_cls = PAMMultiplier if self.multiplier == "pam" else FloatMultiplier
+        m.submodules.mul = mul = mul_cls(self.in_fmt)
+        # PAM products are never subnormal, nor are the flushed float ones, so b_daz is
+        # exact and every format pair works
         m.submodules.add = add = FloatAdder(self.acc_fmt, b_fmt=self.in_fmt, b_daz=True)
         valid, pay = self.i_stream.valid, self.i_stream.payload
         if self.stages >= 3:                               # input register

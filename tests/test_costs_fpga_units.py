@@ -58,6 +58,8 @@ def test_float_mac_baseline_is_the_pam_mac_with_the_ieee_multiplier():
     assert " * " in fm["\\top.mul"] and " * " not in pm["\\top.mul"]
     with pytest.raises(ValueError, match="unit='fmac' takes no rows/cols"):
         units.unit_design("fmac", "bf16", rows=2)
+    with pytest.raises(ValueError, match="multiplier='int'; expected one of"):
+        PAMMac("bf16", multiplier="int")
 
 
 def test_float_mac_computes_the_float_dot_product():
