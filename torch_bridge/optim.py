@@ -57,7 +57,27 @@ def _write(t: torch.Tensor, values: np.ndarray):
     t.copy_(from_np(values, torch.float32))
 
 
-class PAAdamW(torch.optim.AdamW):
+class _PAStep:
+    """``step()`` of the PA optimizers: torch's own step unless ``config`` enables
+    'optimizer', else the closure and the subclass's ``_pa_step`` with PA arithmetic."""
+
+    @property
+    def _pa(self) -> bool:
+        return self.config is not None and self.config.enabled("optimizer")
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        if not self._pa:
+            return super().step(closure)
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._pa_step(_PAOps(self.config))
+        return loss
+
+
+class PAAdamW(_PAStep, torch.optim.AdamW):
     """torch.optim.AdamW with PA arithmetic when ``config`` enables 'optimizer'.
 
     PA update for a parameter p with gradient g at step t (⊙ = PAM, ⊘ = PA division):
@@ -73,19 +93,7 @@ class PAAdamW(torch.optim.AdamW):
         if self._pa and amsgrad:
             raise ValueError("amsgrad=True is not supported by the PA update")
 
-    @property
-    def _pa(self) -> bool:
-        return self.config is not None and self.config.enabled("optimizer")
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        if not self._pa:
-            return super().step(closure)
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        ops = _PAOps(self.config)
+    def _pa_step(self, ops):
         for group in self.param_groups:
             lr, wd, eps = float(group["lr"]), float(group["weight_decay"]), float(group["eps"])
             b1, b2 = (float(b) for b in group["betas"])
@@ -116,10 +124,9 @@ class PAAdamW(torch.optim.AdamW):
                 _write(state["exp_avg"], M)
                 _write(state["exp_avg_sq"], V)
                 _write(p, P)
-        return loss
 
 
-class PASGD(torch.optim.SGD):
+class PASGD(_PAStep, torch.optim.SGD):
     """torch.optim.SGD (momentum, dampening, Nesterov, L2 weight decay) with PA
     arithmetic when ``config`` enables 'optimizer':
     ``d = g + wd ⊙ p``; ``buf = μ ⊙ buf + (1-τ) ⊙ d``; ``p -= lr ⊙ d`` (or the Nesterov
@@ -132,26 +139,13 @@ class PASGD(torch.optim.SGD):
                          foreach=False)
         self.config = _check_config(config)
 
-    @property
-    def _pa(self) -> bool:
-        return self.config is not None and self.config.enabled("optimizer")
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        if not self._pa:
-            return super().step(closure)
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        ops = _PAOps(self.config)
+    def _pa_step(self, ops):
         for group in self.param_groups:
             lr, wd = float(group["lr"]), float(group["weight_decay"])
             for p in group["params"]:
                 if p.grad is not None:
                     with emu_threads(p.numel()):
                         self._update(p, group, ops, lr, wd)
-        return loss
 
     def _update(self, p, group, ops, lr, wd):
         mu, damp = float(group["momentum"]), float(group["dampening"])
