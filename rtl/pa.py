@@ -30,6 +30,19 @@ class _PABinary(wiring.Component):
     def module_name(self) -> str:
         return f"{self.kind}_{self.fmt.name}"
 
+    def _start(self, integer_op):
+        """Module, format, decoded operands, result sign (a XOR b), the signed integer
+        result ``integer_op(a, b, fmt)`` on the magnitudes, and the output value."""
+        m = Module()
+        f = self.fmt
+        a = Decoded(m, self.a, f, "a")
+        b = Decoded(m, self.b, f, "b")
+        s = Signal()
+        m.d.comb += s.eq(a.sign ^ b.sign)
+        r = Signal(signed(f.width + 1))
+        m.d.comb += r.eq(integer_op(a, b, f))
+        return m, f, a, b, s, r, self.y.as_value()
+
     def _pack(self, m: Module, r, s, y):
         """Drive ``y`` from the wide integer result ``r`` (eqs. 8/17): flush below the
         smallest normal, overflow to inf (IEEE) or max (fn, saturate)."""
@@ -55,15 +68,7 @@ class PAMMultiplier(_PABinary):
     kind = "pam_mul"
 
     def elaborate(self, platform):
-        m = Module()
-        f = self.fmt
-        a = Decoded(m, self.a, f, "a")
-        b = Decoded(m, self.b, f, "b")
-        s = Signal()
-        m.d.comb += s.eq(a.sign ^ b.sign)
-        r = Signal(signed(f.width + 1))
-        m.d.comb += r.eq(a.mag + b.mag - (f.bias << f.man_bits))
-        y = self.y.as_value()
+        m, f, a, b, s, r, y = self._start(lambda a, b, f: a.mag + b.mag - (f.bias << f.man_bits))
         with m.If(a.is_nan | b.is_nan | (a.is_inf & b.is_sub) | (b.is_inf & a.is_sub)):
             m.d.comb += y.eq(f.nan_encoding)
         with m.Elif(a.is_inf | b.is_inf):                 # never true in fn formats
@@ -87,15 +92,7 @@ class PADivider(_PABinary):
     kind = "pa_div"
 
     def elaborate(self, platform):
-        m = Module()
-        f = self.fmt
-        a = Decoded(m, self.a, f, "a")
-        b = Decoded(m, self.b, f, "b")
-        s = Signal()
-        m.d.comb += s.eq(a.sign ^ b.sign)
-        r = Signal(signed(f.width + 1))
-        m.d.comb += r.eq(a.mag - b.mag + (f.bias << f.man_bits))
-        y = self.y.as_value()
+        m, f, a, b, s, r, y = self._start(lambda a, b, f: a.mag - b.mag + (f.bias << f.man_bits))
         signed_zero = s << (f.width - 1)
         with m.If(a.is_nan | b.is_nan | (a.is_inf & b.is_inf)):
             m.d.comb += y.eq(f.nan_encoding)
