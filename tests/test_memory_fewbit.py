@@ -8,6 +8,7 @@ from conftest import assert_bits_equal
 from torch_bridge.memory import (ACTIVATIONS, FewBitActivation, FewBitGELU, FewBitReLU, activation,
                                  fewbit, fewbit_table, pack_bits, packed_nbytes)
 from torch_bridge.memory.fewbit import _quantizer
+from torch_bridge.memory.packing import unpack_bits
 
 
 def corner_inputs(table, n_random=2001, seed=0) -> torch.Tensor:
@@ -149,3 +150,22 @@ def test_float32_thresholds_preserve_every_comparison():
     for bi, ti in zip(b, t):
         x = np.float32(bi) + np.arange(-3, 4, dtype=np.float32) * np.spacing(np.float32(bi))
         assert np.array_equal(x > bi, x > ti)
+
+
+@pytest.mark.parametrize("bits", range(1, 9))
+@pytest.mark.parametrize("n", [8 * 1024 * 2 + 13, 8 * 1024 * 3, 8 * 1024 - 3])
+def test_kernels_across_parallel_chunks(bits, n):
+    """Several parallel chunks of the fused kernels, a ragged last chunk and a tail
+    group: the packed index and the gradient equal the torch path bit for bit, for an
+    odd (gelu) and an even (tanh: |x|) table, float32 and float64 inputs."""
+    rng = np.random.default_rng(n + bits)
+    for name in ("gelu", "tanh"):
+        q = _quantizer(activation(name), bits, "uniform")
+        for dtype in (torch.float32, torch.float64):
+            x = torch.from_numpy(rng.standard_normal(n) * 4).to(dtype)
+            x[::997] = float("nan")
+            packed = q.index_packed(x)
+            assert torch.equal(packed, pack_bits(q.index(x), bits)), (name, dtype)
+            g = torch.from_numpy(rng.standard_normal(n)).to(dtype)
+            idx = unpack_bits(packed, bits, n).long()
+            assert torch.equal(q.scale(g, packed), g * q.levels.to(dtype)[idx]), (name, dtype)

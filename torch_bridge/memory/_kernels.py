@@ -78,31 +78,76 @@ def unpack(packed, k, out):
             out[8 * g + e] = np.uint8((acc >> np.uint64(k * e)) & mask)
 
 
+#: groups of 8 codes per parallel chunk of index_pack / scale_by_level: whole groups in
+#: the hot loops (no bounds checks), one ragged group at the end done serially
+GROUPS = 1024
+CHUNK = 8 * GROUPS
+
+
+@njit(cache=True, inline="always")
+def _tail_codes(x, i0, bp, k, even):
+    """The codes of x[i0:] (fewer than 8 elements) as one packed group."""
+    acc = np.uint64(0)
+    for e in range(x.size - i0):
+        v = x[i0 + e]
+        if even:
+            v = abs(v)
+        acc |= np.uint64(_bucket(v, bp, k)) << np.uint64(k * e)
+    return acc
+
+
 @njit(parallel=True, cache=True)
 def index_pack(x, bp, k, even, out):
     """Few-bit forward: interval index of every x (|x| if even), packed.  Compares in
-    x's own dtype when ``bp`` has it (see :func:`thresholds`)."""
-    n, nbytes = x.size, out.size
-    for g in prange((n + 7) // 8):
-        acc = np.uint64(0)
-        for e in range(min(8, n - 8 * g)):
-            v = x[8 * g + e]
-            if even:
-                v = abs(v)
-            acc |= np.uint64(_bucket(v, bp, k)) << np.uint64(k * e)
-        _store_group(acc, out, g, k, nbytes)
+    x's own dtype when ``bp`` has it (see :func:`thresholds`).
+
+    Per chunk the codes are counted with the loops interchanged (breakpoints outer,
+    elements inner: a vectorised compare-add, ``v > b`` is ``b < v``, NaN adds 0),
+    then packed; k > 4 uses the binary search per element."""
+    n = x.size
+    full = n // 8
+    nb = bp.size
+    for c in prange((full + GROUPS - 1) // GROUPS):
+        i0 = c * CHUNK
+        m = min(CHUNK, 8 * full - i0)
+        codes = np.zeros(CHUNK, np.uint8)
+        v = np.empty(CHUNK, x.dtype)
+        for i in range(m):
+            v[i] = abs(x[i0 + i]) if even else x[i0 + i]
+        if k <= 4:
+            for j in range(nb):
+                b = bp[j]
+                for i in range(m):
+                    codes[i] += v[i] > b
+        else:
+            for i in range(m):
+                codes[i] = _bucket(v[i], bp, k)
+        for g in range(m // 8):
+            acc = np.uint64(0)
+            for e in range(8):
+                acc |= np.uint64(codes[8 * g + e]) << np.uint64(k * e)
+            _store_group(acc, out, i0 // 8 + g, k, out.size)
+    if 8 * full < n:
+        _store_group(_tail_codes(x, 8 * full, bp, k, even), out, full, k, out.size)
 
 
 @njit(parallel=True, cache=True)
 def scale_by_level(grad, packed, k, levels, out):
     """Few-bit backward: out = grad * levels[code] (one rounding, like torch's mul)."""
     n, nbytes = grad.size, packed.size
+    full = n // 8
     mask = np.uint64((1 << k) - 1)
-    for g in prange((n + 7) // 8):
-        acc = _load_group(packed, g, k, nbytes)
-        for e in range(min(8, n - 8 * g)):
-            code = (acc >> np.uint64(k * e)) & mask
-            out[8 * g + e] = grad[8 * g + e] * levels[code]
+    for c in prange((full + GROUPS - 1) // GROUPS):
+        for g in range(c * GROUPS, min(full, (c + 1) * GROUPS)):
+            acc = np.uint64(0)
+            for b in range(k):
+                acc |= np.uint64(packed[g * k + b]) << np.uint64(8 * b)
+            for e in range(8):
+                out[8 * g + e] = grad[8 * g + e] * levels[(acc >> np.uint64(k * e)) & mask]
+    if 8 * full < n:
+        acc = _load_group(packed, full, k, nbytes)
+        for e in range(n - 8 * full):
+            out[8 * full + e] = grad[8 * full + e] * levels[(acc >> np.uint64(k * e)) & mask]
 
 
 @njit(parallel=True, cache=True)
