@@ -35,12 +35,12 @@ FMAX_TARGETS = ("ecp5",)
 
 
 def _rtl():
+    """rtl/, imported on use (amaranth is part of the rtl extra)."""
     try:
         import rtl
     except ImportError as exc:                                    # pragma: no cover
-        raise RuntimeError("the rtl package is needed to build units") from exc
-    if not hasattr(rtl, "make_unit") or not hasattr(rtl, "verilog"):
-        raise RuntimeError("rtl has no make_unit/verilog yet (issue 3): cannot build units")
+        raise RuntimeError("the rtl package is needed to build units: install pamsim's "
+                           "rtl extra (amaranth)") from exc
     return rtl
 
 
