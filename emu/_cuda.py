@@ -1,8 +1,10 @@
 """CUDA kernels (numba-cuda) built on the scalar definitions of emu/_scalar.py.
 
-Every kernel calls the same ``register_jitable`` functions as the CPU kernels of
-emu/_kernels.py (``S.quantize``, ``S.pam_mul``, ..., and ``_operand``,
-``_fp_mul_keep``/``_fp_mul_daz`` from _kernels): the only logic added here is the
+Every kernel calls the same ``register_jitable`` functions as the CPU kernels: the
+elementwise ones are built from the CPU modules' tables of scalar definitions
+(emu/_kernels.py ``UNARY_OPS``/``BINARY_OPS``, emu/_kernels_grad.py
+``UNARY_GRADS``/``BINARY_GRADS``), and the rest call ``S.quantize``, ``_operand``,
+``G.pam_mul_da``, ...: the only logic added here is the
 iteration order, the shared-memory tiling of the PAM matmul and its fast paths,
 whose preconditions make them produce the scalar definition's bits (the proof is in
 the comments and docs/gpu.md; tests compare bit for bit with the CPU kernels).
@@ -26,7 +28,8 @@ from numba.extending import register_jitable
 
 from . import _scalar as S
 from . import _scalar_grad as G
-from ._kernels import _fp_mul_daz, _fp_mul_keep, _operand
+from ._kernels import BINARY_OPS, UNARY_OPS, _operand
+from ._kernels_grad import BINARY_GRADS, UNARY_GRADS
 
 SIM = bool(config.ENABLE_CUDASIM)
 
@@ -137,21 +140,9 @@ def _binary(op):
     return kernel
 
 
-pam_mul = _binary(S.pam_mul)
-pa_div = _binary(S.pa_div)
-fp_add = _binary(S.fp_add)
-fp_mul = _binary(_fp_mul_keep)
-fp_mul_daz = _binary(_fp_mul_daz)
-pa_exp2 = _unary(S.pa_exp2)
-pa_log2 = _unary(S.pa_log2)
-pa_exp = _unary(S.pa_exp)
-pa_log = _unary(S.pa_log)
-pa_sqrt = _unary(S.pa_sqrt)
-
-UNARY = {"pa_exp2": pa_exp2, "pa_log2": pa_log2, "pa_exp": pa_exp, "pa_log": pa_log,
-         "pa_sqrt": pa_sqrt}
-BINARY = {"pam_mul": pam_mul, "pa_div": pa_div, "fp_add": fp_add, "fp_mul": fp_mul,
-          "fp_mul_daz": fp_mul_daz}
+# the CPU kernels' tables of scalar definitions: one binding of name to definition
+UNARY = {name: _unary(op) for name, op in UNARY_OPS.items()}
+BINARY = {name: _binary(op) for name, op in BINARY_OPS.items()}
 
 # --- exact derivatives (emu/_scalar_grad.py, Table 1) --------------------------------
 #
@@ -178,16 +169,8 @@ def _grad_binary(op_a, op_b):
     return kernel
 
 
-@register_jitable
-def _pam_mul_db(a, b, d, fc):
-    return G.pam_mul_da(b, a, d, fc)
-
-
-GRAD_UNARY = {"pa_exp2": _grad_unary(G.pa_exp2_dx), "pa_log2": _grad_unary(G.pa_log2_dx),
-              "pa_exp": _grad_unary(G.pa_exp_dx), "pa_log": _grad_unary(G.pa_log_dx),
-              "pa_sqrt": _grad_unary(G.pa_sqrt_dx)}
-GRAD_BINARY = {"pam_mul": _grad_binary(G.pam_mul_da, _pam_mul_db),
-               "pa_div": _grad_binary(G.pa_div_da, G.pa_div_db)}
+GRAD_UNARY = {name: _grad_unary(op) for name, op in UNARY_GRADS.items()}
+GRAD_BINARY = {name: _grad_binary(*ops) for name, ops in BINARY_GRADS.items()}
 
 
 def _make_matmul_grad(f32acc):

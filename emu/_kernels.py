@@ -94,16 +94,14 @@ def _fp_mul_daz(a, b, fc):
     return S.fp_mul(a, b, fc, False)
 
 
-pam_mul = _binary(S.pam_mul)
-pa_div = _binary(S.pa_div)
-fp_add = _binary(S.fp_add)
-fp_mul = _binary(_fp_mul_keep)
-fp_mul_daz = _binary(_fp_mul_daz)
-pa_exp2 = _unary(S.pa_exp2)
-pa_log2 = _unary(S.pa_log2)
-pa_exp = _unary(S.pa_exp)
-pa_log = _unary(S.pa_log)
-pa_sqrt = _unary(S.pa_sqrt)
+#: the scalar definition of every elementwise op, by name: the CPU kernels below and the
+#: CUDA kernels (emu/_cuda.py) are both built from these tables
+UNARY_OPS = {"pa_exp2": S.pa_exp2, "pa_log2": S.pa_log2, "pa_exp": S.pa_exp,
+             "pa_log": S.pa_log, "pa_sqrt": S.pa_sqrt}
+BINARY_OPS = {"pam_mul": S.pam_mul, "pa_div": S.pa_div, "fp_add": S.fp_add,
+              "fp_mul": _fp_mul_keep, "fp_mul_daz": _fp_mul_daz}
+UNARY = {name: _unary(op) for name, op in UNARY_OPS.items()}
+BINARY = {name: _binary(op) for name, op in BINARY_OPS.items()}
 
 
 # --- PAM matmul -----------------------------------------------------------------

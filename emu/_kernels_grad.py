@@ -48,31 +48,25 @@ def _unary(op):
     return kernel
 
 
-@njit(parallel=True, cache=True)
-def pam_mul_grad(a, b, d, outa, outb, fc):
-    for i in prange(a.size):
-        x = _operand(a[i], fc)
-        y = _operand(b[i], fc)
-        g = _operand(d[i], fc)
-        outa[i] = G.pam_mul_da(x, y, g, fc)
-        outb[i] = G.pam_mul_da(y, x, g, fc)
+def _binary(op_a, op_b):
+    @njit(parallel=True, cache=True)
+    def kernel(a, b, d, outa, outb, fc):
+        for i in prange(a.size):
+            x = _operand(a[i], fc)
+            y = _operand(b[i], fc)
+            g = _operand(d[i], fc)
+            outa[i] = op_a(x, y, g, fc)
+            outb[i] = op_b(x, y, g, fc)
+    return kernel
 
 
-@njit(parallel=True, cache=True)
-def pa_div_grad(a, b, d, outa, outb, fc):
-    for i in prange(a.size):
-        x = _operand(a[i], fc)
-        y = _operand(b[i], fc)
-        g = _operand(d[i], fc)
-        outa[i] = G.pa_div_da(x, y, g, fc)
-        outb[i] = G.pa_div_db(x, y, g, fc)
-
-
-pa_exp2_grad = _unary(G.pa_exp2_dx)
-pa_log2_grad = _unary(G.pa_log2_dx)
-pa_exp_grad = _unary(G.pa_exp_dx)
-pa_log_grad = _unary(G.pa_log_dx)
-pa_sqrt_grad = _unary(G.pa_sqrt_dx)
+#: the scalar definition of each exact derivative, by op name: the CPU kernels below and
+#: the CUDA kernels (emu/_cuda.py) are both built from these tables
+UNARY_GRADS = {"pa_exp2": G.pa_exp2_dx, "pa_log2": G.pa_log2_dx, "pa_exp": G.pa_exp_dx,
+               "pa_log": G.pa_log_dx, "pa_sqrt": G.pa_sqrt_dx}
+BINARY_GRADS = {"pam_mul": (G.pam_mul_da, G.pam_mul_db), "pa_div": (G.pa_div_da, G.pa_div_db)}
+UNARY = {name: _unary(op) for name, op in UNARY_GRADS.items()}
+BINARY = {name: _binary(*ops) for name, ops in BINARY_GRADS.items()}
 
 
 # --- exact PAM-matmul gradient ------------------------------------------------------

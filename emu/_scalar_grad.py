@@ -246,6 +246,12 @@ def pam_mul_da(a, b, d, fc):
 
 
 @register_jitable
+def pam_mul_db(a, b, d, fc):
+    """δ_B of Y = A ·̂ B: PAM is symmetric, so δ_A with the operands exchanged."""
+    return pam_mul_da(b, a, d, fc)
+
+
+@register_jitable
 def pa_div_da(a, b, d, fc):
     """δ_A of Y = A ÷̂ B."""
     kind, sgn, k = slope_div_num(a, b, fc)

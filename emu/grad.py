@@ -73,7 +73,7 @@ def _exact_binary(name, a, b, dy, fmt):
     gpu = device.prepare(None, a=a, b=b, dy=dy)
     if gpu is not None:
         return gpu.grad_binary(name, a, b, dy, fmt.consts)
-    kernel = getattr(KG, name + "_grad")
+    kernel = KG.BINARY[name]
     shape, (x, y, d) = _broadcast(("a", "b", "dy"), as_float32(a, "a"), as_float32(b, "b"),
                                   as_float32(dy, "dy"))
     outa = np.empty(int(np.prod(shape)), np.uint32)
@@ -88,7 +88,7 @@ def _exact_unary(name, x, dy, fmt):
     gpu = device.prepare(None, x=x, dy=dy)
     if gpu is not None:
         return gpu.grad_unary(name, x, dy, fmt.consts)
-    kernel = getattr(KG, name + "_grad")
+    kernel = KG.UNARY[name]
     shape, (v, d) = _broadcast(("x", "dy"), as_float32(x, "x"), as_float32(dy, "dy"))
     out = np.empty(int(np.prod(shape)), np.uint32)
     kernel(_flat_u32(v), _flat_u32(d), out, fmt.consts)

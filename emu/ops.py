@@ -151,7 +151,7 @@ def _unary(name, x, fmt, stream):
     gpu = device.prepare(stream, x=x)
     if gpu is not None:
         return gpu.unary(name, x, fmt.consts)
-    kernel = getattr(K, name)
+    kernel = K.UNARY[name]
     arr = as_float32(x, "x")
     out = np.empty(arr.size, np.uint32)
     kernel(_flat_u32(arr), out, fmt.consts)
@@ -163,7 +163,7 @@ def _binary(name, a, b, fmt, stream):
     gpu = device.prepare(stream, a=a, b=b)
     if gpu is not None:
         return gpu.binary(name, a, b, fmt.consts)
-    kernel = getattr(K, name)
+    kernel = K.BINARY[name]
     x = as_float32(a, "a")
     y = as_float32(b, "b")
     try:
