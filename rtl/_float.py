@@ -9,11 +9,12 @@ format's grid, subnormals, overflow); the golden definitions are in emu/_scalar.
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Mux, Module, Signal, Value, signed, unsigned
-from amaranth.lib import data
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
 
 import emu
 
-__all__ = ["FloatLayout", "Decoded", "lzc", "round_pack", "as_format"]
+__all__ = ["FloatLayout", "Decoded", "BinaryOp", "lzc", "round_pack", "as_format"]
 
 
 def as_format(spec, argname: str) -> emu.Format:
@@ -69,6 +70,30 @@ class Decoded:
         m.d.comb += self.e.eq(Mux(view.exp == 0, fmt.emin, view.exp - fmt.bias))
         self.sig = Signal(M + 1, name=f"{name}_sig")
         m.d.comb += self.sig.eq(Cat(view.man, view.exp != 0))
+
+
+class BinaryOp(wiring.Component):
+    """A combinational two-operand float unit of ``fmt``: ports ``a``, ``b`` and ``y``
+    (:class:`FloatLayout`), Verilog module ``{kind}_{fmt}``."""
+
+    kind = ""
+
+    def __init__(self, fmt):
+        self.fmt = as_format(fmt, "fmt")
+        layout = FloatLayout(self.fmt)
+        super().__init__({"a": In(layout), "b": In(layout), "y": Out(layout)})
+
+    @property
+    def module_name(self) -> str:
+        return f"{self.kind}_{self.fmt.name}"
+
+    def _operands(self, m: Module):
+        """The decoded operands and the result sign ``a.sign ^ b.sign``."""
+        a = Decoded(m, self.a, self.fmt, "a")
+        b = Decoded(m, self.b, self.fmt, "b")
+        s = Signal()
+        m.d.comb += s.eq(a.sign ^ b.sign)
+        return a, b, s
 
 
 def lzc(m: Module, v: Value, name: str, limit: int | None = None) -> Signal:

@@ -10,7 +10,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ._float import Decoded, FloatLayout, as_format, round_pack
+from ._float import BinaryOp, Decoded, FloatLayout, as_format, round_pack
 
 __all__ = ["FloatAdder", "FloatMultiplier"]
 
@@ -128,7 +128,7 @@ class FloatAdder(wiring.Component):
         return m
 
 
-class FloatMultiplier(wiring.Component):
+class FloatMultiplier(BinaryOp):
     """``y = a × b`` correctly rounded (RNE) into ``fmt`` with **subnormals flushed**:
     subnormal operands read as zero (DAZ) and results below the smallest normal
     become ±0 after rounding on the format's grid (FTZ) — the cheap hardware
@@ -140,23 +140,13 @@ class FloatMultiplier(wiring.Component):
     (fn formats: NaN).  NaNs are canonical.
     """
 
-    def __init__(self, fmt):
-        self.fmt = as_format(fmt, "fmt")
-        layout = FloatLayout(self.fmt)
-        super().__init__({"a": In(layout), "b": In(layout), "y": Out(layout)})
-
-    @property
-    def module_name(self) -> str:
-        return f"fp_mul_{self.fmt.name}"
+    kind = "fp_mul"
 
     def elaborate(self, platform):
         m = Module()
         f = self.fmt
         M = f.man_bits
-        a = Decoded(m, self.a, f, "a")
-        b = Decoded(m, self.b, f, "b")
-        s = Signal()
-        m.d.comb += s.eq(a.sign ^ b.sign)
+        a, b, s = self._operands(m)
         prod = Signal(2 * M + 2)                   # in [2^2M, 2^(2M+2)) for normal operands
         m.d.comb += prod.eq(a.sig * b.sig)
         e_top = Signal(range(2 * f.emin + 1, 2 * f.emax + 4))

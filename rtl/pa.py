@@ -8,37 +8,21 @@ holding the format encoding.  The rules are docs/semantics.md §3; the golden mo
 from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal, signed
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
 
-from ._float import Decoded, FloatLayout, as_format
+from ._float import BinaryOp
 
 __all__ = ["PAMMultiplier", "PADivider"]
 
 
-class _PABinary(wiring.Component):
-    """Ports and the shared flush/overflow/packing of the PA multiplier and divider."""
-
-    kind = ""
-
-    def __init__(self, fmt):
-        self.fmt = as_format(fmt, "fmt")
-        layout = FloatLayout(self.fmt)
-        super().__init__({"a": In(layout), "b": In(layout), "y": Out(layout)})
-
-    @property
-    def module_name(self) -> str:
-        return f"{self.kind}_{self.fmt.name}"
+class _PABinary(BinaryOp):
+    """The shared flush/overflow/packing of the PA multiplier and divider."""
 
     def _start(self, integer_op):
         """Module, format, decoded operands, result sign (a XOR b), the signed integer
         result ``integer_op(a, b, fmt)`` on the magnitudes, and the output value."""
         m = Module()
         f = self.fmt
-        a = Decoded(m, self.a, f, "a")
-        b = Decoded(m, self.b, f, "b")
-        s = Signal()
-        m.d.comb += s.eq(a.sign ^ b.sign)
+        a, b, s = self._operands(m)
         r = Signal(signed(f.width + 1))
         m.d.comb += r.eq(integer_op(a, b, f))
         return m, f, a, b, s, r, self.y.as_value()
