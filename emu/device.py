@@ -298,11 +298,7 @@ class _Call:
         with self.device():
             av = self.operand(a, "a")
             bv = self.operand(b, "b")
-            try:
-                shape = np.broadcast_shapes(tuple(av.shape), tuple(bv.shape))
-            except ValueError:
-                raise ValueError(f"operands could not be broadcast together: a.shape="
-                                 f"{tuple(av.shape)}, b.shape={tuple(bv.shape)}") from None
+            shape = _broadcast(("a", av), ("b", bv))
             res, out = self.empty(shape, np.float32)
             n = math.prod(shape)
             self.launch(self.K.BINARY[name], n, self.flat(av, shape), self.flat(bv, shape),
