@@ -30,6 +30,7 @@ from . import _scalar as S
 from . import _scalar_grad as G
 from ._kernels import BINARY_OPS, UNARY_OPS, _operand
 from ._kernels_grad import BINARY_GRADS, UNARY_GRADS
+from ._tiles import CLEAN, MASKED, SKIP, tile_mode
 
 SIM = bool(config.ENABLE_CUDASIM)
 
@@ -255,16 +256,8 @@ def gather(src, out, shape, strides):
 # itself comes from one of four per-tile modes chosen from per-tile operand statistics
 # (operand_stats below), uniformly for the whole block:
 #
-# CLEAN   every |a|, |b| of the two tiles is normal and every product is in the normal
-#         range: the product is one 32-bit wrapping add b + c(a), with
-#         c(a) = |a| - ONE32 + sign(a)·2^31: adding 2^31 mod 2^32 flips the sign bit, so
-#         the result is sign(a)^sign(b) | (|a| + |b| - ONE32) = S.pam_mul's normal case.
-# MASKED  as CLEAN, but zero/subnormal operands occur: their products are ±0 (DAZ), and
-#         adding +0.0 instead is exact because the accumulator is never -0.0 (it starts
-#         at +0.0; under RNE x + (-x) = +0 and -0 + +0 = +0), NaN + 0 is NaN.
-# SKIP    one tile holds only zeros/subnormals and neither holds inf/NaN: every product
-#         is ±0, which leaves the accumulator unchanged (same argument): skip the tile.
-# GENERAL anything else (inf, NaN, flush or overflow possible): S.pam_mul per product.
+# CLEAN, MASKED, SKIP or GENERAL, as emu/_tiles.py defines them (CLEAN and MASKED add
+# c(a) = |a| - ONE32 + sign(a)·2^31 = a - ONE32 mod 2^32 to b's pattern).
 #
 # Narrow accumulation (acc a format other than float32) adds with S.fp_add, the integer
 # adder of the spec, in every mode but SKIP (fp_add(acc, ±0) = acc for an acc value).
@@ -286,8 +279,6 @@ TM_LOG = 6
 assert TK == 1 << TK_LOG and TM == TN == 1 << TM_LOG and TPB == 256
 NT = 4           # batch-offset terms per operand (emu/device.py)
 
-CLEAN, MASKED, GENERAL, SKIP = 0, 1, 2, 3
-
 
 @register_jitable
 def _batch_offset(bo, terms):
@@ -297,24 +288,6 @@ def _batch_offset(bo, terms):
     for t in range(NT):
         off += ((np.int64(bo) // terms[3 * t]) % terms[3 * t + 1]) * terms[3 * t + 2]
     return off
-
-
-@register_jitable
-def _tile_mode(amn, amx, az, bmn, bmx, bz, fc):
-    """Mode of a (A tile, B tile) pair from their statistics (see operand_stats)."""
-    amn = np.int64(amn)
-    amx = np.int64(amx)
-    bmn = np.int64(bmn)
-    bmx = np.int64(bmx)
-    if amx >= S.INF32 or bmx >= S.INF32:
-        return GENERAL
-    if amn > fc.max32 or bmn > fc.max32:        # a tile without normal operands
-        return SKIP
-    if amn + bmn - S.ONE32 >= fc.minnorm32 and amx + bmx - S.ONE32 <= fc.max32:
-        if az != 0 or bz != 0:
-            return MASKED
-        return CLEAN
-    return GENERAL
 
 
 @register_jitable
@@ -397,7 +370,7 @@ def _make_matmul(f32acc):
                 kn = min(TK, K - k0)
                 sa = (bo * nbi + bi) * nkt + kt
                 sb = (bo * nbj + bj) * nkt + kt
-                mode = _tile_mode(astat[sa, 0], astat[sa, 1], astat[sa, 2],
+                mode = tile_mode(astat[sa, 0], astat[sa, 1], astat[sa, 2],
                                   bstat[sb, 0], bstat[sb, 1], bstat[sb, 2], fc)
                 cuda.syncthreads()              # the previous tile's reads are done
                 if mode != SKIP:

@@ -7,13 +7,18 @@ definition (tests compare both against the reference, exhaustively where small).
 Arrays are flat, C-contiguous ``uint32`` views of float32 data; shape handling and
 argument checking live in emu/ops.py and emu/matmul.py.
 """
+import os
+
 import numpy as np
+from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic, register_jitable
 
 from . import _scalar as S
+from . import _tiles
 from ._numba_cache import drop_stale
+from ._tiles import CLEAN, GENERAL, MASKED, tile_mode
 
 
 @njit(cache=True)
@@ -21,7 +26,20 @@ def _cache_probe():
     return 0
 
 
-drop_stale(_cache_probe, __file__, S.__file__)
+def _lanes() -> int:
+    """Lanes per vector of the matmul micro-kernel: 16 on AVX-512 hosts (two ALU ports
+    of 16 lanes beat three of 8), else 8; PAMSIM_VECTOR_LANES=8|16 overrides it (tests
+    use it to run the other configuration)."""
+    env = os.environ.get("PAMSIM_VECTOR_LANES")
+    if env is None:
+        return 16 if llvm.get_host_cpu_features().get("avx512f", False) else 8
+    if env not in ("8", "16"):
+        raise ValueError(f"PAMSIM_VECTOR_LANES must be 8 or 16, got {env!r}")
+    return int(env)
+
+
+W = _lanes()
+drop_stale(_cache_probe, __file__, S.__file__, _tiles.__file__, config=f"lanes={W}")
 
 
 @intrinsic
@@ -107,281 +125,291 @@ BINARY = {name: _binary(op) for name, op in BINARY_OPS.items()}
 # --- PAM matmul -----------------------------------------------------------------
 #
 # C[i, j] = fold over k = 0..K-1 (increasing) of acc <- acc + pam_mul(A[i,k], B[k,j]),
-# acc starting at +0.0.  The kernel vectorises over j and never reorders k for a
-# given output.  Per (k, column block) it precomputes the magnitude range of B so
-# that, for an operand a = A[i, k], two comparisons tell whether every product of
-# that block row is a plain integer add (no NaN/inf/flush/overflow).  Then the
-# product is one 32-bit wrapping add, b + c(a) with c(a) = |a| - ONE32 + sign(a)·2^31:
-# adding 2^31 modulo 2^32 flips the sign bit, so sign(a) XOR sign(b) comes for free.
-# Eight such "fast" k run in one pass over j whose inner loop is two instructions per
-# product, the integer add and the float32 accumulate.  Skipping and masking zero
-# products is exact because the accumulator is never -0.0 (it starts at +0.0; under
-# RNE x + (-x) = +0.0 and -0 + +0 = +0), so adding a ±0 product leaves it unchanged.
+# acc starting at +0.0.  The kernel is a register-blocked GEMM that never reorders k
+# for a given output: a micro-kernel keeps a QR x PW block of C in vector registers and
+# walks k in order, each step one vector load of B and, per row, a broadcast of A's
+# pattern, a wrapping integer add and a float32 add (emu/_tiles.py: a + b - ONE32 is the
+# product when the block is CLEAN).  B is packed once into column panels of PW holding
+# b - ONE32, so the product is a single add.  Per (block of QR rows, group of KG k) and
+# (column block of NB, group) statistics pick the block's mode (_tiles.tile_mode):
+# CLEAN, MASKED (zero/subnormal operands: their products are skipped with a lane mask
+# precomputed per operand, exact since the accumulator is never -0.0), SKIP, or
+# GENERAL (S.pam_mul per product, in the same k order).
 
-MB = 128     # rows of A per tile
-NB = 1024    # columns of B per tile
-KG = 8       # k per pass over j: a block row group of B (KG * NB * 4 bytes) stays in L1
+QR = 8 if W == 16 else 4    # rows of C per micro-kernel: QR * NV accumulators in registers
+NV = 2          # vectors per row of the micro-kernel
+PW = W * NV     # columns per packed panel of B
+KG = 8          # k per statistics group: the granularity of modes
+MB = 128        # rows of C per task
+NB = 1024       # columns of C per task (and per B statistics block)
+KC = 256        # k per pass: a panel slice (KC * PW * 4 bytes) stays in L1 across row blocks
+MT = {8: np.uint8, 16: np.uint16}[W]      # one lane mask
+_M_ALL = MT((1 << W) - 1)
+_MASK_A, _MASK_B, _MASK_AB = 4, 5, 6      # MASKED, by which operand holds the zeros
 
-_CLEAN, _MASKED, _GENERAL = 1, 2, 3
+
+def _micro_kernel(mask_a, mask_b):
+    """``acc[r, :] += A[r, k] ·̂ B[k, :]`` for QR rows, PW columns and k = 0..nk-1 in
+    increasing order, the accumulators in vector registers (LLVM IR, so the block is
+    register-allocated as written).  Masked-off products are not added."""
+    i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+    vi, vf, vm = ir.VectorType(i32, W), ir.VectorType(f32, W), ir.VectorType(ir.IntType(1), W)
+    mt = ir.IntType(W)
+
+    @intrinsic
+    def kernel(typingctx, acc, acc_off, bp, b_off, bm, bm_off, a, am, a_off, a_stride, nk):
+        """acc/bp/bm/a/am: 1-D arrays; *_off: element offsets of the block's first entry
+        (acc: QR rows of PW; bp: nk rows of PW; bm: nk rows of NV masks; a/am: QR rows
+        of stride a_stride)."""
+        sig = types.void(acc, acc_off, bp, b_off, bm, bm_off, a, am, a_off, a_stride, nk)
+
+        def codegen(context, builder, signature, args):
+            ta = signature.args
+
+            def as_i64(i):
+                return context.cast(builder, args[i], ta[i], types.int64)
+
+            def base(i, off, ty):
+                data = context.make_array(ta[i])(context, builder, args[i]).data
+                return builder.bitcast(builder.gep(data, [as_i64(off)]), ty.as_pointer())
+
+            def at(p, idx, ty=None):
+                q = builder.gep(p, [idx if isinstance(idx, ir.Value) else ir.Constant(i64, idx)])
+                return q if ty is None else builder.bitcast(q, ty.as_pointer())
+
+            accp, bpp, bmp = base(0, 1, f32), base(2, 3, i32), base(4, 5, mt)
+            ap, amp = base(6, 8, i32), base(7, 8, mt)
+            a_stride, nk = as_i64(9), as_i64(10)
+            ptrs = [at(accp, r * PW + v * W, vf) for r in range(QR) for v in range(NV)]
+            init = [builder.load(p, align=4) for p in ptrs]
+            rows = [builder.mul(a_stride, ir.Constant(i64, r)) for r in range(QR)]
+            pre = builder.basic_block
+            loop = builder.append_basic_block("mk.loop")
+            after = builder.append_basic_block("mk.after")
+            builder.cbranch(builder.icmp_signed(">", nk, ir.Constant(i64, 0)), loop, after)
+
+            builder.position_at_end(loop)
+            k = builder.phi(i64)
+            k.add_incoming(ir.Constant(i64, 0), pre)
+            accs = []
+            for x in init:
+                accs.append(builder.phi(vf))
+                accs[-1].add_incoming(x, pre)
+            kb = builder.mul(k, ir.Constant(i64, PW))
+            km = builder.mul(k, ir.Constant(i64, NV))
+            bs = [builder.load(at(bpp, builder.add(kb, ir.Constant(i64, v * W)), vi), align=4)
+                  for v in range(NV)]
+            mb = [builder.bitcast(builder.load(at(bmp, builder.add(km, ir.Constant(i64, v)))), vm)
+                  for v in range(NV)] if mask_b else None
+            new = []
+            for r in range(QR):
+                kr = builder.add(rows[r], k)
+                one = builder.insert_element(ir.Constant(vi, ir.Undefined),
+                                             builder.load(at(ap, kr)), ir.Constant(i32, 0))
+                av = builder.shuffle_vector(one, ir.Constant(vi, ir.Undefined),
+                                            ir.Constant(vi, [0] * W))
+                ma = builder.bitcast(builder.load(at(amp, kr)), vm) if mask_a else None
+                for v in range(NV):
+                    s = accs[r * NV + v]
+                    t = builder.fadd(s, builder.bitcast(builder.add(bs[v], av), vf))
+                    if mask_a and mask_b:
+                        t = builder.select(builder.and_(ma, mb[v]), t, s)
+                    elif mask_a or mask_b:
+                        t = builder.select(ma if mask_a else mb[v], t, s)
+                    new.append(t)
+            k1 = builder.add(k, ir.Constant(i64, 1))
+            end = builder.basic_block
+            k.add_incoming(k1, end)
+            for ph, t in zip(accs, new):
+                ph.add_incoming(t, end)
+            builder.cbranch(builder.icmp_signed("<", k1, nk), loop, after)
+
+            builder.position_at_end(after)
+            outs = []
+            for x, t in zip(init, new):
+                outs.append(builder.phi(vf))
+                outs[-1].add_incoming(x, pre)
+                outs[-1].add_incoming(t, end)
+            for p, x in zip(ptrs, outs):
+                builder.store(x, p, align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return kernel
+
+
+_mk_clean = _micro_kernel(False, False)
+_mk_mask_a = _micro_kernel(True, False)
+_mk_mask_b = _micro_kernel(False, True)
+_mk_mask_ab = _micro_kernel(True, True)
+
+
+@register_jitable
+def _fold(mn, mx, z, e, fc):
+    """Fold the pattern e into (min normal |x| (INF32 if none), max |x|, zero/subnormal
+    present), the statistics of _tiles.tile_mode; int32 so that loops vectorise."""
+    u = e & np.int32(S.ABS32)
+    normal = u >= np.int32(fc.minnorm32)
+    return (min(mn, u if normal else np.int32(S.INF32)), max(mx, u),
+            z | np.int32(not normal))
 
 
 @njit(parallel=True, cache=True)
-def matmul_block_stats(B, fc, nb):
-    """Per (batch, k, column block): bounds on |a| for the fast paths, and zero flags.
-
-    ``lo``/``hi``: a row is fast if lo <= |a| <= hi (int64 patterns); an empty
-    range (lo > hi) marks a block holding NaN or inf.  ``hz``: the block holds
-    zeros or subnormals (masked fast path).
-    """
-    nbat, K, N = B.shape
-    lo = np.empty((nbat, K, nb), np.int64)
-    hi = np.empty((nbat, K, nb), np.int64)
-    hz = np.zeros((nbat, K, nb), np.bool_)
-    for t in prange(nbat * K):
-        bt = t // K
-        k = t % K
-        for jb in range(nb):
-            j0 = jb * NB
-            j1 = min(N, j0 + NB)
-            mn = np.int64(S.INF32)
-            mx = np.int64(0)
-            zero = False
-            for j in range(j0, j1):
-                ub = np.int64(B[bt, k, j]) & S.ABS32
-                if ub < fc.minnorm32:
-                    zero = True
-                else:
-                    mn = min(mn, ub)
-                mx = max(mx, ub)
-            hz[bt, k, jb] = zero
-            if mx >= S.INF32:
-                lo[bt, k, jb] = np.int64(1)
-                hi[bt, k, jb] = np.int64(0)
-            else:
-                # no flush: ua + mn - ONE >= minnorm; no overflow: ua + mx - ONE <= max
-                lo[bt, k, jb] = fc.minnorm32 + S.ONE32 - mn if mn < S.INF32 else np.int64(0)
-                hi[bt, k, jb] = fc.max32 + S.ONE32 - mx
-    return lo, hi, hz
-
-
-@njit(parallel=True, cache=True)
-def matmul_group_stats(lo, hi, hz, A, fc):
-    """Fold the per-k statistics over groups of KG consecutive k.
-
-    B side (nB, ngroups, nb): the intersection of the |a| ranges and whether any
-    row has zeros.  A side (nA, M, ngroups): min and max |a|.  A whole group is
-    fast for row i when [amin, amax] lies inside the B range and inside the
-    normal range: one test instead of KG classifications.
-    """
-    nbat, K, nb = lo.shape
+def matmul_prepare_a(A, fc):
+    """A (nA, M, K) patterns, M a multiple of QR: the lane masks Am (all ones where a is
+    normal) and the statistics per (row block, k group)."""
+    na, M, K = A.shape
+    nq = M // QR
     ng = (K + KG - 1) // KG
-    glo = np.empty((nbat, ng, nb), np.int64)
-    ghi = np.empty((nbat, ng, nb), np.int64)
-    ghz = np.zeros((nbat, ng, nb), np.bool_)
-    for t in prange(nbat * ng):
-        bt = t // ng
+    Am = np.empty((na, M, K), MT)
+    st = np.empty((na, nq, ng, 3), np.int64)
+    for t in prange(na * nq):
+        ba = t // nq
+        q = t % nq
+        # per k over the block's rows first (vectorised), then per group
+        mn = np.full(ng * KG, np.int32(S.INF32))
+        mx = np.zeros(ng * KG, np.int32)
+        z = np.zeros(ng * KG, np.int32)
+        for i in range(q * QR, q * QR + QR):
+            a_row = A[ba, i]
+            m_row = Am[ba, i]
+            for k in range(K):
+                mn[k], mx[k], z[k] = _fold(mn[k], mx[k], z[k], a_row[k], fc)
+                m_row[k] = _M_ALL if (a_row[k] & np.int32(S.ABS32)) >= np.int32(fc.minnorm32) else MT(0)
+        for g in range(ng):
+            k0 = g * KG
+            st[ba, q, g, 0] = mn[k0:k0 + KG].min()
+            st[ba, q, g, 1] = mx[k0:k0 + KG].max()
+            st[ba, q, g, 2] = z[k0:k0 + KG].max()
+    return Am, st
+
+
+@njit(parallel=True, cache=True)
+def matmul_prepare_b(B, fc):
+    """B (nB, K, N) patterns: the packed panels Bp[., p, k, :] = B[., k, p*PW:(p+1)*PW]
+    - ONE32 (mod 2^32, zero padded), their lane masks Bm (bit set where b is normal;
+    filled only for k groups that hold zeros, the only ones a kernel reads), and the
+    statistics per (column block of NB, k group)."""
+    nbt, K, N = B.shape
+    npan = (N + PW - 1) // PW
+    ng = (K + KG - 1) // KG
+    nb = (N + NB - 1) // NB
+    st = np.empty((nbt, nb, ng, 3), np.int64)
+    for t in prange(nbt * ng):
+        bb = t // ng
         g = t % ng
         for jb in range(nb):
-            lo_g = fc.minnorm32
-            hi_g = fc.max32
-            z = False
+            mn, mx, z = np.int32(S.INF32), np.int32(0), np.int32(0)
             for k in range(g * KG, min(K, g * KG + KG)):
-                lo_g = max(lo_g, lo[bt, k, jb])
-                hi_g = min(hi_g, hi[bt, k, jb])
-                z = z or hz[bt, k, jb]
-            glo[bt, g, jb] = lo_g
-            ghi[bt, g, jb] = hi_g
-            ghz[bt, g, jb] = z
-    na, M, _ = A.shape
-    amin = np.empty((na, M, ng), np.int64)
-    amax = np.empty((na, M, ng), np.int64)
-    for t in prange(na * M):
-        ba = t // M
-        i = t % M
-        for g in range(ng):
-            mn = np.int64(S.INF32)
-            mx = np.int64(0)
-            for k in range(g * KG, min(K, g * KG + KG)):
-                ua = np.int64(A[ba, i, k]) & S.ABS32
-                mn = min(mn, ua)
-                mx = max(mx, ua)
-            amin[ba, i, g] = mn
-            amax[ba, i, g] = mx
-    return glo, ghi, ghz, amin, amax
-
-
-@register_jitable
-def _offset(a):
-    """c(a): what a fast path adds (mod 2^32) to b's pattern to get a ·̂ b."""
-    a = np.int64(a)
-    return np.int32(np.uint32(((a & S.ABS32) - S.ONE32 + (a & S.SIGN32)) & S.M32))
-
-
-@register_jitable
-def _masked(b, c, mn):
-    """The fast product, or +0.0 where b is zero/subnormal (a no-op for the accumulator)."""
-    if (b & np.int32(S.ABS32)) < mn:
-        return np.float32(0.0)
-    return _as_f32(np.int32(b + c))
-
-
-@register_jitable
-def _pass8x2(ar, aq, r0, r1, r2, r3, r4, r5, r6, r7, arow, qrow, k, masked, mn):
-    """For eight consecutive k, in k order, vectorised over j and for two rows at once
-    (each B load serves both): ar[j] += arow[k] ·̂ B[k, j], aq[j] += qrow[k] ·̂ B[k, j]."""
-    c0, c1 = _offset(arow[k]), _offset(arow[k + 1])
-    c2, c3 = _offset(arow[k + 2]), _offset(arow[k + 3])
-    c4, c5 = _offset(arow[k + 4]), _offset(arow[k + 5])
-    c6, c7 = _offset(arow[k + 6]), _offset(arow[k + 7])
-    d0, d1 = _offset(qrow[k]), _offset(qrow[k + 1])
-    d2, d3 = _offset(qrow[k + 2]), _offset(qrow[k + 3])
-    d4, d5 = _offset(qrow[k + 4]), _offset(qrow[k + 5])
-    d6, d7 = _offset(qrow[k + 6]), _offset(qrow[k + 7])
-    if masked:
-        for j in range(ar.size):
-            s, u = ar[j], aq[j]
-            b = r0[j]
-            s += _masked(b, c0, mn)
-            u += _masked(b, d0, mn)
-            b = r1[j]
-            s += _masked(b, c1, mn)
-            u += _masked(b, d1, mn)
-            b = r2[j]
-            s += _masked(b, c2, mn)
-            u += _masked(b, d2, mn)
-            b = r3[j]
-            s += _masked(b, c3, mn)
-            u += _masked(b, d3, mn)
-            b = r4[j]
-            s += _masked(b, c4, mn)
-            u += _masked(b, d4, mn)
-            b = r5[j]
-            s += _masked(b, c5, mn)
-            u += _masked(b, d5, mn)
-            b = r6[j]
-            s += _masked(b, c6, mn)
-            u += _masked(b, d6, mn)
-            b = r7[j]
-            s += _masked(b, c7, mn)
-            u += _masked(b, d7, mn)
-            ar[j], aq[j] = s, u
-    else:
-        for j in range(ar.size):
-            s, u = ar[j], aq[j]
-            b = r0[j]
-            s += _as_f32(np.int32(b + c0))
-            u += _as_f32(np.int32(b + d0))
-            b = r1[j]
-            s += _as_f32(np.int32(b + c1))
-            u += _as_f32(np.int32(b + d1))
-            b = r2[j]
-            s += _as_f32(np.int32(b + c2))
-            u += _as_f32(np.int32(b + d2))
-            b = r3[j]
-            s += _as_f32(np.int32(b + c3))
-            u += _as_f32(np.int32(b + d3))
-            b = r4[j]
-            s += _as_f32(np.int32(b + c4))
-            u += _as_f32(np.int32(b + d4))
-            b = r5[j]
-            s += _as_f32(np.int32(b + c5))
-            u += _as_f32(np.int32(b + d5))
-            b = r6[j]
-            s += _as_f32(np.int32(b + c6))
-            u += _as_f32(np.int32(b + d6))
-            b = r7[j]
-            s += _as_f32(np.int32(b + c7))
-            u += _as_f32(np.int32(b + d7))
-            ar[j], aq[j] = s, u
+                b_row = B[bb, k]
+                for j in range(jb * NB, min(N, jb * NB + NB)):
+                    mn, mx, z = _fold(mn, mx, z, b_row[j], fc)
+            st[bb, jb, g, 0], st[bb, jb, g, 1], st[bb, jb, g, 2] = mn, mx, z
+    Bp = np.zeros((nbt, npan, K, PW), np.int32)
+    Bm = np.zeros((nbt, npan, K, NV), MT)
+    for t in prange(nbt * K):
+        bb = t // K
+        k = t % K
+        b_row = B[bb, k]
+        zeros = st[bb, :, k // KG, 2]
+        for p in range(npan):
+            j0 = p * PW
+            out = Bp[bb, p, k]
+            for j in range(min(PW, N - j0)):
+                out[j] = np.int32(np.uint32((np.int64(b_row[j0 + j]) - S.ONE32) & S.M32))
+            if zeros[j0 // NB]:
+                for j in range(min(PW, N - j0)):
+                    if (b_row[j0 + j] & np.int32(S.ABS32)) >= np.int32(fc.minnorm32):
+                        Bm[bb, p, k, j // W] |= MT(1) << MT(j % W)
+    return Bp, Bm, st
 
 
 @njit(parallel=True, cache=True)
-def matmul_f32acc(A, B, lo, hi, hz, glo, ghi, ghz, amin, amax, ia, ib, C, fc):
+def matmul_f32acc(A, Am, sta, Bp, Bm, stb, ia, ib, C, fc):
     """PAM matmul with float32 accumulation.
 
-    A: (nA, M, K) and B: (nB, K, N) int32 patterns of format values; the statistics
-    come from matmul_block_stats and matmul_group_stats; ia/ib map each output batch
-    to its A and B batch.
+    A: (nA, Mq, K) int32 patterns of format values, rows padded to Mq, a multiple of QR;
+    the rest from matmul_prepare_a/_b; C: (nout, M, N) float32; ia/ib map each output
+    batch to its A and B batch.
     """
-    nout = C.shape[0]
-    M = A.shape[1]
+    nout, M, N = C.shape
     K = A.shape[2]
-    N = B.shape[2]
-    nbi = (M + MB - 1) // MB
-    nbj = (N + NB - 1) // NB
-    mn = np.int32(fc.minnorm32)
-    for t in prange(nout * nbi * nbj):
-        bo = t // (nbi * nbj)
-        rem = t % (nbi * nbj)
-        bi = rem // nbj
-        bj = rem % nbj
+    nq = A.shape[1] // QR
+    ng = (K + KG - 1) // KG
+    npan = Bp.shape[1]
+    qt = MB // QR                       # row blocks per task
+    pt = NB // PW                       # panels per task
+    nti = (nq + qt - 1) // qt
+    ntj = (npan + pt - 1) // pt
+    for t in prange(nout * nti * ntj):
+        bo = t // (nti * ntj)
+        bi = (t // ntj) % nti
+        bj = t % ntj
         ba = ia[bo]
         bb = ib[bo]
-        i0 = bi * MB
-        i1 = min(M, i0 + MB)
-        j0 = bj * NB
-        j1 = min(N, j0 + NB)
-        nj = j1 - j0
-        acc = np.zeros((MB, nj), np.float32)
-        scratch = np.zeros(nj, np.float32)
-        fast_rows = np.empty(MB, np.int64)
-        for k0 in range(0, K, KG):
-            k1 = min(K, k0 + KG)
-            g = k0 // KG
-            full = k1 - k0 == KG
-            if full:
-                r0, r1 = B[bb, k0, j0:j1], B[bb, k0 + 1, j0:j1]
-                r2, r3 = B[bb, k0 + 2, j0:j1], B[bb, k0 + 3, j0:j1]
-                r4, r5 = B[bb, k0 + 4, j0:j1], B[bb, k0 + 5, j0:j1]
-                r6, r7 = B[bb, k0 + 6, j0:j1], B[bb, k0 + 7, j0:j1]
-            nfast = 0
-            for i in range(i0, i1):
-                ar = acc[i - i0]
-                arow = A[ba, i]
-                if (full and amin[ba, i, g] >= glo[bb, g, bj]
-                        and amax[ba, i, g] <= ghi[bb, g, bj]):
-                    fast_rows[nfast] = i
-                    nfast += 1
-                    continue
-                for k in range(k0, k1):
-                    a = arow[k]
-                    ua = np.int64(a) & S.ABS32
-                    r = B[bb, k, j0:j1]
-                    if ua < fc.minnorm32:
-                        if lo[bb, k, bj] <= hi[bb, k, bj]:
-                            continue            # ±0 products, no inf/NaN in this block row
-                        mode = _GENERAL
-                    elif ua <= fc.max32 and lo[bb, k, bj] <= ua and ua <= hi[bb, k, bj]:
-                        mode = _MASKED if hz[bb, k, bj] else _CLEAN
-                    else:
-                        mode = _GENERAL
-                    if mode == _GENERAL:
-                        for j in range(nj):
-                            ar[j] += _as_f32(np.int32(np.uint32(S.pam_mul(a, r[j], fc))))
-                        continue
-                    c = _offset(a)
-                    if mode == _CLEAN:
-                        for j in range(nj):
-                            ar[j] += _as_f32(np.int32(r[j] + c))
-                    else:
-                        for j in range(nj):
-                            ar[j] += _masked(r[j], c, mn)
-            # the fast rows, two at a time (rows are independent outputs); an odd one
-            # out is paired with a scratch row
-            for q in range(0, nfast, 2):
-                i = fast_rows[q]
-                if q + 1 < nfast:
-                    i2 = fast_rows[q + 1]
-                    aq = acc[i2 - i0]
-                else:
-                    i2 = i
-                    aq = scratch
-                _pass8x2(acc[i - i0], aq, r0, r1, r2, r3, r4, r5, r6, r7, A[ba, i], A[ba, i2],
-                         k0, ghz[bb, g, bj], mn)
-        for i in range(i0, i1):
-            for j in range(nj):
-                v = acc[i - i0, j]
-                C[bo, i, j0 + j] = np.float32(np.nan) if v != v else v
+        q0 = bi * qt
+        nql = min(nq, q0 + qt) - q0
+        p0 = bj * pt
+        npl = min(npan, p0 + pt) - p0
+        # modes[q, g] of this task's (row block, k group) blocks
+        modes = np.empty((nql, ng), np.int8)
+        for q in range(nql):
+            for g in range(ng):
+                sa = sta[ba, q0 + q, g]
+                sb = stb[bb, bj, g]
+                m = tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc)
+                if m == MASKED:
+                    m = _MASK_AB if sa[2] and sb[2] else (_MASK_A if sa[2] else _MASK_B)
+                modes[q, g] = m
+        acc = np.zeros((npl, nql * QR, PW), np.float32)
+        accf = acc.reshape(-1)
+        af = A[ba].reshape(-1)
+        amf = Am[ba].reshape(-1)
+        for kc0 in range(0, K, KC):
+            kc1 = min(K, kc0 + KC)
+            for p in range(npl):
+                bpf = Bp[bb, p0 + p].reshape(-1)
+                bmf = Bm[bb, p0 + p].reshape(-1)
+                for q in range(nql):
+                    off = (p * nql + q) * QR * PW
+                    g = kc0 // KG
+                    while g * KG < kc1:
+                        # a run of groups in the same mode is one kernel call
+                        m = modes[q, g]
+                        g1 = g + 1
+                        while g1 * KG < kc1 and modes[q, g1] == m:
+                            g1 += 1
+                        ka = g * KG
+                        nk = min(kc1, g1 * KG) - ka
+                        ao = (q0 + q) * QR * K + ka
+                        if m == CLEAN:
+                            _mk_clean(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, ao, K, nk)
+                        elif m == _MASK_A:
+                            _mk_mask_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, ao, K, nk)
+                        elif m == _MASK_B:
+                            _mk_mask_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, ao, K, nk)
+                        elif m == _MASK_AB:
+                            _mk_mask_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, ao, K, nk)
+                        elif m == GENERAL:
+                            for r in range(QR):
+                                a_row = A[ba, (q0 + q) * QR + r]
+                                acc_row = acc[p, q * QR + r]
+                                for k in range(ka, ka + nk):
+                                    b_row = Bp[bb, p0 + p, k]
+                                    for j in range(PW):
+                                        b = (np.int64(b_row[j]) + S.ONE32) & S.M32
+                                        acc_row[j] += _as_f32(np.int32(np.uint32(
+                                            S.pam_mul(a_row[k], b, fc))))
+                        g = g1
+        for p in range(npl):
+            for q in range(nql):
+                for r in range(QR):
+                    i = (q0 + q) * QR + r
+                    if i < M:
+                        for j in range(min(PW, N - (p0 + p) * PW)):
+                            v = acc[p, q * QR + r, j]
+                            C[bo, i, (p0 + p) * PW + j] = np.float32(np.nan) if v != v else v
 
 
 @njit(parallel=True, cache=True)

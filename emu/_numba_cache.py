@@ -12,14 +12,16 @@ import warnings
 from pathlib import Path
 
 
-def drop_stale(probe, module_file: str, *dependencies: str) -> None:
-    """Delete ``module_file``'s cached kernels if it or a dependency changed.
+def drop_stale(probe, module_file: str, *dependencies: str, config: str = "") -> None:
+    """Delete ``module_file``'s cached kernels if it, a dependency or ``config`` changed.
 
     ``probe`` is any ``@njit(cache=True)`` dispatcher defined in ``module_file``;
-    it tells where Numba keeps that module's cache.
+    it tells where Numba keeps that module's cache.  ``config`` names import-time
+    choices that kernels compile in as constants (Numba's own key ignores them).
     """
     files = [Path(module_file), *map(Path, dependencies)]
-    digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:20]
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)
+                            + config.encode()).hexdigest()[:20]
     try:
         cache_dir = Path(probe._cache._cache_path)
     except AttributeError:          # Numba internals moved: better loud than stale

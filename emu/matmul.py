@@ -81,10 +81,11 @@ def pam_matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *
         b3 = bq.reshape(-1, k, n)
         c = np.empty((nout, m, n), np.float32)
         if acc == float32:
-            nb = (n + K.NB - 1) // K.NB
-            lo, hi, hz = K.matmul_block_stats(b3, fmt.consts, nb)
-            stats = K.matmul_group_stats(lo, hi, hz, a3, fmt.consts)
-            K.matmul_f32acc(a3, b3, lo, hi, hz, *stats, ia, ib, c, fmt.consts)
+            if m % K.QR:        # whole row blocks for the micro-kernel; extra rows are dropped
+                a3 = np.concatenate([a3, np.zeros((a3.shape[0], -m % K.QR, k), np.int32)], 1)
+            am, sta = K.matmul_prepare_a(a3, fmt.consts)
+            bp, bm, stb = K.matmul_prepare_b(b3, fmt.consts)
+            K.matmul_f32acc(a3, am, sta, bp, bm, stb, ia, ib, c, fmt.consts)
         else:
             K.matmul_fmtacc(a3, b3, ia, ib, c.view(np.int32), fmt.consts, acc.consts)
         c = c.reshape(out_shape)

@@ -69,7 +69,7 @@ else:
     import emu
     import emu.grad
     from conftest import FP8, all_values, assert_bits_equal, corner_values
-    from emu import _cuda, device
+    from emu import _cuda, _tiles, device
 
     pytestmark = pytest.mark.filterwarnings("error:overflow encountered in scalar:RuntimeWarning")
 
@@ -318,19 +318,19 @@ else:
         + [(c, f) for c in ("skip", "wide") for f in ("float32", "bfloat16")])
     def test_matmul_modes(case, fmt, rng, monkeypatch):
         seen = set()
-        tile_mode = _cuda._tile_mode
+        tile_mode = _cuda.tile_mode
 
         def recording(*args):
             mode = tile_mode(*args)
             seen.add(mode)
             return mode
 
-        monkeypatch.setattr(_cuda, "_tile_mode", recording)    # the simulator runs Python
+        monkeypatch.setattr(_cuda, "tile_mode", recording)     # the simulator runs Python
         a, b = mm_case(case, (40, 36), (36, 24), rng)
         got = host(emu.pam_matmul(dev(a), dev(b), fmt))
         assert_bits_equal(got, emu.pam_matmul(a, b, fmt), what=f"{case} {fmt}")
-        expected = {"clean": _cuda.CLEAN, "masked": _cuda.MASKED, "general": _cuda.GENERAL,
-                    "skip": _cuda.SKIP, "wide": _cuda.GENERAL}[case]
+        expected = {"clean": _tiles.CLEAN, "masked": _tiles.MASKED, "general": _tiles.GENERAL,
+                    "skip": _tiles.SKIP, "wide": _tiles.GENERAL}[case]
         if _cuda.SIM:           # compiled kernels do not call back into Python
             assert expected in seen, f"{case} data never took mode {expected}: {seen}"
 

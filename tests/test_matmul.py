@@ -1,4 +1,8 @@
 """pam_matmul: the sequential-k fold of the spec, np.matmul's shape rules, bad input."""
+import os
+import subprocess
+import sys
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -51,14 +55,17 @@ def vector_fold(A, B, fmt):
     return C
 
 
-@pytest.mark.parametrize("fmt", ["float32", "bfloat16"])
-@pytest.mark.parametrize("case", ["dense", "relu_a", "relu_b", "mixed"])
-def test_tiled_fast_paths_match_the_fold(fmt, case, rng):
-    """Sizes that cross every tile edge (K not a multiple of 8, N past one 1024-column
-    block, M past one 128-row tile) for each kernel path: clean, masked (zeros in B),
-    skipped (zeros in A) and general (NaN/inf/overflow/flush in some block rows)."""
-    A = rng.standard_normal((131, 203)).astype(np.float32)
-    B = rng.standard_normal((203, 1030)).astype(np.float32)
+TILED_CASES = ["dense", "relu_a", "relu_b", "mixed"]
+
+
+def tiled_operands(case, rng):
+    """Sizes that cross every tile edge (M past one 128-row task and not a multiple of
+    the micro-kernel's 4 or 8 rows, N past one 1024-column block and not a multiple of
+    the panel width, K past two 256-k passes and not a multiple of the 8-k statistics
+    group), with data for each kernel path: clean, masked (zeros in A, in B, in both),
+    skipped (all-zero blocks) and general (NaN/inf/overflow/flush in some blocks)."""
+    A = rng.standard_normal((131, 523)).astype(np.float32)
+    B = rng.standard_normal((523, 1030)).astype(np.float32)
     if case == "relu_a":
         A = np.maximum(A, 0)
     if case == "relu_b":
@@ -72,7 +79,52 @@ def test_tiled_fast_paths_match_the_fold(fmt, case, rng):
         B[150, 600] = 1e-20
         A[20] = np.maximum(A[20], 0)
         B[60] = np.maximum(B[60], 0)
+        A[:8, 256:320] = 0                  # whole zero blocks of A and of B: skipped
+        B[400:416] = 0
+    return A, B
+
+
+@pytest.mark.parametrize("fmt", ["float32", "bfloat16"])
+@pytest.mark.parametrize("case", TILED_CASES)
+def test_tiled_fast_paths_match_the_fold(fmt, case, rng):
+    A, B = tiled_operands(case, rng)
     assert_bits_equal(emu.pam_matmul(A, B, fmt), vector_fold(A, B, fmt), what=f"{fmt} {case}")
+
+
+_OTHER_WIDTH = """
+import sys, numpy as np, emu
+from emu import _kernels as K
+assert (K.W, K.QR, K.PW) == ({w}, {qr}, {pw}), (K.W, K.QR, K.PW)
+for i in range({n}):
+    A, B = np.load(f"{{sys.argv[1]}}/a{{i}}.npy"), np.load(f"{{sys.argv[1]}}/b{{i}}.npy")
+    np.save(f"{{sys.argv[1]}}/c{{i}}.npy", emu.pam_matmul(A, B))
+"""
+
+
+def test_other_vector_width_gives_the_same_bits(tmp_path, rng):
+    """The micro-kernel configuration this host does not pick (8 lanes x 4 rows or
+    16 lanes x 8 rows) gives the default's bits on every kernel path, run in a
+    subprocess with PAMSIM_VECTOR_LANES and its own Numba cache."""
+    from emu import _kernels as K
+    w = 8 if K.W == 16 else 16
+    for i, case in enumerate(TILED_CASES):
+        A, B = tiled_operands(case, rng)
+        np.save(tmp_path / f"a{i}.npy", A)
+        np.save(tmp_path / f"b{i}.npy", B)
+    env = dict(os.environ, PAMSIM_VECTOR_LANES=str(w), NUMBA_CACHE_DIR=str(tmp_path / "nb"))
+    script = _OTHER_WIDTH.format(w=w, qr=4 if w == 8 else 8, pw=2 * w, n=len(TILED_CASES))
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, check=True)
+    for i, case in enumerate(TILED_CASES):
+        A, B = np.load(tmp_path / f"a{i}.npy"), np.load(tmp_path / f"b{i}.npy")
+        assert_bits_equal(np.load(tmp_path / f"c{i}.npy"), emu.pam_matmul(A, B),
+                          what=f"{w} lanes, {case}")
+
+
+def test_bad_vector_width_is_a_clear_error():
+    env = dict(os.environ, PAMSIM_VECTOR_LANES="12")
+    r = subprocess.run([sys.executable, "-c", "import emu"], env=env, capture_output=True,
+                       text=True)
+    assert r.returncode != 0 and "PAMSIM_VECTOR_LANES must be 8 or 16, got '12'" in r.stderr
 
 
 def test_long_accumulation_order(rng):
