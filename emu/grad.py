@@ -56,11 +56,8 @@ def _kind(kind) -> str:
 
 
 def _broadcast(names, *arrays):
-    try:
-        shape = np.broadcast_shapes(*(a.shape for a in arrays))
-    except ValueError:
-        shapes = ", ".join(f"{n}.shape={a.shape}" for n, a in zip(names, arrays))
-        raise ValueError(f"operands could not be broadcast together: {shapes}") from None
+    """The broadcast shape (device._broadcast's error names every operand) and views."""
+    shape = device._broadcast(*zip(names, arrays))
     return shape, [np.broadcast_to(a, shape) for a in arrays]
 
 
