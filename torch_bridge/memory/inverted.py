@@ -47,37 +47,24 @@ from torch.autograd.function import once_differentiable
 from . import _kernels as K
 from .activations import Activation, activation
 from .fewbit import check_input, gelu_name
-from .packing import packed_nbytes, unpack_bits
+from .packing import pack_bits, packed_nbytes, unpack_bits
 
 INVERTIBLE = ("gelu", "gelu_tanh", "silu", "mish")
 _DEGREE, _PIECES = 7, 64
+_LOG2_PER_BINADE = 1        # left tail: 2 pieces per binade of |y|
 _FLAT = 1e-10               # |f' - asymptote| beyond the fitted ranges
-_TAIL_Y = 1e-14             # left tail: |y| below this -> f' = 0
+_TAIL_Y = 1e-14             # left tail: |y| below (the binade of) this -> f' = 0
 _WINDOW_DX = 1e-2           # float32: x-range around T tabulated exactly
 
 
-@dataclass(frozen=True)
-class _Fit:
-    """Polynomial pieces on a uniform grid of [u0, u1]; monomials in s ∈ [-1, 1]."""
-    u0: float
-    u1: float
-    coef: np.ndarray            # (pieces, degree + 1), highest power first
-
-    def __call__(self, u):
-        u = np.nan_to_num(np.asarray(u, np.float64), nan=self.u0)    # callers mask NaN
-        n = len(self.coef)
-        with np.errstate(over="ignore"):        # u = ±inf (y = ±inf) clips to an end
-            p = np.clip((u - self.u0) * (n / (self.u1 - self.u0)), 0, n * (1 - 1e-16))
-        j = p.astype(np.int64)
-        s = 2 * (p - j) - 1
-        out = np.zeros_like(u)
-        for c in self.coef.T:
-            out = out * s + c[j]
-        return out
-
-
 class Inverter:
-    """f'(f⁻¹(y)) on the two monotone branches of a two-branch activation."""
+    """f'(f⁻¹(y)) on the two monotone branches of a two-branch activation.
+
+    ``coef`` holds every polynomial piece (monomials in s ∈ [-1, 1], highest power
+    first), one table the kernels index: ``n`` pieces in t on [0, t_right] and the
+    constant 1 beyond, ``n`` pieces in t on [0, t_left] and their end value (reached
+    only at t = t_left), the tail pieces, the constant 0.
+    """
 
     def __init__(self, act: Activation):
         if act.name not in INVERTIBLE:
@@ -87,23 +74,35 @@ class Inverter:
         from scipy.optimize import brentq
         self.T = brentq(lambda x: float(self._d(np.array([x]))[0]), -3.0, 0.0, xtol=1e-15)
         self.ymin = float(self._f(np.array([self.T]))[0])
-        # ranges: right branch up to where f' = 1 to _FLAT; left: T-2 in t, then log(-y)
+        # right branch: t up to where f' = 1 to _FLAT; left: t down to a binade boundary
+        # |y| = 2**e_split near f(T - 2), below it the binades of |y| down to _TAIL_Y
         xs = np.linspace(self.T, 80.0, 400_001)
         xr = xs[np.nonzero(np.abs(self._d(xs) - 1) > _FLAT)[0][-1] + 1]
         self.t_right = math.sqrt(self._f(np.array([xr]))[0] - self.ymin)
-        xl = self.T - 2.0
-        yl = float(self._f(np.array([xl]))[0])
-        self.t_left = math.sqrt(yl - self.ymin)
-        self.z_left, self.z_tail = math.log(-yl), math.log(_TAIL_Y)
-        self.right = self._fit(0.0, self.t_right, lambda t: self.ymin + t * t, True)
-        self.near = self._fit(0.0, self.t_left, lambda t: self.ymin + t * t, False)
-        self.tail = self._fit(self.z_tail, self.z_left, lambda z: -np.exp(z), False)
+        self.e_split = math.floor(math.log2(-self._f(np.array([self.T - 2.0]))[0]))
+        self.t_left = math.sqrt(-2.0 ** self.e_split - self.ymin)
+        self.e_tail = math.floor(math.log2(_TAIL_Y))
+        self.n = _PIECES
+        n_tail = (self.e_split - self.e_tail) << _LOG2_PER_BINADE
+        const = lambda c: np.r_[np.zeros(_DEGREE), c][None]
+        near = self._fit(self.t_left, self.n, lambda t: self.ymin + t * t, False)
+        self.coef = np.concatenate([
+            self._fit(self.t_right, self.n, lambda t: self.ymin + t * t, True), const(1.0),
+            near, const(near[-1].sum()),                  # the last piece at s = 1
+            self._fit(n_tail, n_tail, self._tail_y, False), const(0.0)])
 
     def _f(self, x):
         return self.act.f(torch.from_numpy(np.asarray(x, np.float64))).numpy()
 
     def _d(self, x):
         return self.act.fprime(torch.from_numpy(np.asarray(x, np.float64))).numpy()
+
+    def _tail_y(self, u):
+        """y at binade coordinate u of the left tail: |y| = (1 + frac) 2**e, with
+        u = (e - e_tail + frac) * 2**_LOG2_PER_BINADE."""
+        v = np.asarray(u, np.float64) / (1 << _LOG2_PER_BINADE)
+        e = np.floor(v)
+        return -(1.0 + v - e) * np.exp2(self.e_tail + e)
 
     def inverse(self, y, right) -> np.ndarray:
         """f⁻¹(y) on a branch (float64 bisection; y clamped to the branch's range)."""
@@ -117,25 +116,38 @@ class Inverter:
             lo, hi = np.where(up, mid, lo), np.where(up, hi, mid)
         return 0.5 * (lo + hi)
 
-    def _fit(self, u0, u1, y_of_u, right) -> _Fit:
+    def _fit(self, u1, pieces, y_of_u, right) -> np.ndarray:
+        """Degree-_DEGREE Chebyshev fits of f'(f⁻¹(y(u))) on ``pieces`` equal pieces of
+        [0, u1], as monomials in s ∈ [-1, 1]: (pieces, _DEGREE + 1), highest power first."""
         s = np.cos(np.pi * (np.arange(_DEGREE + 1) + 0.5) / (_DEGREE + 1))[::-1]
-        h = (u1 - u0) / _PIECES
-        u = u0 + (np.arange(_PIECES)[:, None] + (s[None, :] + 1) / 2) * h
+        u = (np.arange(pieces)[:, None] + (s[None, :] + 1) / 2) * (u1 / pieces)
         g = self._d(self.inverse(y_of_u(u), right))
-        coef = np.stack([np.polynomial.chebyshev.cheb2poly(
+        return np.stack([np.polynomial.chebyshev.cheb2poly(
             np.polynomial.chebyshev.chebfit(s, gi, _DEGREE))[::-1] for gi in g])
-        return _Fit(float(u0), float(u1), coef)
 
     def __call__(self, y, right) -> np.ndarray:
-        """f'(f⁻¹(y)) from the fits (float64 reference of the kernel)."""
+        """f'(f⁻¹(y)) from the fits (float64 reference of the kernels' piece selection)."""
         y = np.asarray(y, np.float64)
         right = np.broadcast_to(np.asarray(right, bool), y.shape)
-        t = np.sqrt(np.maximum(y - self.ymin, 0.0))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            z = np.log(-y)
-        out = np.where(right, np.where(t >= self.t_right, 1.0, self.right(t)),
-                       np.where(t <= self.t_left, self.near(t),
-                                np.where(z < self.z_tail, 0.0, self.tail(z))))
+        with np.errstate(invalid="ignore", over="ignore"):
+            t = np.sqrt(np.maximum(y - self.ymin, 0.0))
+            p = np.minimum(t * np.where(right, self.n / self.t_right, self.n / self.t_left),
+                           self.n)
+        p = np.nan_to_num(p)
+        jp = np.floor(p)
+        ay = np.abs(y)
+        m, e = np.frexp(np.where(np.isfinite(ay) & (ay > 0), ay, 1.0))
+        u = ((e - 1 - self.e_tail) + (2 * m - 1)) * (1 << _LOG2_PER_BINADE)
+        ju = np.floor(u)
+        tail = ~right & (ay < 2.0 ** self.e_split)
+        j = np.where(tail, np.where(ay >= 2.0 ** self.e_tail, 2 * self.n + 2 + ju,
+                                    len(self.coef) - 1),
+                     np.where(right, jp, self.n + 1 + jp))
+        s = np.where(tail, 2 * (u - ju) - 1, 2 * (p - jp) - 1)
+        j = np.clip(j, 0, len(self.coef) - 1).astype(np.int64)
+        out = np.zeros_like(s)
+        for c in self.coef.T:
+            out = out * s + c[j]
         return np.where(np.isnan(y), np.nan, out)
 
     # --- tables for the information-limited region -------------------------------------
@@ -145,26 +157,45 @@ class Inverter:
         """The float32 x range whose forward output is rounded from float64."""
         return np.float32(self.T - _WINDOW_DX), np.float32(self.T + _WINDOW_DX)
 
-    def forward32(self, x: torch.Tensor) -> torch.Tensor:
-        """The float32 forward: native, but rounded from float64 inside the window."""
-        y = self.act.native(x)
+    @cached_property
+    def _window_x(self) -> tuple[int, np.ndarray]:
+        """(first int32 pattern, y[count]): the float32 forward output of every float32 x
+        in the window (x < 0: larger |x|, larger pattern), f(x) rounded from float64."""
         lo, hi = self.window
-        near = torch.nonzero((x >= float(lo)) & (x <= float(hi)), as_tuple=True)
-        y[near] = self.act.f(x[near]).to(torch.float32)
-        return y
+        bits = np.arange(hi.view(np.int32), lo.view(np.int32) + 1, dtype=np.int32)
+        return int(bits[0]), self.act.f(torch.from_numpy(bits.view(np.float32))).float().numpy()
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(y, packed branch bits x > T).  y is the native output, except that float32 x
+        in :attr:`window` get f(x) computed in float64 and rounded to float32."""
+        y = self.act.native(x).contiguous()       # C order, like x.contiguous()
+        first, ytab = self._window_x
+        if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+            xs = x.detach().contiguous().view(-1).numpy()
+            mask = torch.empty(packed_nbytes(xs.size, 1), dtype=torch.uint8)
+            f32 = x.dtype == torch.float32
+            K.inverted_forward(xs, xs.view(np.int32 if f32 else np.int64),
+                               K.thresholds(np.array([self.T]), xs.dtype)[0], first,
+                               ytab if f32 else ytab[:0], y.view(-1).numpy(), mask.numpy())
+            return y, mask
+        if x.dtype == torch.float32:
+            lo, hi = self.window
+            near = torch.nonzero((x >= float(lo)) & (x <= float(hi)), as_tuple=True)
+            y[near] = self.act.f(x[near]).to(torch.float32)
+        return y, pack_bits((x.detach().reshape(-1).double() > self.T).to(torch.uint8), 1)
 
     @cached_property
     def window32(self):
         """float32 y near the minimum: (first uint32 pattern, levels[2, count]).
 
         levels[b, i] is the midpoint of f' over every float32 x on branch b (1 =
-        right) whose forward (:meth:`forward32`) gives the y with pattern first + i;
-        NaN where no float32 x does (the fits take over).
+        right) whose forward (:meth:`forward`) gives the y with pattern first + i;
+        the fits' value where no float32 x does.
         """
         lo, hi = self.window
+        _, y = self._window_x
         bits = np.arange(hi.view(np.uint32), lo.view(np.uint32) + 1, dtype=np.uint32)
         x = bits.view(np.float32)                 # every float32 in [T - dx, T + dx]
-        y = self.forward32(torch.from_numpy(x)).numpy()
         # only the y values whose every preimage lies inside the enumerated x range
         y_cut = min(y[0], y[-1]) - 64 * np.spacing(np.abs(y[0]))
         keep = y < y_cut
@@ -178,7 +209,9 @@ class Inverter:
         hi_d = np.full((2, count), -np.inf)
         np.minimum.at(lo_d, (right, yb - first), d)
         np.maximum.at(hi_d, (right, yb - first), d)
-        levels = np.where(np.isfinite(lo_d), 0.5 * (np.nan_to_num(lo_d) + np.nan_to_num(hi_d)), np.nan)
+        yall = (first + np.arange(count, dtype=np.uint32)).view(np.float32).astype(np.float64)
+        fit = np.stack([self(yall, False), self(yall, True)])
+        levels = np.where(np.isfinite(lo_d), 0.5 * (np.nan_to_num(lo_d) + np.nan_to_num(hi_d)), fit)
         return first, levels
 
     def table16(self, dtype: torch.dtype) -> torch.Tensor:
@@ -207,22 +240,32 @@ class Inverter:
 
     # --- the fast path --------------------------------------------------------------
 
-    @cached_property
-    def _kernel_args(self):
-        first, levels = self.window32
-        return (self.ymin, self.right.coef, self.t_right, self.near.coef, self.t_left,
-                self.tail.coef, self.z_tail, self.z_left, first, levels.astype(np.float64))
+    def _scale_kernel(self, dtype: np.dtype):
+        """The backward kernel for y of ``dtype``, built on first use (_kernels.inverted_scale)."""
+        cache = self.__dict__.setdefault("_kernels", {})
+        if dtype not in cache:
+            ft = dtype.type
+            f32 = dtype == np.float32
+            hi = ft(self.ymin)
+            cst = np.array([hi, self.ymin - float(hi), self.n / self.t_right,
+                            self.n / self.t_left], dtype)
+            mant, bias = (23, 127) if f32 else (52, 1023)
+            first, levels = self.window32 if f32 else (0, np.zeros((1, 0)))
+            icst = np.array([self.n, self.e_tail + bias, self.e_split + bias, mant,
+                             _LOG2_PER_BINADE, first, levels.shape[1]], np.int64)
+            window = np.r_[levels.reshape(-1), 0.0].astype(dtype)      # >= 1 entry
+            cache[dtype] = K.inverted_scale(self.coef.astype(dtype), cst, icst, window)
+        return cache[dtype]
 
     def scale(self, grad: torch.Tensor, y: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
         """grad * f'(f⁻¹(y)) with the branch bits of ``packed``."""
         if grad.device.type == "cpu" and y.dtype in (torch.float32, torch.float64) \
                 and grad.dtype == y.dtype:
-            g = grad.contiguous()
-            yc = y.detach().contiguous()
-            out = torch.empty_like(g)
-            K.inverted_scale(g.view(-1).numpy(), yc.view(-1).numpy(), packed.numpy(),
-                             y.dtype == torch.float32, *self._kernel_args,
-                             out.view(-1).numpy())
+            g = grad.contiguous().view(-1).numpy()
+            yc = y.detach().contiguous().view(-1).numpy()
+            out = torch.empty_like(grad, memory_format=torch.contiguous_format)
+            ybits = yc.view(np.int32 if yc.dtype == np.float32 else np.int64)
+            self._scale_kernel(yc.dtype)(g, yc, ybits, packed.numpy(), out.view(-1).numpy())
             return out
         right = unpack_bits(packed, 1, y.numel()).to(torch.int64).to(y.device)
         if y.dtype in (torch.bfloat16, torch.float16):
@@ -248,15 +291,7 @@ def inverter(act) -> Inverter:
 class _Inverted(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, inv: Inverter):
-        y = inv.forward32(x) if x.dtype == torch.float32 else inv.act.native(x)
-        mask = torch.empty(packed_nbytes(x.numel(), 1), dtype=torch.uint8, device=x.device)
-        if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-            xs = x.detach().contiguous().view(-1).numpy()
-            K.index_pack(xs, K.thresholds(np.array([inv.T]), xs.dtype), 1, False,
-                         mask.numpy())
-        else:
-            from .packing import pack_bits
-            mask = pack_bits((x.detach().reshape(-1).double() > inv.T).to(torch.uint8), 1)
+        y, mask = inv.forward(x)
         ctx.save_for_backward(y, mask)
         ctx.inv = inv
         return y
