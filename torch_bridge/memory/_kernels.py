@@ -169,6 +169,8 @@ def affine_index_pack(x, bp, k, slope, intercept, y, out):
 #: bits (byte e to bit e; the partial products do not overlap, so nothing carries)
 _GATHER_BITS = np.uint64(0x0102040810204080)
 _BIT0, _BIT1 = np.uint64(0x0101010101010101), np.uint64(0x0202020202020202)
+#: the inverse: (byte * _BIT0) & _SPREAD_BITS keeps bit e of the byte in byte e
+_SPREAD_BITS = np.uint64(0x8040201008040201)
 
 
 @njit(parallel=True, cache=True)
@@ -202,47 +204,56 @@ def inverted_forward(x, xbits, t, first, ytab, y, out):
                         yc[i] = ytab[off]
 
 
-def inverted_scale(coef, cst, icst, window):
+@njit(cache=True, inline="always")
+def _horner(table, j, s, words):
+    """Horner on row j of a (rows, words) coefficient table, highest power first."""
+    acc = table[j, 0]
+    for k in range(1, words):
+        acc = acc * s + table[j, k]
+    return acc
+
+
+def inverted_scale(coef, cst, icst):
     """The inverted-activation backward kernel ``kernel(grad, y, ybits, packed, out)``
     for one activation's tables, y of float dtype coef.dtype (float32 or float64),
     ``ybits`` y's bit pattern as int32/int64:
 
     out = grad * f'(f⁻¹(y)) on the branch in ``packed`` (1 = right of the minimum), with
-    the piece selection of ``inverted.Inverter.__call__`` (coef rows: n pieces in t on
-    the right, its end constant, n pieces in t on the left, its end constant, the tail,
-    the constant 0):
+    the piece selection of ``inverted.Inverter.__call__`` (coef rows, highest power
+    first: n pieces in t on the right, its end constant, n pieces in t on the left, its
+    end constant, the tail, the constant 0, then the float32 window's constants):
 
     * t = sqrt(y - ymin) on the piece int(min(t * n / t_end, n)) of the branch;
     * left tail, |y| < 2**e_split: the binade coordinate of |y| (its bits >> (mantissa
       bits - lm)) picks one piece per 1/2**lm binade, the constant 0 below 2**e_tail;
-    * float32 y with bit pattern first + i, 0 <= i < count: ``window[b * count + i]``.
+    * float32 y with bit pattern first + i, 0 <= i < count: row win0 + b * count + i.
 
     cst = (ymin_hi, ymin_lo, n / t_right, n / t_left), ymin = hi + lo;
-    icst = (n, e_tail, e_split, mantissa bits, lm, first, count), e_* biased exponents;
-    window has >= 1 entry.
+    icst = (n, e_tail, e_split, mantissa bits, lm, first, count, win0), e_* biased.
 
-    The tables are closure constants of the compiled kernel (the on-disk cache is keyed
-    by them): LLVM then knows the table lookups cannot alias ``out`` and vectorises the
-    branch-free element loop with gathers; all arithmetic is in y's dtype (integers in
-    its width), the Horner loop, of constant length, unrolls, and contractions to FMA
-    are allowed (no other fast-math: NaN and inf keep their meaning).
+    The table is a closure constant of the compiled kernel (the on-disk cache is keyed
+    by it): LLVM then knows its lookups cannot alias ``out`` and vectorises the
+    branch-free element loop with gathers; all arithmetic is in y's dtype (integers in its width), Horner, of
+    constant length, unrolls, and contractions to FMA are allowed (no other fast-math:
+    NaN and inf keep their meaning).
     """
     ft = coef.dtype.type
     it = np.int32 if ft == np.float32 else np.int64
-    deg = coef.shape[1] - 1
-    n, e_tail, e_split, mant, lm, first, count = (int(v) for v in icst)
+    if coef.shape[0] > 1 << 16:
+        raise ValueError(f"coef has {coef.shape[0]} rows; the kernel indexes at most {1 << 16}")
+    table, words = np.ascontiguousarray(coef), coef.shape[1]
+    n, e_tail, e_split, mant, lm, first, count, win0 = (int(v) for v in icst)
     ymin_hi, ymin_lo, r_right, r_near = (ft(v) for v in cst)
-    near0, tail0, zero = it(n + 1), it(2 * n + 2), it(coef.shape[0] - 1)
+    near0, zero = it(n + 1), it(2 * n + 2 + ((e_split - e_tail) << lm))
     tail_off = it(2 * n + 2 - (e_tail << lm))
     low = it(mant - lm)
     low_mask = it((1 << (mant - lm)) - 1)
     below_tail, below_split = it(e_tail << mant), it(e_split << mant)
     abs_mask = it(np.iinfo(it).max)
     first, count = it(first - (1 << 32) if first >= 1 << 31 else first), np.uint32(count)
+    win_left, win_right = it(win0), it(win0 + count)
     s_scale = ft(2.0 / (1 << (mant - lm)))
     one, two, nil, nf = ft(1.0), ft(2.0), ft(0.0), ft(n)
-    izero, count_i = it(0), it(count)
-    u0 = np.uint16(0)
 
     @njit(parallel=True, cache=True, fastmath={"contract"})
     def kernel(grad, y, ybits, packed, out):
@@ -254,14 +265,13 @@ def inverted_scale(coef, cst, icst, window):
             # negative-index wraparound and loads/stores contiguously
             gc, yc, bc, oc = grad[i0:i0 + m], y[i0:i0 + m], ybits[i0:i0 + m], out[i0:i0 + m]
             pc = packed[i0 // 8:(i0 + m + 7) // 8]
-            branch = np.empty(CHUNK, np.int32)
+            branch = np.empty(CHUNK, np.uint8)      # byte i != 0: element i is right
+            spread = branch.view(np.uint64)
             for g in range(pc.size):
-                byte = np.int32(pc[g])
-                for e in range(8):
-                    branch[8 * g + e] = (byte >> e) & 1
+                spread[g] = (np.uint64(pc[g]) * _BIT0) & _SPREAD_BITS
             for i in range(m):
                 v = yc[i]
-                right = branch[i] == 1
+                right = branch[i] != 0
                 bits = bc[i]
                 ab = it(bits & abs_mask)
                 d = v - ymin_hi - ymin_lo
@@ -274,13 +284,9 @@ def inverted_scale(coef, cst, icst, window):
                 if not right and ab < below_split:
                     j = it(it(ab >> low) + tail_off) if ab >= below_tail else zero
                     s = ft(it(ab & low_mask)) * s_scale - one
-                j = np.uint16(j)              # a small unsigned index: no wraparound,
-                acc = coef[j, 0]                  # 32-bit gather offsets
-                for k in range(1, deg + 1):
-                    acc = acc * s + coef[j, k]
                 off = it(bits - first)
-                inwin = np.uint32(off) < count
-                w = window[np.uint16(off + (count_i if right else izero)) if inwin else u0]
-                acc = w if inwin else acc
-                oc[i] = gc[i] * (acc if v == v else v)
+                if np.uint32(off) < count:
+                    j = it(off + (win_right if right else win_left))
+                acc = _horner(table, np.uint16(j), s, words)  # small unsigned index: no
+                oc[i] = gc[i] * (acc if v == v else v)        # wraparound, 32-bit offsets
     return kernel

@@ -50,8 +50,8 @@ from .fewbit import check_input, gelu_name
 from .packing import pack_bits, packed_nbytes, unpack_bits
 
 INVERTIBLE = ("gelu", "gelu_tanh", "silu", "mish")
-_DEGREE, _PIECES = 7, 64
-_LOG2_PER_BINADE = 1        # left tail: 2 pieces per binade of |y|
+_DEGREE, _PIECES = 3, 512
+_LOG2_PER_BINADE = 3        # left tail: 8 pieces per binade of |y|
 _FLAT = 1e-10               # |f' - asymptote| beyond the fitted ranges
 _TAIL_Y = 1e-14             # left tail: |y| below (the binade of) this -> f' = 0
 _WINDOW_DX = 1e-2           # float32: x-range around T tabulated exactly
@@ -250,11 +250,14 @@ class Inverter:
             cst = np.array([hi, self.ymin - float(hi), self.n / self.t_right,
                             self.n / self.t_left], dtype)
             mant, bias = (23, 127) if f32 else (52, 1023)
-            first, levels = self.window32 if f32 else (0, np.zeros((1, 0)))
+            first, levels = self.window32 if f32 else (0, np.zeros((2, 0)))
+            # the window's levels as constant rows after the pieces
+            rows = np.zeros((levels.size, _DEGREE + 1))
+            rows[:, -1] = levels.reshape(-1)
             icst = np.array([self.n, self.e_tail + bias, self.e_split + bias, mant,
-                             _LOG2_PER_BINADE, first, levels.shape[1]], np.int64)
-            window = np.r_[levels.reshape(-1), 0.0].astype(dtype)      # >= 1 entry
-            cache[dtype] = K.inverted_scale(self.coef.astype(dtype), cst, icst, window)
+                             _LOG2_PER_BINADE, first, levels.shape[1], len(self.coef)], np.int64)
+            cache[dtype] = K.inverted_scale(np.concatenate([self.coef, rows]).astype(dtype),
+                                            cst, icst)
         return cache[dtype]
 
     def scale(self, grad: torch.Tensor, y: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
