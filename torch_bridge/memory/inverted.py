@@ -50,21 +50,39 @@ from .fewbit import check_input, gelu_name
 from .packing import pack_bits, packed_nbytes, unpack_bits
 
 INVERTIBLE = ("gelu", "gelu_tanh", "silu", "mish")
-_DEGREE, _PIECES = 3, 512
-_LOG2_PER_BINADE = 3        # left tail: 8 pieces per binade of |y|
+#: resolution of the fits per storage dtype: (degree, pieces per t-range, log2 of the
+#: pieces per binade of the left tail).  Max fit error over [-10, 10], GELU / SiLU:
+#: float64 1.7e-10 / 1.1e-10 (tested <= 1e-9); float32 7.9e-9 / 2.2e-8, below float32's
+#: own rounding of f' ~ 1 (3e-8) — and one coefficient (one gather) fewer in the kernel
+_RESOLUTION = {np.dtype(np.float64): (3, 512, 3), np.dtype(np.float32): (2, 512, 4)}
 _FLAT = 1e-10               # |f' - asymptote| beyond the fitted ranges
 _TAIL_Y = 1e-14             # left tail: |y| below (the binade of) this -> f' = 0
-_WINDOW_DX = 1e-2           # float32: x-range around T tabulated exactly
+#: float32: x-range around T whose forward is rounded from float64.  Outside it the
+#: native forward's <= 2 ulp error moves f'(f⁻¹(y)) by ~1e-7 / |x - T| (2e-5 at the
+#: edge); the largest errors (4-6e-5) lie within 6e-4 of T, far inside
+_WINDOW_DX = 3e-3
+#: y values within this many ulp of the window's edge values may also come from a
+#: native x outside the window (<= 2 ulp off): the fits handle them, not the table
+_CUT_ULP = 8
+
+
+@dataclass(frozen=True)
+class _Fits:
+    """Piecewise polynomials of one resolution, one table the kernels index.
+
+    ``coef`` rows (monomials in s ∈ [-1, 1], highest power first): ``n`` pieces in t on
+    [0, t_right] and the constant 1 beyond, ``n`` pieces in t on [0, t_left] and their
+    end value (reached only at t = t_left), 2**lpb pieces per binade of the left tail,
+    the constant 0.
+    """
+    degree: int
+    n: int
+    lpb: int
+    coef: np.ndarray
 
 
 class Inverter:
-    """f'(f⁻¹(y)) on the two monotone branches of a two-branch activation.
-
-    ``coef`` holds every polynomial piece (monomials in s ∈ [-1, 1], highest power
-    first), one table the kernels index: ``n`` pieces in t on [0, t_right] and the
-    constant 1 beyond, ``n`` pieces in t on [0, t_left] and their end value (reached
-    only at t = t_left), the tail pieces, the constant 0.
-    """
+    """f'(f⁻¹(y)) on the two monotone branches of a two-branch activation."""
 
     def __init__(self, act: Activation):
         if act.name not in INVERTIBLE:
@@ -82,14 +100,18 @@ class Inverter:
         self.e_split = math.floor(math.log2(-self._f(np.array([self.T - 2.0]))[0]))
         self.t_left = math.sqrt(-2.0 ** self.e_split - self.ymin)
         self.e_tail = math.floor(math.log2(_TAIL_Y))
-        self.n = _PIECES
-        n_tail = (self.e_split - self.e_tail) << _LOG2_PER_BINADE
-        const = lambda c: np.r_[np.zeros(_DEGREE), c][None]
-        near = self._fit(self.t_left, self.n, lambda t: self.ymin + t * t, False)
-        self.coef = np.concatenate([
-            self._fit(self.t_right, self.n, lambda t: self.ymin + t * t, True), const(1.0),
+        self.fits = {dt: self._fits(*res) for dt, res in _RESOLUTION.items()}
+
+    def _fits(self, degree, n, lpb) -> _Fits:
+        n_tail = (self.e_split - self.e_tail) << lpb
+        const = lambda c: np.r_[np.zeros(degree), c][None]
+        t_branch = lambda t: self.ymin + t * t
+        near = self._fit(degree, self.t_left, n, t_branch, False)
+        return _Fits(degree, n, lpb, np.concatenate([
+            self._fit(degree, self.t_right, n, t_branch, True), const(1.0),
             near, const(near[-1].sum()),                  # the last piece at s = 1
-            self._fit(n_tail, n_tail, self._tail_y, False), const(0.0)])
+            self._fit(degree, n_tail, n_tail, lambda u: self._tail_y(u, lpb), False),
+            const(0.0)]))
 
     def _f(self, x):
         return self.act.f(torch.from_numpy(np.asarray(x, np.float64))).numpy()
@@ -97,10 +119,10 @@ class Inverter:
     def _d(self, x):
         return self.act.fprime(torch.from_numpy(np.asarray(x, np.float64))).numpy()
 
-    def _tail_y(self, u):
+    def _tail_y(self, u, lpb):
         """y at binade coordinate u of the left tail: |y| = (1 + frac) 2**e, with
-        u = (e - e_tail + frac) * 2**_LOG2_PER_BINADE."""
-        v = np.asarray(u, np.float64) / (1 << _LOG2_PER_BINADE)
+        u = (e - e_tail + frac) * 2**lpb."""
+        v = np.asarray(u, np.float64) / (1 << lpb)
         e = np.floor(v)
         return -(1.0 + v - e) * np.exp2(self.e_tail + e)
 
@@ -116,37 +138,38 @@ class Inverter:
             lo, hi = np.where(up, mid, lo), np.where(up, hi, mid)
         return 0.5 * (lo + hi)
 
-    def _fit(self, u1, pieces, y_of_u, right) -> np.ndarray:
-        """Degree-_DEGREE Chebyshev fits of f'(f⁻¹(y(u))) on ``pieces`` equal pieces of
-        [0, u1], as monomials in s ∈ [-1, 1]: (pieces, _DEGREE + 1), highest power first."""
-        s = np.cos(np.pi * (np.arange(_DEGREE + 1) + 0.5) / (_DEGREE + 1))[::-1]
+    def _fit(self, degree, u1, pieces, y_of_u, right) -> np.ndarray:
+        """Chebyshev fits of f'(f⁻¹(y(u))) on ``pieces`` equal pieces of [0, u1], as
+        monomials in s ∈ [-1, 1]: (pieces, degree + 1), highest power first."""
+        s = np.cos(np.pi * (np.arange(degree + 1) + 0.5) / (degree + 1))[::-1]
         u = (np.arange(pieces)[:, None] + (s[None, :] + 1) / 2) * (u1 / pieces)
         g = self._d(self.inverse(y_of_u(u), right))
         return np.stack([np.polynomial.chebyshev.cheb2poly(
-            np.polynomial.chebyshev.chebfit(s, gi, _DEGREE))[::-1] for gi in g])
+            np.polynomial.chebyshev.chebfit(s, gi, degree))[::-1] for gi in g])
 
-    def __call__(self, y, right) -> np.ndarray:
-        """f'(f⁻¹(y)) from the fits (float64 reference of the kernels' piece selection)."""
+    def __call__(self, y, right, dtype=np.float64) -> np.ndarray:
+        """f'(f⁻¹(y)) from the fits for storage ``dtype`` (float64 evaluation: the
+        reference of the kernels' piece selection)."""
+        fits = self.fits[np.dtype(dtype)]
+        n, coef = fits.n, fits.coef
         y = np.asarray(y, np.float64)
         right = np.broadcast_to(np.asarray(right, bool), y.shape)
         with np.errstate(invalid="ignore", over="ignore"):
             t = np.sqrt(np.maximum(y - self.ymin, 0.0))
-            p = np.minimum(t * np.where(right, self.n / self.t_right, self.n / self.t_left),
-                           self.n)
+            p = np.minimum(t * np.where(right, n / self.t_right, n / self.t_left), n)
         p = np.nan_to_num(p)
         jp = np.floor(p)
         ay = np.abs(y)
         m, e = np.frexp(np.where(np.isfinite(ay) & (ay > 0), ay, 1.0))
-        u = ((e - 1 - self.e_tail) + (2 * m - 1)) * (1 << _LOG2_PER_BINADE)
+        u = ((e - 1 - self.e_tail) + (2 * m - 1)) * (1 << fits.lpb)
         ju = np.floor(u)
         tail = ~right & (ay < 2.0 ** self.e_split)
-        j = np.where(tail, np.where(ay >= 2.0 ** self.e_tail, 2 * self.n + 2 + ju,
-                                    len(self.coef) - 1),
-                     np.where(right, jp, self.n + 1 + jp))
+        j = np.where(tail, np.where(ay >= 2.0 ** self.e_tail, 2 * n + 2 + ju, len(coef) - 1),
+                     np.where(right, jp, n + 1 + jp))
         s = np.where(tail, 2 * (u - ju) - 1, 2 * (p - jp) - 1)
-        j = np.clip(j, 0, len(self.coef) - 1).astype(np.int64)
+        j = np.clip(j, 0, len(coef) - 1).astype(np.int64)
         out = np.zeros_like(s)
-        for c in self.coef.T:
+        for c in coef.T:
             out = out * s + c[j]
         return np.where(np.isnan(y), np.nan, out)
 
@@ -197,7 +220,7 @@ class Inverter:
         bits = np.arange(hi.view(np.uint32), lo.view(np.uint32) + 1, dtype=np.uint32)
         x = bits.view(np.float32)                 # every float32 in [T - dx, T + dx]
         # only the y values whose every preimage lies inside the enumerated x range
-        y_cut = min(y[0], y[-1]) - 64 * np.spacing(np.abs(y[0]))
+        y_cut = min(y[0], y[-1]) - _CUT_ULP * np.spacing(np.abs(y[0]))
         keep = y < y_cut
         x, y = x[keep], y[keep]
         yb = y.view(np.uint32)                    # negative: larger |y|, larger pattern
@@ -210,7 +233,7 @@ class Inverter:
         np.minimum.at(lo_d, (right, yb - first), d)
         np.maximum.at(hi_d, (right, yb - first), d)
         yall = (first + np.arange(count, dtype=np.uint32)).view(np.float32).astype(np.float64)
-        fit = np.stack([self(yall, False), self(yall, True)])
+        fit = np.stack([self(yall, False, np.float32), self(yall, True, np.float32)])
         levels = np.where(np.isfinite(lo_d), 0.5 * (np.nan_to_num(lo_d) + np.nan_to_num(hi_d)), fit)
         return first, levels
 
@@ -246,17 +269,18 @@ class Inverter:
         if dtype not in cache:
             ft = dtype.type
             f32 = dtype == np.float32
+            fits = self.fits[dtype]
             hi = ft(self.ymin)
-            cst = np.array([hi, self.ymin - float(hi), self.n / self.t_right,
-                            self.n / self.t_left], dtype)
+            cst = np.array([hi, self.ymin - float(hi), fits.n / self.t_right,
+                            fits.n / self.t_left], dtype)
             mant, bias = (23, 127) if f32 else (52, 1023)
             first, levels = self.window32 if f32 else (0, np.zeros((2, 0)))
             # the window's levels as constant rows after the pieces
-            rows = np.zeros((levels.size, _DEGREE + 1))
+            rows = np.zeros((levels.size, fits.degree + 1))
             rows[:, -1] = levels.reshape(-1)
-            icst = np.array([self.n, self.e_tail + bias, self.e_split + bias, mant,
-                             _LOG2_PER_BINADE, first, levels.shape[1], len(self.coef)], np.int64)
-            cache[dtype] = K.inverted_scale(np.concatenate([self.coef, rows]).astype(dtype),
+            icst = np.array([fits.n, self.e_tail + bias, self.e_split + bias, mant, fits.lpb,
+                             first, levels.shape[1], len(fits.coef)], np.int64)
+            cache[dtype] = K.inverted_scale(np.concatenate([fits.coef, rows]).astype(dtype),
                                             cst, icst)
         return cache[dtype]
 
@@ -276,7 +300,9 @@ class Inverter:
             d = self.table16(y.dtype).to(y.device)[right, code]
         else:
             d = torch.from_numpy(self(y.detach().reshape(-1).double().cpu().numpy(),
-                                      right.cpu().numpy().astype(bool))).to(y.device)
+                                      right.cpu().numpy().astype(bool),
+                                      np.float32 if y.dtype == torch.float32 else np.float64))
+            d = d.to(y.device)
         return grad * d.to(grad.dtype).view(grad.shape)
 
 
