@@ -231,12 +231,13 @@ def inverted_scale(coef, cst, icst):
     cst = (ymin_hi, ymin_lo, n / t_right, n / t_left), ymin = hi + lo;
     icst = (n, e_tail, e_split, mantissa bits, lm, first, count, win0), e_* biased.
 
-    The table is a closure constant of the compiled kernel (the on-disk cache is keyed
-    by it): LLVM then knows its lookups cannot alias ``out`` and vectorises the
-    branch-free element loop with gathers; all arithmetic is in y's dtype (integers in its width), Horner, of
-    constant length, unrolls, and contractions to FMA are allowed (no other fast-math:
-    NaN and inf keep their meaning).
-    """
+    The table is a closure constant of the compiled kernel (numba keys the on-disk
+    cache by the closure's contents): LLVM then knows its lookups cannot alias ``out``
+    and vectorises the branch-free element loop with gathers (an argument table
+    would need runtime alias checks it cannot bound, and the loop stays scalar).  All
+    arithmetic is in y's dtype (integers in its width), Horner of constant length
+    unrolls, and contractions to FMA are allowed (no other fast-math: NaN and inf keep
+    their meaning)."""
     ft = coef.dtype.type
     it = np.int32 if ft == np.float32 else np.int64
     if coef.shape[0] > 1 << 16:

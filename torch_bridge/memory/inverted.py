@@ -7,26 +7,34 @@ input anyway (a Linear after the activation), y is the same tensor, so the
 activation costs one bit per element instead of a full copy of x.
 
 f'∘f⁻¹ — the paper's closed forms (eqs. 5–8) reach ~2e-2 for GELU — is computed
-here from per-branch piecewise polynomials fitted in float64:
+here from per-branch piecewise polynomials (Chebyshev fits in float64, as monomials):
 
 * near the minimum, in t = sqrt(y − f(T)), where f'(f⁻¹(y)) is analytic in t
-  (f' ≈ ±sqrt(2 f''(T)) t): degree-7 Chebyshev fits on a uniform t grid;
-* on the left tail (y → 0⁻), in z = log(−y); beyond the fitted ranges f' is 1 (right)
-  or 0 (left) to < 1e-10.
+  (f' ≈ ±sqrt(2 f''(T)) t): equal pieces of t, right up to where f' = 1 to 1e-10, left
+  down to |y| = 2**e_split (a binade boundary near f(T − 2));
+* on the left tail (y → 0⁻), in the binade coordinate of |y| (exponent and leading
+  mantissa bits: a piecewise-linear log2 that costs no transcendental call), 2**lpb
+  pieces per binade down to |y| ~ 1e-14, below which f' = 0 to < 1e-10.
 
-The fit error is < 1e-9; what remains is the information the stored y lacks.  Near
-the minimum every stored value y is the rounding of a whole interval of inputs on
-each branch, and no inversion can tell them apart: the best estimate given (y,
-branch) is the midpoint of f' over that interval.  PyTorch's float32 GELU is up to
-1.9 ulp off and not monotone near the minimum, which widens those intervals so much
-that even the midpoint misses by 1.04e-4 (GELU), 1.14e-4 (tanh GELU), 1.12e-4 (Mish).
-Hence, for float32:
+One table holds every piece; the kernels select a row by arithmetic on t and on y's bit
+pattern, branch-free, and gather its coefficients.  The resolution depends on the
+storage dtype (``_RESOLUTION``): float64 degree 3 (fit error 1.7e-10), float32
+degree 2 (2.2e-8, below float32's rounding of f' and one gather fewer).
 
-* the forward pass returns the native output except for x within 1e-2 of T, where it
+What remains is the information the stored y lacks.  Near the minimum every stored
+value y is the rounding of a whole interval of inputs on each branch, and no
+inversion can tell them apart: the best estimate given (y, branch) is the midpoint of
+f' over that interval.  PyTorch's float32 GELU is up to 1.9 ulp off and not monotone
+near the minimum, which widens those intervals so much that even the midpoint misses
+by 1.04e-4 (GELU), 1.14e-4 (tanh GELU), 1.12e-4 (Mish).  Hence, for float32:
+
+* the forward pass returns the native output except for x within 3e-3 of T, where it
   returns f(x) computed in float64 and rounded to float32 (the correctly rounded
-  value, <= 2 ulp from the native one, in ~1 % of a unit-normal input);
+  value, <= 2 ulp from the native one, in ~0.2 % of a unit-normal input; a table over
+  every float32 x of that window, applied by the same pass that packs the mask);
 * the backward pass looks the y values of that window up in a table of midpoints
-  (built once from the same definition), and uses the fits elsewhere.
+  (built once from the same definition), and uses the fits elsewhere.  Outside the
+  window the native forward's error moves f'(f⁻¹(y)) by ~1e-7 / |x − T|.
 
 bfloat16 / float16 keep the native forward; their table covers all 2^16 values of y,
 built by running the native forward on every 16-bit input.  Near the minimum the
@@ -181,18 +189,18 @@ class Inverter:
         return np.float32(self.T - _WINDOW_DX), np.float32(self.T + _WINDOW_DX)
 
     @cached_property
-    def _window_x(self) -> tuple[int, np.ndarray]:
-        """(first int32 pattern, y[count]): the float32 forward output of every float32 x
-        in the window (x < 0: larger |x|, larger pattern), f(x) rounded from float64."""
+    def _window_x(self) -> tuple[int, np.ndarray, np.ndarray]:
+        """(first int32 pattern, x[count], y[count]): every float32 x in the window (x < 0:
+        larger |x|, larger pattern) and its forward output, f(x) rounded from float64."""
         lo, hi = self.window
-        bits = np.arange(hi.view(np.int32), lo.view(np.int32) + 1, dtype=np.int32)
-        return int(bits[0]), self.act.f(torch.from_numpy(bits.view(np.float32))).float().numpy()
+        x = np.arange(hi.view(np.int32), lo.view(np.int32) + 1, dtype=np.int32).view(np.float32)
+        return int(x[:1].view(np.int32)[0]), x, self.act.f(torch.from_numpy(x)).float().numpy()
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(y, packed branch bits x > T).  y is the native output, except that float32 x
         in :attr:`window` get f(x) computed in float64 and rounded to float32."""
         y = self.act.native(x).contiguous()       # C order, like x.contiguous()
-        first, ytab = self._window_x
+        first, _, ytab = self._window_x
         if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
             xs = x.detach().contiguous().view(-1).numpy()
             mask = torch.empty(packed_nbytes(xs.size, 1), dtype=torch.uint8)
@@ -215,10 +223,7 @@ class Inverter:
         right) whose forward (:meth:`forward`) gives the y with pattern first + i;
         the fits' value where no float32 x does.
         """
-        lo, hi = self.window
-        _, y = self._window_x
-        bits = np.arange(hi.view(np.uint32), lo.view(np.uint32) + 1, dtype=np.uint32)
-        x = bits.view(np.float32)                 # every float32 in [T - dx, T + dx]
+        _, x, y = self._window_x                  # every float32 in [T - dx, T + dx]
         # only the y values whose every preimage lies inside the enumerated x range
         y_cut = min(y[0], y[-1]) - _CUT_ULP * np.spacing(np.abs(y[0]))
         keep = y < y_cut
