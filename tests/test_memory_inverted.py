@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from torch_bridge.memory import INVERTIBLE, InvGELU, InvertedActivation, inverted, inverter
-from torch_bridge.memory import unpack_bits
+from torch_bridge.memory import pack_bits, unpack_bits
 
 #: the float32 bound we state (docs/memory.md): max |f'(f^-1(y)) - f'(x)| over [-10, 10]
 BOUND32 = 7e-5
@@ -70,6 +70,8 @@ def test_saves_the_output_and_a_one_bit_mask():
     assert mask.dtype == torch.uint8 and mask.numel() == 126
     right = unpack_bits(mask, 1, 1001).bool()
     assert torch.equal(right, x.detach().double() > inverter("gelu").T)
+    # the fused forward kernel writes the same bytes as pack_bits, padding bits included
+    assert torch.equal(mask, pack_bits(right.to(torch.uint8), 1))
     y.sum().backward()
 
 
@@ -116,7 +118,6 @@ def test_kernel_matches_the_reference_evaluation(name):
     """The Numba kernels == Inverter.__call__ (numpy, float64) with the fits of their
     dtype: float64 y to rounding; float32 y (arithmetic in float32) to 2e-7, and the
     y of the exact window to its levels."""
-    from torch_bridge.memory import pack_bits
     inv = inverter(name)
     y, right = reference_inputs(inv)
     packed = pack_bits(torch.from_numpy(right.astype(np.uint8)), 1)

@@ -190,9 +190,10 @@ def inverted_forward(x, xbits, t, first, ytab, y, out):
         m = min(CHUNK, n - i0)
         xc, bc, yc = x[i0:i0 + m], xbits[i0:i0 + m], y[i0:i0 + m]
         oc = out[i0 // 8:(i0 + m + 7) // 8]
-        flag = np.zeros(CHUNK, np.uint8)
+        flag = np.empty(CHUNK, np.uint8)
         for i in range(m):
             flag[i] = (xc[i] > t) | ((np.uint64(bc[i] - first) < count) << 1)   # < 0: huge
+        flag[m:] = 0                                # the ragged last group: padding bits 0
         words = flag.view(np.uint64)
         for g in range(oc.size):
             oc[g] = np.uint8(((words[g] & _BIT0) * _GATHER_BITS) >> np.uint64(56))
