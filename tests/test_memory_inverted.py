@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from torch_bridge.memory import INVERTIBLE, InvGELU, InvertedActivation, inverted, inverter
-from torch_bridge.memory import unpack_bits
+from torch_bridge.memory import pack_bits, unpack_bits
 
 #: the float32 bound we state (docs/memory.md): max |f'(f^-1(y)) - f'(x)| over [-10, 10]
 BOUND32 = 7e-5
@@ -70,6 +70,8 @@ def test_saves_the_output_and_a_one_bit_mask():
     assert mask.dtype == torch.uint8 and mask.numel() == 126
     right = unpack_bits(mask, 1, 1001).bool()
     assert torch.equal(right, x.detach().double() > inverter("gelu").T)
+    # the fused forward kernel writes the same bytes as pack_bits, padding bits included
+    assert torch.equal(mask, pack_bits(right.to(torch.uint8), 1))
     y.sum().backward()
 
 
@@ -100,17 +102,37 @@ def test_float64_and_the_fits():
     assert np.abs(fit - inv._d(xs)).max() <= 1e-9
 
 
-def test_kernel_matches_the_reference_evaluation():
-    """The Numba kernel (float64 y) == Inverter.__call__ (numpy) to rounding."""
-    inv = inverter("silu")
-    y = torch.from_numpy(np.r_[np.linspace(inv.ymin - 0.01, 30, 20_001), -np.logspace(-40, -0.6, 2001),
-                               [0.0, -0.0, np.inf, np.nan]])
-    right = y > 0
-    from torch_bridge.memory import pack_bits
-    packed = pack_bits(right.to(torch.uint8), 1)
-    out = inv.scale(torch.ones_like(y), y, packed).numpy()
-    ref = inv(y.numpy(), right.numpy())
-    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-15)
+def reference_inputs(inv) -> tuple[np.ndarray, np.ndarray]:
+    """y over both branches (both sides of every range boundary), the tail down to
+    denormals, specials; with the branch bit (both bits for y near the minimum)."""
+    y = np.r_[np.linspace(inv.ymin - 0.01, 30, 20_001), -np.logspace(-40, -0.6, 2001),
+              -np.exp2(np.arange(-50, 0, 0.25)), [0.0, -0.0, np.inf, -np.inf, np.nan]]
+    first, levels = inv.window32                  # every float32 y of the exact window
+    bits = np.arange(first - 500, first + levels.shape[1] + 500, dtype=np.int64)
+    near = np.r_[bits.astype(np.uint32).view(np.float32), np.linspace(inv.ymin, inv.ymin + 0.05, 5001)]
+    return np.r_[y, near, near], np.r_[y > 0, np.zeros(near.size, bool), np.ones(near.size, bool)]
+
+
+@pytest.mark.parametrize("name", INVERTIBLE)
+def test_kernel_matches_the_reference_evaluation(name):
+    """The Numba kernels == Inverter.__call__ (numpy, float64) with the fits of their
+    dtype: float64 y to rounding; float32 y (arithmetic in float32) to 2e-7, and the
+    y of the exact window to its levels."""
+    inv = inverter(name)
+    y, right = reference_inputs(inv)
+    packed = pack_bits(torch.from_numpy(right.astype(np.uint8)), 1)
+    out = inv.scale(torch.ones(y.size, dtype=torch.float64), torch.from_numpy(y), packed)
+    np.testing.assert_allclose(out.numpy(), inv(y, right), rtol=1e-12, atol=1e-15)
+
+    y32 = y.astype(np.float32)
+    out = inv.scale(torch.ones(y.size), torch.from_numpy(y32), packed).double().numpy()
+    ref = inv(y32, right, np.float32)
+    first, levels = inv.window32
+    off = y32.view(np.int32).astype(np.int64) - np.int64(np.int32(np.uint32(first)))
+    win = (off >= 0) & (off < levels.shape[1])
+    ref[win] = levels[right[win].astype(int), off[win]].astype(np.float32)
+    assert win.sum() >= 2 * levels.shape[1] and np.isnan(out[np.isnan(y32)]).all()
+    np.testing.assert_allclose(out, ref, rtol=0, atol=2e-7)
 
 
 def test_no_grad_modules_and_bad_input():

@@ -1,4 +1,5 @@
-"""torch_bridge.memory: forward + backward of the memory-saving activations vs torch GELU."""
+"""torch_bridge.memory: forward + backward of the memory-saving activations vs torch's
+native activation (GELU; SiLU for InvSiLU)."""
 from __future__ import annotations
 
 import torch
@@ -15,18 +16,19 @@ def _fwd_bwd(layer, x, g):
 
 @case("memory")
 def memory_cases(quick: bool) -> list[Row]:
-    from torch_bridge.memory import FewBitGELU, InvGELU, PAGELU
+    from torch_bridge.memory import FewBitGELU, InvGELU, InvSiLU, PAGELU
     n = (1 if quick else 16) << 20
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(n, generator=gen) * 2
     g = torch.randn(n, generator=gen)
     rows = []
     with threads(None) as used:
-        base = _fwd_bwd(torch.nn.GELU(), x, g)
-        for name, layer, target in (("FewBitGELU(bits=3)", FewBitGELU(3), 1.5),
-                                    ("InvGELU", InvGELU(), 1.5),
-                                    ("PAGELU(pieces=16)", PAGELU(16), None)):
-            tc, tb = best_of(_fwd_bwd(layer, x, g), base, 3 if quick else 5)
+        for name, layer, target, base_name, base in (
+                ("FewBitGELU(bits=3)", FewBitGELU(3), 1.5, "GELU", torch.nn.GELU()),
+                ("InvGELU", InvGELU(), 1.5, "GELU", torch.nn.GELU()),
+                ("InvSiLU", InvSiLU(), None, "SiLU", torch.nn.SiLU()),
+                ("PAGELU(pieces=16)", PAGELU(16), None, "GELU", torch.nn.GELU())):
+            tc, tb = best_of(_fwd_bwd(layer, x, g), _fwd_bwd(base, x, g), 3 if quick else 5)
             rows.append(Row(f"{name} fwd+bwd, {n >> 20} M fp32, {used} threads", tc,
-                            "torch nn.GELU fwd+bwd", tb, target))
+                            f"torch nn.{base_name} fwd+bwd", tb, target))
     return rows

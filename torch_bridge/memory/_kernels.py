@@ -165,51 +165,130 @@ def affine_index_pack(x, bp, k, slope, intercept, y, out):
         _store_group(acc, out, g, k, nbytes)
 
 
-@njit(cache=True, inline="always")
-def _poly(coef, u0, u1, u):
-    """Piecewise polynomial on a uniform grid of [u0, u1] (see inverted._Fit)."""
-    n = coef.shape[0]
-    p = min(max((u - u0) * (n / (u1 - u0)), 0.0), n * (1 - 1e-16))
-    j = int(p)
-    s = 2.0 * (p - j) - 1.0
-    acc = 0.0
-    for c in range(coef.shape[1]):
-        acc = acc * s + coef[j, c]
-    return acc
+#: (8 bytes of 0/1, little endian, as a uint64) * _GATHER_BITS >> 56 = the byte of the 8
+#: bits (byte e to bit e; the partial products do not overlap, so nothing carries)
+_GATHER_BITS = np.uint64(0x0102040810204080)
+_BIT0, _BIT1 = np.uint64(0x0101010101010101), np.uint64(0x0202020202020202)
+#: the inverse: (byte * _BIT0) & _SPREAD_BITS keeps bit e of the byte in byte e
+_SPREAD_BITS = np.uint64(0x8040201008040201)
 
 
 @njit(parallel=True, cache=True)
-def inverted_scale(grad, y, packed, is_f32, ymin, right, t_right, near, t_left, tail, z_tail,
-                   z_left, first, window, out):
-    """Inverted-activation backward: out = grad * f'(f⁻¹(y)) on the branch in ``packed``
-    (1 = right of the minimum).  float32 y near the minimum use the exact-midpoint
-    ``window`` (uint32 patterns first..first+len); the derivative is rounded to
-    grad's precision before the (single-rounding) product."""
-    n = grad.size
-    count = window.shape[1]
-    for g in prange((n + 7) // 8):
-        bits = packed[g]
-        for e in range(min(8, n - 8 * g)):
-            i = 8 * g + e
-            b = (bits >> e) & 1
-            v = np.float64(y[i])
-            d = np.nan
-            if is_f32:
-                off = np.int64(np.float32(y[i]).view(np.uint32)) - first
-                if 0 <= off < count:
-                    d = window[b, off]
-            if d != d:
-                if v != v:
-                    d = v
-                else:
-                    t = np.sqrt(max(v - ymin, 0.0))
-                    if b == 1:
-                        d = 1.0 if t >= t_right else _poly(right, 0.0, t_right, t)
-                    elif t <= t_left:
-                        d = _poly(near, 0.0, t_left, t)
-                    else:
-                        z = np.log(-v) if v < 0 else -np.inf
-                        d = 0.0 if z < z_tail else _poly(tail, z_tail, z_left, z)
-            if is_f32:
-                d = np.float64(np.float32(d))
-            out[i] = grad[i] * d
+def inverted_forward(x, xbits, t, first, ytab, y, out):
+    """Inverted-activation forward, after torch wrote the native y: the packed branch
+    bits (x > t, t the threshold in x's dtype, see :func:`thresholds`) and, where x's
+    bit pattern (``xbits``, int32/int64) is first + i with 0 <= i < len(ytab), y =
+    ytab[i] (the float32 window around the minimum; ytab is empty for float64).
+
+    One pass over x per chunk (vectorised): bit 0 of flag = branch, bit 1 = in the
+    window; 8 flags to a packed byte by one multiply; then only the groups of 8 with a
+    window element are patched."""
+    n = x.size
+    count = np.uint64(ytab.size)
+    for c in prange((n + CHUNK - 1) // CHUNK):
+        i0 = c * CHUNK
+        m = min(CHUNK, n - i0)
+        xc, bc, yc = x[i0:i0 + m], xbits[i0:i0 + m], y[i0:i0 + m]
+        oc = out[i0 // 8:(i0 + m + 7) // 8]
+        flag = np.empty(CHUNK, np.uint8)
+        for i in range(m):
+            flag[i] = (xc[i] > t) | ((np.uint64(bc[i] - first) < count) << 1)   # < 0: huge
+        flag[m:] = 0                                # the ragged last group: padding bits 0
+        words = flag.view(np.uint64)
+        for g in range(oc.size):
+            oc[g] = np.uint8(((words[g] & _BIT0) * _GATHER_BITS) >> np.uint64(56))
+        for g in range(oc.size):
+            if words[g] & _BIT1:
+                for i in range(8 * g, min(8 * g + 8, m)):
+                    off = np.uint64(bc[i] - first)
+                    if off < count:
+                        yc[i] = ytab[off]
+
+
+@njit(cache=True, inline="always")
+def _horner(table, j, s, words):
+    """Horner on row j of a (rows, words) coefficient table, highest power first."""
+    acc = table[j, 0]
+    for k in range(1, words):
+        acc = acc * s + table[j, k]
+    return acc
+
+
+def inverted_scale(coef, cst, icst):
+    """The inverted-activation backward kernel ``kernel(grad, y, ybits, packed, out)``
+    for one activation's tables, y of float dtype coef.dtype (float32 or float64),
+    ``ybits`` y's bit pattern as int32/int64:
+
+    out = grad * f'(f⁻¹(y)) on the branch in ``packed`` (1 = right of the minimum), with
+    the piece selection of ``inverted.Inverter.__call__`` (coef rows, highest power
+    first: n pieces in t on the right, its end constant, n pieces in t on the left, its
+    end constant, the tail, the constant 0, then the float32 window's constants):
+
+    * t = sqrt(y - ymin) on the piece int(min(t * n / t_end, n)) of the branch;
+    * left tail, |y| < 2**e_split: the binade coordinate of |y| (its bits >> (mantissa
+      bits - lm)) picks one piece per 1/2**lm binade, the constant 0 below 2**e_tail;
+    * float32 y with bit pattern first + i, 0 <= i < count: row win0 + b * count + i.
+
+    cst = (ymin_hi, ymin_lo, n / t_right, n / t_left), ymin = hi + lo;
+    icst = (n, e_tail, e_split, mantissa bits, lm, first, count, win0), e_* biased.
+
+    The table is a closure constant of the compiled kernel (numba keys the on-disk
+    cache by the closure's contents): LLVM then knows its lookups cannot alias ``out``
+    and vectorises the branch-free element loop with gathers (an argument table
+    would need runtime alias checks it cannot bound, and the loop stays scalar).  All
+    arithmetic is in y's dtype (integers in its width), Horner of constant length
+    unrolls, and contractions to FMA are allowed (no other fast-math: NaN and inf keep
+    their meaning)."""
+    ft = coef.dtype.type
+    it = np.int32 if ft == np.float32 else np.int64
+    if coef.shape[0] > 1 << 16:
+        raise ValueError(f"coef has {coef.shape[0]} rows; the kernel indexes at most {1 << 16}")
+    table, words = np.ascontiguousarray(coef), coef.shape[1]
+    n, e_tail, e_split, mant, lm, first, count, win0 = (int(v) for v in icst)
+    ymin_hi, ymin_lo, r_right, r_near = (ft(v) for v in cst)
+    near0, zero = it(n + 1), it(2 * n + 2 + ((e_split - e_tail) << lm))
+    tail_off = it(2 * n + 2 - (e_tail << lm))
+    low = it(mant - lm)
+    low_mask = it((1 << (mant - lm)) - 1)
+    below_tail, below_split = it(e_tail << mant), it(e_split << mant)
+    abs_mask = it(np.iinfo(it).max)
+    first, count = it(first - (1 << 32) if first >= 1 << 31 else first), np.uint32(count)
+    win_left, win_right = it(win0), it(win0 + count)
+    s_scale = ft(2.0 / (1 << (mant - lm)))
+    one, two, nil, nf = ft(1.0), ft(2.0), ft(0.0), ft(n)
+
+    @njit(parallel=True, cache=True, fastmath={"contract"})
+    def kernel(grad, y, ybits, packed, out):
+        size = grad.size
+        for c in prange((size + CHUNK - 1) // CHUNK):
+            i0 = c * CHUNK
+            m = min(CHUNK, size - i0)
+            # chunk views: loop indices from 0 are provably >= 0, so LLVM drops numba's
+            # negative-index wraparound and loads/stores contiguously
+            gc, yc, bc, oc = grad[i0:i0 + m], y[i0:i0 + m], ybits[i0:i0 + m], out[i0:i0 + m]
+            pc = packed[i0 // 8:(i0 + m + 7) // 8]
+            branch = np.empty(CHUNK, np.uint8)      # byte i != 0: element i is right
+            spread = branch.view(np.uint64)
+            for g in range(pc.size):
+                spread[g] = (np.uint64(pc[g]) * _BIT0) & _SPREAD_BITS
+            for i in range(m):
+                v = yc[i]
+                right = branch[i] != 0
+                bits = bc[i]
+                ab = it(bits & abs_mask)
+                d = v - ymin_hi - ymin_lo
+                t = np.sqrt(d if d > nil else nil)
+                p = t * (r_right if right else r_near)
+                p = p if p < nf else nf
+                jp = it(p)
+                j = jp if right else it(jp + near0)
+                s = two * (p - ft(jp)) - one
+                if not right and ab < below_split:
+                    j = it(it(ab >> low) + tail_off) if ab >= below_tail else zero
+                    s = ft(it(ab & low_mask)) * s_scale - one
+                off = it(bits - first)
+                if np.uint32(off) < count:
+                    j = it(off + (win_right if right else win_left))
+                acc = _horner(table, np.uint16(j), s, words)  # small unsigned index: no
+                oc[i] = gc[i] * (acc if v == v else v)        # wraparound, 32-bit offsets
+    return kernel
