@@ -59,5 +59,5 @@ def test_bad_arguments(argv, msg, capsys):
 def test_bench_memory_group_quick(capsys):
     assert main(["bench", "--quick", "--only", "memory"]) == 0
     out = capsys.readouterr().out
-    for name in ("FewBitGELU(bits=3)", "InvGELU", "PAGELU(pieces=16)"):
+    for name in ("FewBitGELU(bits=3)", "InvGELU", "InvSiLU", "PAGELU(pieces=16)"):
         assert re.search(rf"{re.escape(name)} fwd\+bwd, 1 M fp32.* [0-9.]+x", out), name
