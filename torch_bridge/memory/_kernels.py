@@ -9,6 +9,8 @@ Interval search: ``_bucket`` counts the breakpoints strictly below v — directl
 k <= 4, by a branch-free uniform binary search over the 2**k - 1 sorted float64
 breakpoints for larger k; NaN compares false everywhere and lands in interval 0.
 """
+import functools
+
 import numpy as np
 from numba import njit, prange
 
@@ -58,6 +60,36 @@ def _load_group(packed, g, k, nbytes):
     return acc
 
 
+def _lane_masks(k):
+    """k-bit codes, 2k-bit pairs per 32-bit lane and 4k-bit quads (see _spread)."""
+    return (np.uint64(((1 << k) - 1) * 0x0001000100010001),
+            np.uint64(((1 << 2 * k) - 1) * 0x0000000100000001), np.uint64((1 << 4 * k) - 1))
+
+
+_MASKS = np.array([_lane_masks(k) if k else (0, 0, 0) for k in range(9)], np.uint64)
+
+
+@njit(cache=True, inline="always")
+def _spread(acc, k):
+    """Eight k-bit codes packed in acc (k <= 8) -> one code per byte: the quads to the
+    32-bit halves, the pairs to 16-bit lanes, the codes to bytes (mask, shift, or)."""
+    k = np.uint64(k)
+    c, p, q = _MASKS[k, 0], _MASKS[k, 1], _MASKS[k, 2]
+    acc = (acc & q) | (((acc >> (np.uint64(4) * k)) & q) << np.uint64(32))
+    acc = (acc & p) | (((acc >> (np.uint64(2) * k)) & p) << np.uint64(16))
+    return (acc & c) | (((acc >> k) & c) << np.uint64(8))
+
+
+@njit(cache=True, inline="always")
+def _compress(x, k):
+    """The inverse of _spread: one code per byte of x -> eight packed k-bit codes."""
+    k = np.uint64(k)
+    c, p, q = _MASKS[k, 0], _MASKS[k, 1], _MASKS[k, 2]
+    x = (x & c) | (((x >> np.uint64(8)) & c) << k)
+    x = (x & p) | (((x >> np.uint64(16)) & p) << (np.uint64(2) * k))
+    return (x & q) | (((x >> np.uint64(32)) & q) << (np.uint64(4) * k))
+
+
 @njit(parallel=True, cache=True)
 def pack(codes, k, out):
     n, nbytes = codes.size, out.size
@@ -78,7 +110,7 @@ def unpack(packed, k, out):
             out[8 * g + e] = np.uint8((acc >> np.uint64(k * e)) & mask)
 
 
-#: groups of 8 codes per parallel chunk of index_pack / scale_by_level: whole groups in
+#: groups of 8 codes per parallel chunk of index_packer / level_scaler: whole groups in
 #: the hot loops (no bounds checks), one ragged group at the end done serially
 GROUPS = 1024
 CHUNK = 8 * GROUPS
@@ -96,58 +128,84 @@ def _tail_codes(x, i0, bp, k, even):
     return acc
 
 
-@njit(parallel=True, cache=True)
-def index_pack(x, bp, k, even, out):
-    """Few-bit forward: interval index of every x (|x| if even), packed.  Compares in
-    x's own dtype when ``bp`` has it (see :func:`thresholds`).
+@functools.lru_cache(maxsize=None)
+def _index_packer(bp: bytes, dtype: str, k: int, even: bool):
+    table = np.frombuffer(bp, dtype).copy()
+    nb = table.size
 
-    Per chunk the codes are counted with the loops interchanged (breakpoints outer,
-    elements inner: a vectorised compare-add, ``v > b`` is ``b < v``, NaN adds 0),
-    then packed; k > 4 uses the binary search per element."""
-    n = x.size
-    full = n // 8
-    nb = bp.size
-    for c in prange((full + GROUPS - 1) // GROUPS):
-        i0 = c * CHUNK
-        m = min(CHUNK, 8 * full - i0)
-        codes = np.zeros(CHUNK, np.uint8)
-        v = np.empty(CHUNK, x.dtype)
-        for i in range(m):
-            v[i] = abs(x[i0 + i]) if even else x[i0 + i]
-        if k <= 4:
-            for j in range(nb):
-                b = bp[j]
-                for i in range(m):
-                    codes[i] += v[i] > b
-        else:
+    @njit(parallel=True, cache=True)
+    def kernel(x, out):
+        n = x.size
+        full = n // 8
+        for c in prange((full + GROUPS - 1) // GROUPS):
+            i0 = c * CHUNK
+            m = min(CHUNK, 8 * full - i0)
+            codes = np.empty(CHUNK, np.uint8)
+            xc = x[i0:i0 + m]
             for i in range(m):
-                codes[i] = _bucket(v[i], bp, k)
-        for g in range(m // 8):
-            acc = np.uint64(0)
-            for e in range(8):
-                acc |= np.uint64(codes[8 * g + e]) << np.uint64(k * e)
-            _store_group(acc, out, i0 // 8 + g, k, out.size)
-    if 8 * full < n:
-        _store_group(_tail_codes(x, 8 * full, bp, k, even), out, full, k, out.size)
+                v = abs(xc[i]) if even else xc[i]
+                if k <= 4:          # count the breakpoints below v: unrolled compares
+                    pos = np.int32(0)
+                    for j in range(nb):
+                        pos += v > table[j]
+                else:
+                    pos = _bucket(v, table, k)
+                codes[i] = np.uint8(pos)
+            words = codes.view(np.uint64)
+            for g in range(m // 8):
+                acc = _compress(words[g], k)
+                base = (i0 // 8 + g) * k
+                for b in range(k):
+                    out[base + b] = np.uint8((acc >> np.uint64(8 * b)) & np.uint64(0xFF))
+        if 8 * full < n:
+            _store_group(_tail_codes(x, 8 * full, table, k, even), out, full, k, out.size)
+    return kernel
 
 
-@njit(parallel=True, cache=True)
-def scale_by_level(grad, packed, k, levels, out):
-    """Few-bit backward: out = grad * levels[code] (one rounding, like torch's mul)."""
-    n, nbytes = grad.size, packed.size
-    full = n // 8
+def index_packer(bp: np.ndarray, k: int, even: bool):
+    """The few-bit forward kernel ``kernel(x, out)``: the interval index of every x (|x|
+    if ``even``) among the sorted breakpoints ``bp``, packed; x of bp's dtype, which
+    :func:`thresholds` makes exact for float32.  The breakpoints are closure constants
+    (numba keys its on-disk cache by them), so the compares unroll and vectorise."""
+    return _index_packer(np.ascontiguousarray(bp).tobytes(), bp.dtype.str, int(k), bool(even))
+
+
+@functools.lru_cache(maxsize=None)
+def _level_scaler(levels: bytes, dtype: str, k: int):
+    table = np.frombuffer(levels, dtype).copy()
     mask = np.uint64((1 << k) - 1)
-    for c in prange((full + GROUPS - 1) // GROUPS):
-        for g in range(c * GROUPS, min(full, (c + 1) * GROUPS)):
-            acc = np.uint64(0)
-            for b in range(k):
-                acc |= np.uint64(packed[g * k + b]) << np.uint64(8 * b)
-            for e in range(8):
-                out[8 * g + e] = grad[8 * g + e] * levels[(acc >> np.uint64(k * e)) & mask]
-    if 8 * full < n:
-        acc = _load_group(packed, full, k, nbytes)
-        for e in range(n - 8 * full):
-            out[8 * full + e] = grad[8 * full + e] * levels[(acc >> np.uint64(k * e)) & mask]
+
+    @njit(parallel=True, cache=True)
+    def kernel(grad, packed, out):
+        n = grad.size
+        full = n // 8
+        for c in prange((full + GROUPS - 1) // GROUPS):
+            g0 = c * GROUPS
+            ng = min(full, g0 + GROUPS) - g0
+            codes = np.empty(CHUNK, np.uint8)
+            words = codes.view(np.uint64)
+            for g in range(ng):
+                acc = np.uint64(0)
+                for b in range(k):
+                    acc |= np.uint64(packed[(g0 + g) * k + b]) << np.uint64(8 * b)
+                words[g] = _spread(acc, k)
+            # chunk views from 0: contiguous loads and stores, and a gather LLVM vectorises
+            gc, oc = grad[8 * g0:8 * (g0 + ng)], out[8 * g0:8 * (g0 + ng)]
+            for i in range(8 * ng):
+                oc[i] = gc[i] * table[codes[i]]
+        if 8 * full < n:
+            acc = _load_group(packed, full, k, packed.size)
+            for e in range(n - 8 * full):
+                out[8 * full + e] = grad[8 * full + e] * table[(acc >> np.uint64(k * e)) & mask]
+    return kernel
+
+
+def level_scaler(levels: np.ndarray, k: int):
+    """The few-bit backward kernel ``kernel(grad, packed, out)``: out = grad * levels[code]
+    (one rounding, like torch's mul), grad of levels' dtype.  The levels are a closure
+    constant (numba keys its on-disk cache by them): LLVM then knows the lookups cannot
+    alias ``out`` and vectorises the loop with gathers."""
+    return _level_scaler(np.ascontiguousarray(levels).tobytes(), levels.dtype.str, int(k))
 
 
 @njit(parallel=True, cache=True)

@@ -36,6 +36,21 @@ def check_input(x, name: str = "input") -> torch.Tensor:
     return x
 
 
+def scale_by_code(grad: torch.Tensor, packed: torch.Tensor, bits: int,
+                  levels: torch.Tensor) -> torch.Tensor:
+    """grad * levels[code] with the ``bits``-bit codes in ``packed`` (one rounding in
+    grad's dtype): a fused Numba kernel for float32/float64 CPU tensors, else torch."""
+    levels = levels.to(device=grad.device, dtype=grad.dtype)
+    if grad.device.type == "cpu" and grad.dtype in (torch.float32, torch.float64):
+        g = grad.contiguous()
+        out = torch.empty_like(g)
+        K.level_scaler(levels.numpy(), bits)(g.view(-1).numpy(), packed.numpy(),
+                                             out.view(-1).numpy())
+        return out
+    idx = unpack_bits(packed, bits, grad.numel()).to(torch.int64)
+    return grad * levels[idx].view(grad.shape)
+
+
 @dataclass(frozen=True)
 class _Quantizer:
     """A step table in the forms the kernels want."""
@@ -63,8 +78,8 @@ class _Quantizer:
                           device=x.device)
         if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
             xs = x.detach().contiguous().view(-1).numpy()
-            K.index_pack(xs, K.thresholds(self.bp64.numpy(), xs.dtype), self.bits,
-                         self.table.even, out.numpy())
+            K.index_packer(K.thresholds(self.bp64.numpy(), xs.dtype), self.bits,
+                           self.table.even)(xs, out.numpy())
             return out
         return pack_bits(self.index(x), self.bits)
 
@@ -76,15 +91,7 @@ class _Quantizer:
         return torch.where(torch.isnan(v), 0, idx)
 
     def scale(self, grad: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-        levels = self.levels.to(device=grad.device, dtype=grad.dtype)
-        if grad.device.type == "cpu" and grad.dtype in (torch.float32, torch.float64):
-            g = grad.contiguous()
-            out = torch.empty_like(g)
-            K.scale_by_level(g.view(-1).numpy(), packed.numpy(), self.bits, levels.numpy(),
-                             out.view(-1).numpy())
-            return out
-        idx = unpack_bits(packed, self.bits, grad.numel()).to(torch.int64)
-        return grad * levels[idx].view(grad.shape)
+        return scale_by_code(grad, packed, self.bits, self.levels)
 
 
 class _FewBit(torch.autograd.Function):

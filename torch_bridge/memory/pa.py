@@ -28,8 +28,8 @@ from torch.autograd.function import once_differentiable
 
 from . import _kernels as K
 from .activations import activation
-from .fewbit import check_input
-from .packing import packed_nbytes, pack_bits, unpack_bits
+from .fewbit import check_input, scale_by_code
+from .packing import packed_nbytes, pack_bits
 from .tables import DATA_DIR, PA_FILE, VERSION, read
 
 PA_ACTIVATIONS = ("gelu", "silu")
@@ -227,15 +227,7 @@ class _Segments:
         return y, pack_bits(idx, k)
 
     def scale(self, grad: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-        s = self.slope.to(device=grad.device, dtype=grad.dtype)
-        if grad.device.type == "cpu" and grad.dtype in (torch.float32, torch.float64):
-            g = grad.contiguous()
-            out = torch.empty_like(g)
-            K.scale_by_level(g.view(-1).numpy(), packed.numpy(), self.table.bits, s.numpy(),
-                             out.view(-1).numpy())
-            return out
-        idx = unpack_bits(packed, self.table.bits, grad.numel()).to(torch.int64)
-        return grad * s[idx].view(grad.shape)
+        return scale_by_code(grad, packed, self.table.bits, self.slope)
 
 
 class _PA(torch.autograd.Function):
