@@ -1,5 +1,7 @@
 """Few-bit activations: native forward bit for bit, gradient == grad * q(x) bit for bit
 (every activation, several widths, corner inputs), saved bytes, dtypes, bad input."""
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -153,19 +155,20 @@ def test_float32_thresholds_preserve_every_comparison():
 
 
 @pytest.mark.parametrize("bits", range(1, 9))
-@pytest.mark.parametrize("n", [8 * 1024 * 2 + 13, 8 * 1024 * 3, 8 * 1024 - 3])
-def test_kernels_across_parallel_chunks(bits, n):
+def test_kernels_across_parallel_chunks(bits):
     """Several parallel chunks of the fused kernels, a ragged last chunk and a tail
     group: the packed index and the gradient equal the torch path bit for bit, for an
-    odd (gelu) and an even (tanh: |x|) table, float32 and float64 inputs."""
-    rng = np.random.default_rng(n + bits)
-    for name in ("gelu", "tanh"):
+    odd (gelu) and an even (tanh: |x|) table, float32 and float64 inputs.  (The sizes
+    loop inside one test: each table's kernels compile once per worker.)"""
+    cases = itertools.product([8 * 1024 * 2 + 13, 8 * 1024 * 3, 8 * 1024 - 3], ("gelu", "tanh"),
+                              (torch.float32, torch.float64))
+    for case, (n, name, dtype) in enumerate(cases):
+        rng = np.random.default_rng([bits, case])
         q = _quantizer(activation(name), bits, "uniform")
-        for dtype in (torch.float32, torch.float64):
-            x = torch.from_numpy(rng.standard_normal(n) * 4).to(dtype)
-            x[::997] = float("nan")
-            packed = q.index_packed(x)
-            assert torch.equal(packed, pack_bits(q.index(x), bits)), (name, dtype)
-            g = torch.from_numpy(rng.standard_normal(n)).to(dtype)
-            idx = unpack_bits(packed, bits, n).long()
-            assert torch.equal(q.scale(g, packed), g * q.levels.to(dtype)[idx]), (name, dtype)
+        x = torch.from_numpy(rng.standard_normal(n) * 4).to(dtype)
+        x[::997] = float("nan")
+        packed = q.index_packed(x)
+        assert torch.equal(packed, pack_bits(q.index(x), bits)), (n, name, dtype)
+        g = torch.from_numpy(rng.standard_normal(n)).to(dtype)
+        idx = unpack_bits(packed, bits, n).long()
+        assert torch.equal(q.scale(g, packed), g * q.levels.to(dtype)[idx]), (n, name, dtype)
