@@ -29,7 +29,7 @@ from numba.extending import register_jitable
 from . import _scalar as S
 from . import _scalar_grad as G
 from ._kernels import BINARY_OPS, UNARY_OPS, _operand
-from ._kernels_grad import BINARY_GRADS, UNARY_GRADS
+from ._kernels_grad import BINARY_GRADS, UNARY_GRADS, binary_step
 from ._tiles import CLEAN, MASKED, SKIP, tile_mode
 
 SIM = bool(config.ENABLE_CUDASIM)
@@ -159,14 +159,12 @@ def _grad_unary(op):
 
 
 def _grad_binary(op_a, op_b):
+    step = binary_step(op_a, op_b)
+
     @cuda.jit
     def kernel(a, b, d, outa, outb, fc):
         for i in range(cuda.grid(1), a.size, cuda.gridsize(1)):
-            x = _operand(a[i], fc)
-            y = _operand(b[i], fc)
-            g = _operand(d[i], fc)
-            outa[i] = op_a(x, y, g, fc)
-            outb[i] = op_b(x, y, g, fc)
+            step(a, b, d, outa, outb, i, fc)
     return kernel
 
 

@@ -22,6 +22,7 @@ never -0.0 (see emu/_kernels.py).  Anything else takes the scalar definition.
 """
 import numpy as np
 from numba import njit, prange
+from numba.extending import register_jitable
 
 from . import _kernels as K
 from . import _scalar as S
@@ -48,15 +49,26 @@ def _unary(op):
     return kernel
 
 
+def binary_step(op_a, op_b):
+    """Element i of a binary op's two exact derivatives, operands rounded first: the
+    body of the CPU kernel below and of the CUDA kernel (emu/_cuda.py)."""
+    @register_jitable
+    def step(a, b, d, outa, outb, i, fc):
+        x = _operand(a[i], fc)
+        y = _operand(b[i], fc)
+        g = _operand(d[i], fc)
+        outa[i] = op_a(x, y, g, fc)
+        outb[i] = op_b(x, y, g, fc)
+    return step
+
+
 def _binary(op_a, op_b):
+    step = binary_step(op_a, op_b)
+
     @njit(parallel=True, cache=True)
     def kernel(a, b, d, outa, outb, fc):
         for i in prange(a.size):
-            x = _operand(a[i], fc)
-            y = _operand(b[i], fc)
-            g = _operand(d[i], fc)
-            outa[i] = op_a(x, y, g, fc)
-            outb[i] = op_b(x, y, g, fc)
+            step(a, b, d, outa, outb, i, fc)
     return kernel
 
 
