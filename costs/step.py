@@ -345,9 +345,9 @@ def model_step(name: str, batch_size: int = 32, seq_len: int = 64):
     """(model, loss_fn) of a training step of a reference model.
 
     "mlp", "cnn", "vit", "charlm": workloads.models with ``example_inputs`` and
-    cross-entropy; "minilm": all-MiniLM-L6-v2 (workloads.data.load_minilm) on ``batch_size`` pairs of
-    consecutive KJV verses (truncated to ``seq_len`` tokens) with the in-batch-negatives
-    contrastive loss it was trained with (scale 20).
+    cross-entropy; "minilm": all-MiniLM-L6-v2 (workloads.data.load_minilm) on
+    ``batch_size`` pairs of consecutive KJV verses (truncated to ``seq_len`` tokens)
+    with the in-batch-negatives contrastive loss it was trained with (scale 20).
     """
     import torch
     from torch.nn import functional as F
