@@ -147,7 +147,7 @@ class _Problem:
         and ELU sit there)."""
         x = np.linspace(self.lo, self.limit, 200_001)
         rho = _pow(self.w(x) * self.fsecond(x) ** 2, 1.0 / 3.0)
-        rho = rho / max(rho.mean(), 1e-300) + 0.5
+        rho = rho / max(math.fsum(rho) / rho.size, 1e-300) + 0.5
         cdf = np.r_[0.0, np.cumsum(0.5 * (rho[1:] + rho[:-1]))]
         cdf /= cdf[-1]
         zero = np.interp(0.0, x, cdf)
