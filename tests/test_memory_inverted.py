@@ -1,5 +1,6 @@
 """Inverted activations: the float32 error bound (exhaustive around the minimum, dense
 elsewhere), the forward, what is saved, the 16-bit tables, float64, bad input."""
+import mpmath as mp
 import numpy as np
 import pytest
 import torch
@@ -29,6 +30,13 @@ def backward_error(name, x: torch.Tensor) -> np.ndarray:
 
 @pytest.mark.parametrize("name", INVERTIBLE)
 def test_float32_bound(name):
+    """The backward starts from y = the native forward, whose error depends on torch's
+    CPU code path; the bounds hold on every path.  The maxima (4-6e-5) lie inside the
+    rounding window, where y is f(x) correctly rounded on every host.  Elsewhere the
+    error is the fits' (< 2.2e-8) plus the native forward's error moved through
+    f'(f^-1(y)), ~E ulp(y) |f''/f'| for an error of E ulp: torch 2.13's float32 kernels
+    keep E <= 8 near the minimum on the default and AVX2 paths (<= 2 on AVX-512), and
+    the far maximum is 1.0e-6 (AVX2), 5.5e-7 (default): 5x below the 5e-6 asserted."""
     inv = inverter(name)
     near = float32_between(inv.T - 0.03, inv.T + 0.03)          # ~1e6 values, all of them
     dense = np.linspace(-10, 10, 2_000_001, dtype=np.float32)
@@ -44,8 +52,33 @@ def test_float32_bound(name):
     assert err[far].max() <= 5e-6
 
 
+def exact_float32(name, x: np.ndarray) -> np.ndarray:
+    """f(x) correctly rounded to float32 from a 40-digit mpmath evaluation: a reference
+    that no CPU-dependent kernel (torch's, numpy's or libm's) takes part in."""
+    mp.mp.dps = 40
+    f = {"gelu": lambda v: v * mp.ncdf(v),
+         "gelu_tanh": lambda v: v / 2 * (1 + mp.tanh(mp.sqrt(2 / mp.pi) * (v + mp.mpf("0.044715") * v ** 3))),
+         "silu": lambda v: v / (1 + mp.exp(-v)),
+         "mish": lambda v: v * mp.tanh(mp.log1p(mp.exp(v)))}[name]
+    out = np.empty(x.size, np.float32)
+    for i, xi in enumerate(x):
+        v = f(mp.mpf(float(xi)))
+        c = np.float32(float(v))
+        # the nearest of the float32 candidates around the double rounding of v
+        out[i] = min((np.nextafter(c, np.float32(-np.inf)), c, np.nextafter(c, np.float32(np.inf))),
+                     key=lambda z: abs(mp.mpf(float(z)) - v))
+    return out
+
+
 @pytest.mark.parametrize("name", INVERTIBLE)
 def test_forward_is_native_up_to_the_rounding_window(name):
+    """Outside the window the output is the native one bit for bit (the same kernel on
+    both sides, whatever code path torch picks on this CPU); inside it is f(x) correctly
+    rounded, checked against mpmath, so neither comparison depends on the host.  No
+    bound on the distance to the native output is asserted: that is torch's error, and
+    it depends on the CPU code path (torch 2.13's float32 GELU is up to 7 ulp from the
+    correctly rounded value near its minimum on the default and AVX2 paths, <= 2 on
+    AVX-512; tanh GELU and Mish 3 on the default path, 2 on AVX2)."""
     inv = inverter(name)
     lo, hi = inv.window
     x = torch.from_numpy(np.r_[float32_between(lo - 1e-3, hi + 1e-3),
@@ -55,8 +88,10 @@ def test_forward_is_native_up_to_the_rounding_window(name):
     inside = (x >= float(lo)) & (x <= float(hi))
     assert torch.equal(y[~inside], native[~inside])
     assert torch.equal(y[inside], inv.act.f(x[inside]).float())      # rounded from float64
-    ulp = torch.from_numpy(np.spacing(np.abs(native.numpy())))
-    assert ((y - native).abs() / ulp).max() <= 2
+    # every 41st window value and both ends against the exact reference (~2,500 values)
+    xs, ys = x[inside].numpy(), y[inside].numpy()
+    pick = np.r_[np.arange(0, xs.size, 41), xs.size - 1]
+    assert np.array_equal(ys[pick], exact_float32(name, xs[pick]))
 
 
 def test_saves_the_output_and_a_one_bit_mask():

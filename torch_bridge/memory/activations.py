@@ -1,8 +1,9 @@
 """The pointwise activations the memory-saving layers support, as data.
 
 Each :class:`Activation` carries the native PyTorch forward (what every drop-in
-returns, bit for bit) and float64 definitions of f and f' used by the solver, the
-inverted activations and the tests.  Parameters (LeakyReLU's slope, ELU's alpha,
+returns, bit for bit) and float64 definitions of f, f' and f'' used by the solver, the
+inverted and PA activations and the tests.  The definitions give the same bits on
+every host (scalar libm calls compiled by Numba); the native forward does not.  Parameters (LeakyReLU's slope, ELU's alpha,
 Softplus' beta) are keyword arguments; ``activation(name, **params)`` validates
 them and returns a hashable spec.
 
@@ -18,82 +19,194 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable
 
+import numpy as np
 import torch
+from numba import njit
+from numba.extending import register_jitable
 from torch.nn import functional as F
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 _SQRT_2_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_SQRT1_2 = math.sqrt(0.5)
 
 
-def _gelu(x, p):
-    return x * torch.special.ndtr(x)
+# --- float64 definitions: one scalar function per activation returns f (order 0), f'
+# (order 1) or f'' (order 2) at x, ``a`` its parameter (LeakyReLU's slope, ELU's alpha,
+# Softplus' beta).  They are compiled by Numba into :func:`_definitions`: each value is a
+# sequence of IEEE operations and calls of the C library's scalar libm, the same on
+# every x86-64 host, not torch's or numpy's SIMD kernels, which pick a code path by CPU
+# and differ in the last bits (docs/semantics.md, "Host independence").
+
+@register_jitable
+def _sigmoid(x):
+    """1 / (1 + e^-x) without overflow or cancellation in either tail."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
 
 
-def _gelu_d(x, p):
-    return torch.special.ndtr(x) + x * torch.exp(-0.5 * x * x) * _INV_SQRT_2PI
+@register_jitable
+def _sech2(x):
+    """1 - tanh(x)^2, accurate in the tails (where 1 - t*t cancels)."""
+    c = math.cosh(x)
+    return 1.0 / (c * c)
 
 
-def _gelu_tanh(x, p):
-    return 0.5 * x * (1 + torch.tanh(_SQRT_2_PI * (x + 0.044715 * x ** 3)))
+@register_jitable
+def _ndtr(x):
+    """The standard normal CDF (Cephes' ndtr: erf near 0, erfc in the tails)."""
+    z = x * _SQRT1_2
+    if abs(z) < _SQRT1_2:
+        return 0.5 + 0.5 * math.erf(z)
+    y = 0.5 * math.erfc(abs(z))
+    return 1.0 - y if z > 0 else y
 
 
-def _gelu_tanh_d(x, p):
-    t = torch.tanh(_SQRT_2_PI * (x + 0.044715 * x ** 3))
-    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_PI * (1 + 3 * 0.044715 * x * x)
+@register_jitable
+def _softplus(x, b):
+    """log(1 + e^(b x)) / b, stable for every x."""
+    bx = b * x
+    return (max(bx, 0.0) + math.log1p(math.exp(-abs(bx)))) / b
 
 
-def _silu(x, p):
-    return x * torch.sigmoid(x)
+@register_jitable
+def _relu(x, a, order):
+    if order == 0:
+        return x if x > 0 or x != x else 0.0
+    return 1.0 if order == 1 and x > 0 else 0.0
 
 
-def _silu_d(x, p):
-    s = torch.sigmoid(x)
-    return s * (1 + x * (1 - s))
+@register_jitable
+def _leaky_relu(x, a, order):
+    if order == 0:
+        return x if x > 0 else a * x
+    if order == 1:
+        return 1.0 if x > 0 else a
+    return 0.0
 
 
-def _softplus(x, p):
-    b = p["beta"]
-    return torch.logaddexp(torch.zeros_like(x), b * x) / b
+@register_jitable
+def _gelu(x, a, order):
+    phi = math.exp(-0.5 * x * x) * _INV_SQRT_2PI
+    if order == 0:
+        return x * _ndtr(x)
+    if order == 1:
+        return _ndtr(x) + x * phi
+    return phi * (2.0 - x * x)
 
 
-def _softplus_d(x, p):
-    return torch.sigmoid(p["beta"] * x)
+@register_jitable
+def _gelu_tanh(x, a, order):
+    u = _SQRT_2_PI * (x + 0.044715 * x * x * x)
+    t = math.tanh(u)
+    if order == 0:
+        return 0.5 * x * (1.0 + t)
+    du = _SQRT_2_PI * (1.0 + 3.0 * 0.044715 * x * x)
+    if order == 1:
+        return 0.5 * (1.0 + t) + 0.5 * x * _sech2(u) * du
+    return _sech2(u) * (du + 0.5 * x * (6.0 * _SQRT_2_PI * 0.044715 * x - 2.0 * t * du * du))
 
 
-def _mish(x, p):
-    return x * torch.tanh(_softplus(x, {"beta": 1.0}))
+@register_jitable
+def _silu(x, a, order):
+    s, r = _sigmoid(x), _sigmoid(-x)                # r = 1 - s without cancellation
+    if order == 0:
+        return x * s
+    if order == 1:
+        return s * (1.0 + x * r)
+    return s * r * (2.0 + x * (r - s))
 
 
-def _mish_d(x, p):
-    t = torch.tanh(_softplus(x, {"beta": 1.0}))
-    return t + x * (1 - t * t) * torch.sigmoid(x)
+@register_jitable
+def _sigmoid_act(x, a, order):
+    s, r = _sigmoid(x), _sigmoid(-x)
+    if order == 0:
+        return s
+    if order == 1:
+        return s * r
+    return s * r * (r - s)
 
 
-def _elu(x, p):
-    a = p["alpha"]
-    return torch.where(x > 0, x, a * torch.expm1(torch.clamp(x, max=0)))
+@register_jitable
+def _tanh(x, a, order):
+    if order == 0:
+        return math.tanh(x)
+    if order == 1:
+        return _sech2(x)
+    return -2.0 * math.tanh(x) * _sech2(x)
 
 
-def _elu_d(x, p):
-    return torch.where(x > 0, torch.ones_like(x), p["alpha"] * torch.exp(torch.clamp(x, max=0)))
+@register_jitable
+def _elu(x, a, order):
+    if x > 0:
+        return x if order == 0 else (1.0 if order == 1 else 0.0)
+    return a * math.expm1(x) if order == 0 else a * math.exp(x)
 
 
-def _selu(x, p):
-    return _SELU_SCALE * _elu(x, {"alpha": _SELU_ALPHA})
+@register_jitable
+def _selu(x, a, order):
+    return _SELU_SCALE * _elu(x, _SELU_ALPHA, order)
 
 
-def _selu_d(x, p):
-    return _SELU_SCALE * _elu_d(x, {"alpha": _SELU_ALPHA})
+@register_jitable
+def _softplus_act(x, a, order):
+    if order == 0:
+        return _softplus(x, a)
+    s = _sigmoid(a * x)
+    return s if order == 1 else a * s * _sigmoid(-a * x)
+
+
+@register_jitable
+def _mish(x, a, order):
+    sp = _softplus(x, 1.0)
+    t = math.tanh(sp)
+    if order == 0:
+        return x * t
+    s, q = _sigmoid(x), _sech2(sp)
+    if order == 1:
+        return t + x * q * s
+    return q * s * (2.0 + x * (_sigmoid(-x) - 2.0 * t * s))
+
+
+@njit(cache=True)
+def _definitions(kind, order, a, x, out):
+    """out[i] = the definition number ``kind`` (the order of _SPECS) of ``order`` at x[i]."""
+    for i in range(x.size):
+        v = x[i]
+        if kind == 0:
+            out[i] = _relu(v, a, order)
+        elif kind == 1:
+            out[i] = _leaky_relu(v, a, order)
+        elif kind == 2:
+            out[i] = _gelu(v, a, order)
+        elif kind == 3:
+            out[i] = _gelu_tanh(v, a, order)
+        elif kind == 4:
+            out[i] = _silu(v, a, order)
+        elif kind == 5:
+            out[i] = _sigmoid_act(v, a, order)
+        elif kind == 6:
+            out[i] = _tanh(v, a, order)
+        elif kind == 7:
+            out[i] = _selu(v, a, order)
+        elif kind == 8:
+            out[i] = _elu(v, a, order)
+        elif kind == 9:
+            out[i] = _softplus_act(v, a, order)
+        else:
+            out[i] = _mish(v, a, order)
 
 
 @dataclass(frozen=True)
 class Activation:
     """One activation: its name, parameters and definitions.
 
-    ``native(x)`` is PyTorch's own forward; ``f``/``fprime`` are float64 tensor
-    definitions of the function and its derivative.  ``even``: f' is an even function,
+    ``native(x)`` is PyTorch's own forward; ``f``/``fprime``/``fsecond`` are the
+    float64 definitions of the function and its first two derivatives (host-independent
+    bits).  ``even``: f' is an even function,
     so the few-bit index quantises |x| (paper, Fig. 3).  ``exact_bits``: f' is itself
     piecewise constant with 2**exact_bits values (ReLU, LeakyReLU), stored losslessly.
     ``two_branch``: f decreases then increases with a single minimum (GELU, SiLU,
@@ -105,8 +218,6 @@ class Activation:
     exact_bits: int | None = None
     two_branch: bool = False
     _native: Callable = field(default=None, repr=False, compare=False)
-    _f: Callable = field(default=None, repr=False, compare=False)
-    _fprime: Callable = field(default=None, repr=False, compare=False)
 
     @property
     def kwargs(self) -> dict:
@@ -115,11 +226,28 @@ class Activation:
     def native(self, x: torch.Tensor) -> torch.Tensor:
         return self._native(x, self.kwargs)
 
-    def f(self, x: torch.Tensor) -> torch.Tensor:
-        return self._f(x.double(), self.kwargs)
+    def f(self, x):
+        """f(x) in float64: an array for array-like x, a float64 tensor on x's device
+        for a tensor."""
+        return self._evaluate(0, x)
 
-    def fprime(self, x: torch.Tensor) -> torch.Tensor:
-        return self._fprime(x.double(), self.kwargs)
+    def fprime(self, x):
+        return self._evaluate(1, x)
+
+    def fsecond(self, x):
+        return self._evaluate(2, x)
+
+    def _evaluate(self, order, x):
+        if isinstance(x, torch.Tensor):
+            out = self._evaluate(order, x.detach().to("cpu", torch.float64).numpy())
+            return torch.from_numpy(out).to(x.device)
+        x = np.ascontiguousarray(x, np.float64)
+        out = np.empty_like(x)
+        # the one parameter the definitions take (SELU's are constants, Softplus'
+        # threshold is ignored: module docstring)
+        a = next((v for k, v in self.params if k != "threshold"), 0.0)
+        _definitions(ACTIVATIONS.index(self.name), order, a, x.reshape(-1), out.reshape(-1))
+        return out
 
     @property
     def is_default(self) -> bool:
@@ -133,28 +261,21 @@ class Activation:
         return self.name + (f"({', '.join(extra)})" if extra else "")
 
 
-# name -> (definitions, default params, flags)
+# name -> (native forward, default params, flags); the order is _definitions' ``kind``
 _SPECS = {
-    "relu": ((lambda x, p: F.relu(x), lambda x, p: F.relu(x),
-              lambda x, p: (x > 0).to(x.dtype)), (), dict(exact_bits=1)),
-    "leaky_relu": ((lambda x, p: F.leaky_relu(x, p["negative_slope"]),
-                    lambda x, p: F.leaky_relu(x, p["negative_slope"]),
-                    lambda x, p: torch.where(x > 0, torch.ones_like(x),
-                                             torch.full_like(x, p["negative_slope"]))),
+    "relu": (lambda x, p: F.relu(x), (), dict(exact_bits=1)),
+    "leaky_relu": (lambda x, p: F.leaky_relu(x, p["negative_slope"]),
                    (("negative_slope", 0.01),), dict(exact_bits=1)),
-    "gelu": ((lambda x, p: F.gelu(x), _gelu, _gelu_d), (), dict(two_branch=True)),
-    "gelu_tanh": ((lambda x, p: F.gelu(x, approximate="tanh"), _gelu_tanh, _gelu_tanh_d), (),
-                  dict(two_branch=True)),
-    "silu": ((lambda x, p: F.silu(x), _silu, _silu_d), (), dict(two_branch=True)),
-    "sigmoid": ((lambda x, p: torch.sigmoid(x), lambda x, p: torch.sigmoid(x),
-                 lambda x, p: torch.sigmoid(x) * torch.sigmoid(-x)), (), dict(even=True)),
-    "tanh": ((lambda x, p: torch.tanh(x), lambda x, p: torch.tanh(x),
-              lambda x, p: 1 - torch.tanh(x) ** 2), (), dict(even=True)),
-    "selu": ((lambda x, p: F.selu(x), _selu, _selu_d), (), {}),
-    "elu": ((lambda x, p: F.elu(x, p["alpha"]), _elu, _elu_d), (("alpha", 1.0),), {}),
-    "softplus": ((lambda x, p: F.softplus(x, p["beta"], p["threshold"]), _softplus,
-                  _softplus_d), (("beta", 1.0), ("threshold", 20.0)), {}),
-    "mish": ((lambda x, p: F.mish(x), _mish, _mish_d), (), dict(two_branch=True)),
+    "gelu": (lambda x, p: F.gelu(x), (), dict(two_branch=True)),
+    "gelu_tanh": (lambda x, p: F.gelu(x, approximate="tanh"), (), dict(two_branch=True)),
+    "silu": (lambda x, p: F.silu(x), (), dict(two_branch=True)),
+    "sigmoid": (lambda x, p: torch.sigmoid(x), (), dict(even=True)),
+    "tanh": (lambda x, p: torch.tanh(x), (), dict(even=True)),
+    "selu": (lambda x, p: F.selu(x), (), {}),
+    "elu": (lambda x, p: F.elu(x, p["alpha"]), (("alpha", 1.0),), {}),
+    "softplus": (lambda x, p: F.softplus(x, p["beta"], p["threshold"]),
+                 (("beta", 1.0), ("threshold", 20.0)), {}),
+    "mish": (lambda x, p: F.mish(x), (), dict(two_branch=True)),
 }
 
 ACTIVATIONS = tuple(_SPECS)
@@ -177,7 +298,7 @@ def activation(name, **params) -> Activation:
 
 @lru_cache(maxsize=None)
 def _make(key: str, given: tuple) -> Activation:
-    (native, f, fprime), defaults, flags = _SPECS[key]
+    native, defaults, flags = _SPECS[key]
     merged = dict(defaults)
     for k, v in given:
         if k not in merged:
@@ -190,5 +311,4 @@ def _make(key: str, given: tuple) -> Activation:
         raise ValueError(f"softplus parameter beta={merged['beta']!r} must be > 0")
     if key == "elu" and merged["alpha"] <= 0:
         raise ValueError(f"elu parameter alpha={merged['alpha']!r} must be > 0")
-    return Activation(key, tuple(sorted(merged.items())), _native=native, _f=f,
-                      _fprime=fprime, **flags)
+    return Activation(key, tuple(sorted(merged.items())), _native=native, **flags)

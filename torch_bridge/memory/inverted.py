@@ -24,14 +24,17 @@ degree 2 (2.2e-8, below float32's rounding of f' and one gather fewer).
 What remains is the information the stored y lacks.  Near the minimum every stored
 value y is the rounding of a whole interval of inputs on each branch, and no
 inversion can tell them apart: the best estimate given (y, branch) is the midpoint of
-f' over that interval.  PyTorch's float32 GELU is up to 1.9 ulp off and not monotone
-near the minimum, which widens those intervals so much that even the midpoint misses
-by 1.04e-4 (GELU), 1.14e-4 (tanh GELU), 1.12e-4 (Mish).  Hence, for float32:
+f' over that interval.  PyTorch's float32 GELU is up to 1.9 ulp off (AVX-512; 8 on
+its AVX2 and default code paths) and not monotone near the minimum, which widens those
+intervals so much that even the midpoint misses by 1.04e-4 (GELU), 1.14e-4 (tanh
+GELU), 1.12e-4 (Mish).  Hence, for float32:
 
 * the forward pass returns the native output except for x within 3e-3 of T, where it
   returns f(x) computed in float64 and rounded to float32 (the correctly rounded
-  value, <= 2 ulp from the native one, in ~0.2 % of a unit-normal input; a table over
-  every float32 x of that window, applied by the same pass that packs the mask);
+  value on every host, where torch 2.13's native GELU is up to 2 ulp off on AVX-512
+  and 8 on its AVX2 and default code paths; in ~0.2 % of a unit-normal input; a
+  table over every float32 x of that window, applied by the same pass that packs the
+  mask);
 * the backward pass looks the y values of that window up in a table of midpoints
   (built once from the same definition), and uses the fits elsewhere.  Outside the
   window the native forward's error moves f'(f⁻¹(y)) by ~1e-7 / |x − T|.
@@ -66,11 +69,13 @@ _RESOLUTION = {np.dtype(np.float64): (3, 512, 3), np.dtype(np.float32): (2, 512,
 _FLAT = 1e-10               # |f' - asymptote| beyond the fitted ranges
 _TAIL_Y = 1e-14             # left tail: |y| below (the binade of) this -> f' = 0
 #: float32: x-range around T whose forward is rounded from float64.  Outside it the
-#: native forward's <= 2 ulp error moves f'(f⁻¹(y)) by ~1e-7 / |x - T| (2e-5 at the
-#: edge); the largest errors (4-6e-5) lie within 6e-4 of T, far inside
+#: native forward's error (<= 2 ulp on AVX-512, <= 8 on torch's other CPU code paths)
+#: moves f'(f⁻¹(y)) by up to ~5e-8 / |x - T| per ulp; the largest errors (4-6e-5, the
+#: same on the default and AVX2 paths) lie within 6e-4 of T, far inside
 _WINDOW_DX = 3e-3
 #: y values within this many ulp of the window's edge values may also come from a
-#: native x outside the window (<= 2 ulp off): the fits handle them, not the table
+#: native x outside the window (<= 8 ulp off on every torch 2.13 CPU code path): the
+#: fits handle them, not the table
 _CUT_ULP = 8
 
 

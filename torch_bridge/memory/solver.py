@@ -17,6 +17,12 @@ Weights: ``"uniform"`` (w = 1 on [−limit, limit], the paper's Table 1) and
 < 1e-22 for the default limit 10).  For even derivatives (sigmoid, tanh) the
 breakpoints live on |x| ∈ [0, limit]: the same number of bits buys twice the levels
 (paper, Fig. 3); the error reported is still the integral over [−limit, limit].
+
+Every step gives the same bits on every host (docs/semantics.md, "Host
+independence"): f', f'' and the weight come from the scalar-libm definitions of
+:mod:`.activations`, sums have a fixed order (or are exact: ``math.fsum``), and the
+Gauss-Legendre rule and the Newton steps avoid LAPACK/BLAS, whose kernels are chosen
+by CPU.  The stored tables are therefore what any host regenerates, bit for bit.
 """
 from __future__ import annotations
 
@@ -24,15 +30,63 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from numba import njit, prange
 
 from .activations import Activation, activation
 from .packing import MAX_BITS, check_bits as _check_bits
 
 WEIGHTS = ("uniform", "normal")
-_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(8)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def _gauss_legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights of the n-point Gauss-Legendre rule by Newton's method on P_n
+    (three-term recurrence) from the Chebyshev-like guesses: scalar arithmetic, where
+    numpy's leggauss goes through LAPACK (CPU-dispatched kernels)."""
+    nodes, weights = [], []
+    for i in range(n):
+        x = math.cos(math.pi * (i + 0.75) / (n + 0.5))
+        for _ in range(100):
+            p0, p1 = 1.0, x
+            for k in range(2, n + 1):
+                p0, p1 = p1, ((2 * k - 1) * x * p1 - (k - 1) * p0) / k
+            dp = n * (x * p1 - p0) / (x * x - 1)
+            step = p1 / dp
+            x -= step
+            if abs(step) <= 1e-17:
+                break
+        nodes.append(x)
+        weights.append(2 / ((1 - x * x) * dp * dp))
+    return np.array(nodes[::-1]), np.array(weights[::-1])
+
+
+_GL_NODES, _GL_WEIGHTS = _gauss_legendre(8)
+
+
+@njit(cache=True)
+def _pow(x, p):
+    """x**p elementwise by libm's scalar pow (numpy's power is CPU-dispatched)."""
+    out = np.empty_like(x)
+    for i in range(x.size):
+        out[i] = x[i] ** p
+    return out
+
+
+@njit(cache=True)
+def _normal_pdf(x):
+    """The standard normal density by libm's scalar exp (numpy's exp is CPU-dispatched)."""
+    out = np.empty_like(x)
+    for i in range(x.size):
+        out[i] = math.exp(-0.5 * x[i] * x[i]) * _INV_SQRT_2PI
+    return out
+
+
+def _row_sums(a: np.ndarray) -> np.ndarray:
+    """Sums along the last axis, left to right (a fixed order of elementwise adds)."""
+    out = a[..., 0].copy()
+    for k in range(1, a.shape[-1]):
+        out += a[..., k]
+    return out
 
 
 @dataclass(frozen=True)
@@ -92,8 +146,8 @@ class _Problem:
         fine where the breakpoints crowd.  0 is always a node (the kinks of ReLU, SELU
         and ELU sit there)."""
         x = np.linspace(self.lo, self.limit, 200_001)
-        rho = np.cbrt(self.w(x) * self.fsecond(x) ** 2)
-        rho = rho / max(rho.mean(), 1e-300) + 0.5
+        rho = _pow(self.w(x) * self.fsecond(x) ** 2, 1.0 / 3.0)
+        rho = rho / max(math.fsum(rho) / rho.size, 1e-300) + 0.5
         cdf = np.r_[0.0, np.cumsum(0.5 * (rho[1:] + rho[:-1]))]
         cdf /= cdf[-1]
         zero = np.interp(0.0, x, cdf)
@@ -104,13 +158,16 @@ class _Problem:
         return grid
 
     def fprime(self, x):
-        return self.act.fprime(torch.from_numpy(np.asarray(x, np.float64))).numpy()
+        return self.act.fprime(x)
+
+    def fsecond(self, x):
+        return self.act.fsecond(x)
 
     def w(self, x):
-        x = np.asarray(x, np.float64)
+        x = np.ascontiguousarray(x, np.float64)
         if self.weight == "uniform":
             return np.ones_like(x)
-        return np.exp(-0.5 * x * x) * _INV_SQRT_2PI
+        return _normal_pdf(x.reshape(-1)).reshape(x.shape)
 
     def _prefix_at(self, x, start):
         """∫_start^x of (w, f'w, f'²w) by 8-point Gauss-Legendre (start, x in one cell)."""
@@ -118,7 +175,7 @@ class _Problem:
         nodes = (start + half)[:, None] + half[:, None] * _GL_NODES[None, :]
         w = self.w(nodes) * (half[:, None] * _GL_WEIGHTS[None, :])
         d = self.fprime(nodes)
-        return w.sum(1), (w * d).sum(1), (w * d * d).sum(1)
+        return _row_sums(w), _row_sums(w * d), _row_sums(w * d * d)
 
     def prefix(self, s):
         """(W, FW, F2)(s) of eq. 8 at arbitrary points of [lo, limit]."""
@@ -126,11 +183,6 @@ class _Problem:
         j = np.clip(np.searchsorted(self.grid, s, side="right") - 1, 0, len(self.grid) - 2)
         dw, dfw, df2 = self._prefix_at(s, self.grid[j])
         return self.W[j] + dw, self.FW[j] + dfw, self.F2[j] + df2
-
-    def fsecond(self, x):
-        x = torch.tensor(np.asarray(x, np.float64), requires_grad=True)
-        (g,) = torch.autograd.grad(self.act.fprime(x).sum(), x, allow_unused=True)
-        return np.zeros(x.shape) if g is None else g.numpy()
 
     def loss(self, inner, hessian=False):
         """L(s, y(s)) (eq. 3 with the levels of eq. 4), the levels and dL/ds (eq. 5).
@@ -143,7 +195,7 @@ class _Problem:
         dw, dfw, df2 = np.diff(W), np.diff(FW), np.diff(F2)
         dw = np.where(dw > 0, dw, np.finfo(float).tiny)
         y = dfw / dw
-        loss = float(np.sum(df2 - y * dfw))
+        loss = math.fsum(df2 - y * dfw)
         d, w = self.fprime(inner), self.w(inner)
         u, v = y[1:] - y[:-1], 2 * d - y[1:] - y[:-1]
         scale = 2.0 if self.even else 1.0       # the mirrored half contributes the same
@@ -207,13 +259,29 @@ def _backtrack(arg, n, K):
     return np.array(cuts[::-1], np.int64)
 
 
+def _solve_spd_tridiagonal(diag, off, rhs):
+    """x with T x = rhs, T symmetric tridiagonal (``diag``, ``off``), by LDLᵀ in scalar
+    float64 arithmetic (LAPACK's banded solver runs CPU-dispatched BLAS); None when T
+    is not positive definite (a pivot <= 0)."""
+    n = len(diag)
+    d, z, m = [0.0] * n, [0.0] * n, [0.0] * n
+    for i in range(n):
+        m[i] = off[i - 1] / d[i - 1] if i else 0.0          # L's subdiagonal
+        d[i] = float(diag[i]) - (m[i] * off[i - 1] if i else 0.0)
+        if not d[i] > 0:
+            return None
+        z[i] = float(rhs[i]) - (m[i] * z[i - 1] if i else 0.0)
+    x = [0.0] * n
+    for i in range(n - 1, -1, -1):
+        x[i] = z[i] / d[i] - (m[i + 1] * x[i + 1] if i < n - 1 else 0.0)
+    return np.array(x)
+
+
 def _refine(prob: _Problem, s: np.ndarray, max_iter: int = 200) -> np.ndarray:
     """Gradient refinement of the breakpoints: damped Newton on L(s) with the exact
     gradient of eq. 5 and its tridiagonal Hessian, Armijo backtracking, breakpoints
     kept strictly increasing inside [lo, limit].  L never increases.  A breakpoint
     on a jump of f' (SELU's and ELU's kink at 0) stays there: L has a corner."""
-    from scipy.linalg import solveh_banded
-
     eps = 1e-9 * (1 + np.abs(s))
     free = np.abs(prob.fprime(s + eps) - prob.fprime(s - eps)) < 1e-6
     if not free.any():
@@ -225,21 +293,12 @@ def _refine(prob: _Problem, s: np.ndarray, max_iter: int = 200) -> np.ndarray:
         # the Hessian restricted to the free breakpoints is still tridiagonal
         gf, df = g[idx], diag[idx]
         of = np.where(np.diff(idx) == 1, off[idx[:-1]], 0.0)
-        while True:         # Levenberg-Marquardt damping until H + lam*I is SPD
-            ab = np.zeros((2, len(gf)))
-            ab[1] = df + lam
-            if len(gf) > 1:
-                ab[0, 1:] = of
-            try:
-                if len(gf) == 1 and ab[1, 0] <= 0:
-                    raise np.linalg.LinAlgError
-                pf = -gf / ab[1] if len(gf) == 1 else -solveh_banded(ab, gf)
-                break
-            except np.linalg.LinAlgError:
-                lam = max(4 * lam, 1e-12 * np.abs(df).max() + 1e-300)
+        # Levenberg-Marquardt damping until H + lam*I is positive definite
+        while (pf := _solve_spd_tridiagonal(df + lam, of, -gf)) is None:
+            lam = max(4 * lam, 1e-12 * np.abs(df).max() + 1e-300)
         p = np.zeros_like(s)
         p[free] = pf
-        decrement = -float(gf @ pf)
+        decrement = -math.fsum(gf * pf)
         if decrement <= 1e-14 * L:
             break
         t = 1.0
@@ -265,7 +324,7 @@ def exact_table(act, weight: str = "uniform") -> StepTable:
     act = activation(act)
     if act.exact_bits != 1:
         raise ValueError(f"activation {act.name!r} has no exact step-function derivative")
-    values = act.fprime(torch.tensor([-1.0, 1.0], dtype=torch.float64)).tolist()
+    values = act.fprime([-1.0, 1.0]).tolist()
     return StepTable(act.label, 1, _check_weight(weight), False, (0.0,), tuple(values), 0.0, 0.0)
 
 
@@ -317,7 +376,7 @@ def table_error(table: StepTable, act, weight: str = "uniform", limit: float = 1
     b = (edges[:-1, None] + np.diff(edges)[:, None] * sub[None, 1:]).ravel()
     nodes, weights = np.polynomial.legendre.leggauss(10)
     x = 0.5 * (a + b)[:, None] + 0.5 * (b - a)[:, None] * nodes[None, :]
-    d = act.fprime(torch.from_numpy(x)).numpy()
+    d = act.fprime(x)
     w = np.ones_like(x) if weight == "uniform" else np.exp(-0.5 * x * x) * _INV_SQRT_2PI
     # q on each sub-interval from its midpoint (no sub-interval straddles a breakpoint)
     q = table(0.5 * (a + b))[:, None]
