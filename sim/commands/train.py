@@ -26,11 +26,12 @@ def ops_arg(text: str) -> frozenset:
 
 def add_spec_arguments(p, epochs_default: int):
     """The options every training command shares (data, model, schedule, seed)."""
-    from sim.train import DATASETS, MODELS
+    from sim.train import DATASETS
+    from workloads.models import MODELS
     p.add_argument("--data", choices=DATASETS, default="digits",
                    help="digits (sklearn 8x8, default), mnist (5,000-image subset) or text "
                         "(KJV characters)")
-    p.add_argument("--model", choices=MODELS, default="",
+    p.add_argument("--model", choices=list(MODELS), default="",
                    help="default: mlp for digits, vit for mnist, charlm for text")
     p.add_argument("--epochs", type=int, default=epochs_default)
     p.add_argument("--batch-size", type=int, default=64)

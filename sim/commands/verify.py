@@ -6,16 +6,17 @@ import time
 import emu
 from sim.cli import format_arg
 
-UNITS = ("mul", "div", "add", "fmul", "mac", "array")
-
 
 def register(sub):
+    from rtl import UNITS
+    comb = "/".join(n for n, u in UNITS.items() if u.kind == "comb")
+    stream = "/".join(n for n, u in UNITS.items() if u.kind == "stream")
     p = sub.add_parser(
         "verify", help="check a simulated rtl unit against emu bit for bit (vectors/s, mismatches)",
-        description="mul/div/add/fmul: corner, boundary and random operand pairs (every pair "
-                    "for 8-bit formats); mac/array: a random matrix product with specials "
+        description=f"{comb}: corner, boundary and random operands (every operand set "
+                    f"for 8-bit formats); {stream}: a random matrix product with specials "
                     "through sim.rtl_matmul, compared with emu.pam_matmul.")
-    p.add_argument("--unit", choices=UNITS, help="which unit (required unless --prebuild)")
+    p.add_argument("--unit", choices=list(UNITS), help="which unit (required unless --prebuild)")
     p.add_argument("--fmt", type=format_arg, default=emu.bfloat16,
                    help="operand format (default bf16)")
     p.add_argument("--acc", type=format_arg, default=emu.float32,
@@ -36,6 +37,7 @@ def _rate(n, seconds):
 
 
 def run(args) -> int:
+    from rtl import UNITS
     from sim import rtl_sim
     if args.prebuild:
         return _prebuild(args)
@@ -43,6 +45,7 @@ def run(args) -> int:
         print("pamsim verify: error: --unit is required (one of " + ", ".join(UNITS) + ")",
               file=sys.stderr)
         return 2
+    comb = UNITS[args.unit].kind == "comb"
     if args.vectors < 1:
         print(f"pamsim verify: error: --vectors={args.vectors}: expected a positive int",
               file=sys.stderr)
@@ -50,7 +53,7 @@ def run(args) -> int:
     t0 = time.perf_counter()
     try:
         sim = rtl_sim.default_simulator() if args.sim is None else rtl_sim.check_simulator(args.sim)
-        if args.unit in rtl_sim.COMB_UNITS:
+        if comb:
             reports = rtl_sim.verify_unit(args.unit, args.fmt, args.vectors, sim=sim,
                                           seed=args.seed)
         else:
@@ -63,7 +66,7 @@ def run(args) -> int:
         print(f"pamsim verify: error: {exc}", file=sys.stderr)
         return 2
     wall = time.perf_counter() - t0
-    if args.unit in rtl_sim.COMB_UNITS:
+    if comb:
         print(f"pamsim verify --unit {args.unit} --fmt {args.fmt.name} ({sim})")
         print(f"{'vectors':>10}  {'kind':<12} {'mismatches':>10}  {'simulated':>12}  {'checked':>12}")
         for r in reports:
@@ -76,7 +79,7 @@ def run(args) -> int:
               f"(cocotb driving and reading included), {_rate(n, wall)} end to end "
               f"({wall:.1f} s incl. build check, simulator start and emu)")
         if args.fmt.width <= 8:
-            print(f"(8-bit format: every one of the {n:,} operand pairs, --vectors ignored)")
+            print(f"(8-bit format: every one of the {n:,} operand sets, --vectors ignored)")
     else:
         m, k, n = stats["shape"]
         bad = stats["mismatches"]
