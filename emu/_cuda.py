@@ -1,9 +1,8 @@
 """CUDA kernels (numba-cuda) built on the scalar definitions of emu/_scalar.py.
 
 Every kernel calls the same ``register_jitable`` functions as the CPU kernels: the
-elementwise ones are built from the CPU modules' tables of scalar definitions
-(emu/_kernels.py ``UNARY_OPS``/``BINARY_OPS``, emu/_kernels_grad.py
-``UNARY_GRADS``/``BINARY_GRADS``), and the rest call ``S.quantize``, ``_operand``,
+elementwise ones are built from the op registry (emu/registry.py), like the CPU
+kernels, and the rest call ``S.quantize``, ``S.operand``,
 ``G.pam_mul_da``, ...: the only logic added here is the
 iteration order, the shared-memory tiling of the PAM matmul and its fast paths,
 whose preconditions make them produce the scalar definition's bits (the proof is in
@@ -18,7 +17,8 @@ scalars are NumPy int32/uint32 that wrap silently, so everything here widens wit
 Arrays handed to the kernels are 1-D: contiguous ``uint32`` views of float32 data
 for the elementwise kernels, and flat views of an operand's whole storage plus
 element strides for the matmul (transposed and broadcast operands need no copy).
-Shapes, strides, streams and array families are handled by emu/device.py.
+Shapes, strides, streams and array families are handled by emu/cuda_backend.py and
+emu/device.py.
 """
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ from numba.extending import register_jitable
 
 from . import _scalar as S
 from . import _scalar_grad as G
-from ._kernels import BINARY_OPS, UNARY_OPS, _operand
-from ._kernels_grad import BINARY_GRADS, UNARY_GRADS, binary_step
+from ._kernels_grad import binary_step
 from ._tiles import CLEAN, MASKED, SKIP, tile_mode
+from .registry import ops
 
 SIM = bool(config.ENABLE_CUDASIM)
 
@@ -129,7 +129,7 @@ def _unary(op):
     @cuda.jit
     def kernel(x, out, fc):
         for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
-            out[i] = op(_operand(x[i], fc), fc)
+            out[i] = op(S.operand(x[i], fc), fc)
     return kernel
 
 
@@ -137,13 +137,13 @@ def _binary(op):
     @cuda.jit
     def kernel(x, y, out, fc):
         for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
-            out[i] = op(_operand(x[i], fc), _operand(y[i], fc), fc)
+            out[i] = op(S.operand(x[i], fc), S.operand(y[i], fc), fc)
     return kernel
 
 
-# the CPU kernels' tables of scalar definitions: one binding of name to definition
-UNARY = {name: _unary(op) for name, op in UNARY_OPS.items()}
-BINARY = {name: _binary(op) for name, op in BINARY_OPS.items()}
+# one kernel per op of the registry (emu/registry.py), as the CPU kernels
+UNARY = {op.name: _unary(op.scalar) for op in ops(1)}
+BINARY = {op.name: _binary(op.scalar) for op in ops(2)}
 
 # --- exact derivatives (emu/_scalar_grad.py, Table 1) --------------------------------
 #
@@ -154,7 +154,7 @@ def _grad_unary(op):
     @cuda.jit
     def kernel(x, d, out, fc):
         for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
-            out[i] = op(_operand(x[i], fc), _operand(d[i], fc), fc)
+            out[i] = op(S.operand(x[i], fc), S.operand(d[i], fc), fc)
     return kernel
 
 
@@ -168,8 +168,8 @@ def _grad_binary(op_a, op_b):
     return kernel
 
 
-GRAD_UNARY = {name: _grad_unary(op) for name, op in UNARY_GRADS.items()}
-GRAD_BINARY = {name: _grad_binary(*ops) for name, ops in BINARY_GRADS.items()}
+GRAD_UNARY = {op.name: _grad_unary(*op.grads) for op in ops(1, differentiable=True)}
+GRAD_BINARY = {op.name: _grad_binary(*op.grads) for op in ops(2, differentiable=True)}
 
 
 def _make_matmul_grad(f32acc):
@@ -217,7 +217,7 @@ def _fmt_grad_step(acc, term, fca):
 
 # --- layout: strided gather ---------------------------------------------------------
 
-MAXDIM = 8      # dimensions of a strided view after merging (emu/device.py)
+MAXDIM = 8      # dimensions of a strided view after merging (emu/device.py gather_layout)
 
 
 @cuda.jit
@@ -261,7 +261,7 @@ def gather(src, out, shape, strides):
 # adder of the spec, in every mode but SKIP (fp_add(acc, ±0) = acc for an acc value).
 #
 # NaN results are canonicalised when C is stored.  Operands are rounded to fmt (RNE,
-# `_operand`) while staged, as the CPU rounds them before its kernel.
+# `S.operand`) while staged, as the CPU rounds them before its kernel.
 
 TM = 64          # rows of C per block
 TN = 64          # columns of C per block
@@ -275,7 +275,7 @@ BS_SIZE = TK * TNP
 TK_LOG = 4       # TK, TM, TN as shifts: staging index arithmetic without sign fix-ups
 TM_LOG = 6
 assert TK == 1 << TK_LOG and TM == TN == 1 << TM_LOG and TPB == 256
-NT = 4           # batch-offset terms per operand (emu/device.py)
+NT = 4           # batch-offset terms per operand (emu/cuda_backend.py _batch_terms)
 
 
 @register_jitable
@@ -317,7 +317,7 @@ def operand_stats(X, terms, s_row, s_k, rows, K, nout, stats, fc):
         z = 0
         for r in range(rt * TM, min(rows, rt * TM + TM)):
             for k in range(kt * TK, min(K, kt * TK + TK)):
-                u = _operand(X[base + r * s_row + k * s_k], fc) & S.ABS32
+                u = S.operand(X[base + r * s_row + k * s_k], fc) & S.ABS32
                 if u < fc.minnorm32:
                     z = 1
                 elif u < mn:
@@ -382,7 +382,7 @@ def _make_matmul(f32acc):
                             kk = e >> TM_LOG
                         v = np.int64(0)         # padding: +0, or c(1.0) in CLEAN mode
                         if i0 + ii < M and kk < kn:
-                            v = _operand(A[abase + (i0 + ii) * sai + (k0 + kk) * sak], fc)
+                            v = S.operand(A[abase + (i0 + ii) * sai + (k0 + kk) * sak], fc)
                             if f32acc and mode == CLEAN:
                                 v = _offset(v)
                         As[np.uint32(kk * TMP + ii)] = v
@@ -396,7 +396,7 @@ def _make_matmul(f32acc):
                             kk = e >> TM_LOG
                         v = np.int64(S.ONE32)   # padding: 1.0, products of padding stay finite
                         if j0 + jj < N and kk < kn:
-                            v = _operand(B[bbase + (k0 + kk) * sbk + (j0 + jj) * sbj], fc)
+                            v = S.operand(B[bbase + (k0 + kk) * sbk + (j0 + jj) * sbj], fc)
                         Bs[np.uint32(kk * TNP + jj)] = v
                 cuda.syncthreads()
                 if mode == SKIP:
@@ -468,7 +468,7 @@ matmul_grad_f32acc = _make_matmul_grad(True)
 matmul_grad_fmtacc = _make_matmul_grad(False)
 
 
-# --- signatures: every kernel as emu/device.py launches it ---------------------------
+# --- signatures: every kernel as emu/cuda_backend.py launches it ----------------------
 
 GATHER_SOURCES = ("float32", "float16", "float64", "int8", "int16", "int32", "int64",
                   "uint8", "uint16", "uint32", "uint64")
@@ -477,7 +477,7 @@ BITS_SOURCES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", 
 
 def signatures():
     """``(name, kernel, argument types)`` for every kernel and every argument type
-    emu/device.py passes it: what tests/test_cuda_ptx.py compiles for each GPU
+    emu/cuda_backend.py passes it: what tests/test_cuda_ptx.py compiles for each GPU
     architecture (and tests/test_cuda_sim.py checks that launches stay within)."""
     from numba import types, typeof
 

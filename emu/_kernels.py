@@ -17,7 +17,9 @@ from numba.extending import intrinsic, register_jitable
 
 from . import _scalar as S
 from . import _tiles
+from . import registry
 from ._numba_cache import drop_stale
+from .registry import ops
 from ._tiles import CLEAN, GENERAL, MASKED, tile_mode
 
 
@@ -39,11 +41,12 @@ def _lanes() -> int:
 
 
 W = _lanes()
-drop_stale(_cache_probe, __file__, S.__file__, _tiles.__file__, config=f"lanes={W}")
+drop_stale(_cache_probe, __file__, S.__file__, _tiles.__file__, registry.__file__,
+           config=f"lanes={W}")
 
 
 @intrinsic
-def _as_f32(typingctx, x):
+def as_f32(typingctx, x):
     """Reinterpret an int32 as float32 (a register move, no conversion)."""
     sig = types.float32(types.int32)
 
@@ -73,24 +76,11 @@ def from_bits(b, out, fc):
         out[i] = S.bits_to_f32(b[i], fc)
 
 
-@register_jitable
-def _operand(x, fc):
-    """Operands of every op are first rounded to the format, RNE, subnormals kept.
-
-    Rounding to float32 changes only NaN payloads, and every op maps any NaN
-    operand to the canonical NaN itself: skip it (the loop is then unswitched and
-    vectorised by LLVM).
-    """
-    if fc.exp_bits == 8 and fc.man_bits == 23:
-        return np.int64(x)
-    return S.quantize(x, fc, S.RNE, True, False, 0, 0)
-
-
 def _unary(op):
     @njit(parallel=True, cache=True)
     def kernel(x, out, fc):
         for i in prange(x.size):
-            out[i] = op(_operand(x[i], fc), fc)
+            out[i] = op(S.operand(x[i], fc), fc)
     return kernel
 
 
@@ -98,28 +88,14 @@ def _binary(op):
     @njit(parallel=True, cache=True)
     def kernel(x, y, out, fc):
         for i in prange(x.size):
-            out[i] = op(_operand(x[i], fc), _operand(y[i], fc), fc)
+            out[i] = op(S.operand(x[i], fc), S.operand(y[i], fc), fc)
     return kernel
 
 
-@register_jitable
-def _fp_mul_keep(a, b, fc):
-    return S.fp_mul(a, b, fc, True)
-
-
-@register_jitable
-def _fp_mul_daz(a, b, fc):
-    return S.fp_mul(a, b, fc, False)
-
-
-#: the scalar definition of every elementwise op, by name: the CPU kernels below and the
-#: CUDA kernels (emu/_cuda.py) are both built from these tables
-UNARY_OPS = {"pa_exp2": S.pa_exp2, "pa_log2": S.pa_log2, "pa_exp": S.pa_exp,
-             "pa_log": S.pa_log, "pa_sqrt": S.pa_sqrt}
-BINARY_OPS = {"pam_mul": S.pam_mul, "pa_div": S.pa_div, "fp_add": S.fp_add,
-              "fp_mul": _fp_mul_keep, "fp_mul_daz": _fp_mul_daz}
-UNARY = {name: _unary(op) for name, op in UNARY_OPS.items()}
-BINARY = {name: _binary(op) for name, op in BINARY_OPS.items()}
+#: one CPU kernel per elementwise op of the registry (emu/registry.py), by name; the
+#: CUDA kernels (emu/_cuda.py) are built from the same scalar definitions
+UNARY = {op.name: _unary(op.scalar) for op in ops(1)}
+BINARY = {op.name: _binary(op.scalar) for op in ops(2)}
 
 
 # --- PAM matmul -----------------------------------------------------------------
@@ -399,7 +375,7 @@ def matmul_f32acc(A, Am, sta, Bp, Bm, stb, ia, ib, C, fc):
                                     b_row = Bp[bb, p0 + p, k]
                                     for j in range(PW):
                                         b = (np.int64(b_row[j]) + S.ONE32) & S.M32
-                                        acc_row[j] += _as_f32(np.int32(np.uint32(
+                                        acc_row[j] += as_f32(np.int32(np.uint32(
                                             S.pam_mul(a_row[k], b, fc))))
                         g = g1
         for p in range(npl):

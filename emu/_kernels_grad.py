@@ -1,6 +1,6 @@
 """CPU kernels (``@njit(parallel=True)``) for the exact derivatives of emu/_scalar_grad.py.
 
-Elementwise kernels round every operand to the format first (``_kernels._operand``:
+Elementwise kernels round every operand to the format first (``_scalar.operand``:
 RNE, the same rule as the forward operations) and call the scalar definition.  The
 exact PAM-matmul gradient kernel computes
 
@@ -27,8 +27,9 @@ from numba.extending import register_jitable
 from . import _kernels as K
 from . import _scalar as S
 from . import _scalar_grad as G
-from ._kernels import _as_f32, _operand
+from ._kernels import as_f32
 from ._numba_cache import drop_stale
+from .registry import ops
 
 
 @njit(cache=True)
@@ -45,7 +46,7 @@ def _unary(op):
     @njit(parallel=True, cache=True)
     def kernel(x, d, out, fc):
         for i in prange(x.size):
-            out[i] = op(_operand(x[i], fc), _operand(d[i], fc), fc)
+            out[i] = op(S.operand(x[i], fc), S.operand(d[i], fc), fc)
     return kernel
 
 
@@ -54,9 +55,9 @@ def binary_step(op_a, op_b):
     body of the CPU kernel below and of the CUDA kernel (emu/_cuda.py)."""
     @register_jitable
     def step(a, b, d, outa, outb, i, fc):
-        x = _operand(a[i], fc)
-        y = _operand(b[i], fc)
-        g = _operand(d[i], fc)
+        x = S.operand(a[i], fc)
+        y = S.operand(b[i], fc)
+        g = S.operand(d[i], fc)
         outa[i] = op_a(x, y, g, fc)
         outb[i] = op_b(x, y, g, fc)
     return step
@@ -72,13 +73,10 @@ def _binary(op_a, op_b):
     return kernel
 
 
-#: the scalar definition of each exact derivative, by op name: the CPU kernels below and
-#: the CUDA kernels (emu/_cuda.py) are both built from these tables
-UNARY_GRADS = {"pa_exp2": G.pa_exp2_dx, "pa_log2": G.pa_log2_dx, "pa_exp": G.pa_exp_dx,
-               "pa_log": G.pa_log_dx, "pa_sqrt": G.pa_sqrt_dx}
-BINARY_GRADS = {"pam_mul": (G.pam_mul_da, G.pam_mul_db), "pa_div": (G.pa_div_da, G.pa_div_db)}
-UNARY = {name: _unary(op) for name, op in UNARY_GRADS.items()}
-BINARY = {name: _binary(*ops) for name, ops in BINARY_GRADS.items()}
+#: one CPU kernel per differentiable op of the registry (emu/registry.py), by name; the
+#: CUDA kernels (emu/_cuda.py) are built from the same exact-derivative definitions
+UNARY = {op.name: _unary(*op.grads) for op in ops(1, differentiable=True)}
+BINARY = {op.name: _binary(*op.grads) for op in ops(2, differentiable=True)}
 
 
 # --- exact PAM-matmul gradient ------------------------------------------------------
@@ -175,17 +173,17 @@ def _matmul_grad_f32(g, x, w, ix, iw, fc):
                     wr = w[bw, r]
                     for c in range(C):
                         if (wr[c] & np.int32(S.ABS32)) >= mn:
-                            acc[c] += _as_f32(np.int32(di + ws[c] + ((xmr[c] + wmr[c])
+                            acc[c] += as_f32(np.int32(di + ws[c] + ((xmr[c] + wmr[c])
                                                                       & np.int32(0x800000))))
                 else:
                     for c in range(C):
-                        acc[c] += _as_f32(np.int32(di + ws[c] + ((xmr[c] + wmr[c])
+                        acc[c] += as_f32(np.int32(di + ws[c] + ((xmr[c] + wmr[c])
                                                                   & np.int32(0x800000))))
                 continue
             xr = x[bx, p]
             wr = w[bw, r]
             for c in range(C):
-                acc[c] += _as_f32(np.int32(np.uint32(G.pam_mul_da(xr[c], wr[c], d, fc))))
+                acc[c] += as_f32(np.int32(np.uint32(G.pam_mul_da(xr[c], wr[c], d, fc))))
         for c in range(C):
             v = acc[c]
             out[bo, p, c] = np.float32(np.nan) if v != v else v

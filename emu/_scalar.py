@@ -183,6 +183,20 @@ def quantize(x, fc, mode, subnormals, saturate, key, idx):
 
 
 @register_jitable
+def operand(x, fc):
+    """An operand of any op (float32 pattern ``x``) rounded into the format: RNE,
+    subnormals kept (docs/semantics.md §3).
+
+    Rounding to float32 changes only NaN payloads, and every op maps any NaN
+    operand to the canonical NaN itself: skip it (the kernels' loops are then
+    unswitched and vectorised by LLVM).
+    """
+    if fc.exp_bits == 8 and fc.man_bits == 23:
+        return np.int64(x)
+    return quantize(x, fc, RNE, True, False, 0, 0)
+
+
+@register_jitable
 def f32_to_bits(x, fc):
     """Format encoding (low ``width`` bits) of the float32 pattern of a format value."""
     x = np.int64(x)

@@ -5,25 +5,20 @@
 binary32 addition (``acc=float32``, numpy float32 ``+``) or the correctly rounded
 sum in a narrower accumulator format.  This is the order the RTL MAC implements,
 so every implementation agrees bit for bit.  CUDA operands run the tiled kernels of
-emu/_cuda.py, in the same order, and return a device array (emu/device.py).
+emu/_cuda.py, in the same order, and return a device array (emu/cuda_backend.py).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from . import _kernels as K
-from . import device
+from . import cuda_backend
 from .formats import Format, format, float32
-from .ops import as_float32, quantize
+from .host import as_float32
+from .ops import quantize
+from .shapes import batch_index, matmul_shapes
 
 __all__ = ["pam_matmul"]
-
-
-def _batch_index(batch_shape, shape) -> np.ndarray:
-    """Index of each broadcast batch element into an operand's own (flattened) batches."""
-    n = int(np.prod(batch_shape)) if batch_shape else 1
-    own = np.arange(n, dtype=np.int64).reshape(batch_shape)
-    return np.ascontiguousarray(np.broadcast_to(own, shape)).reshape(-1)
 
 
 def pam_matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *,
@@ -38,34 +33,20 @@ def pam_matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *
     """
     fmt = format(fmt, argname="fmt")
     acc = format(acc, argname="acc")
-    gpu = device.prepare(stream, A=A, B=B)
+    gpu = cuda_backend.prepare(stream, A=A, B=B)
     if gpu is not None:
         return gpu.matmul(A, B, fmt, acc)
     a = as_float32(A, "A")
     b = as_float32(B, "B")
-    if a.ndim == 0 or b.ndim == 0:
-        raise ValueError(f"pam_matmul operands must have at least one dimension, got "
-                         f"A.shape={a.shape}, B.shape={b.shape}")
-    squeeze_a = a.ndim == 1
-    squeeze_b = b.ndim == 1
-    if squeeze_a:
+    plan = matmul_shapes(a.shape, b.shape)
+    batch, (m, k, n) = plan.batch, plan.mkn
+    if plan.squeeze_a:
         a = a[None, :]
-    if squeeze_b:
+    if plan.squeeze_b:
         b = b[:, None]
-    m, k = a.shape[-2:]
-    k2, n = b.shape[-2:]
-    if k != k2:
-        raise ValueError(f"pam_matmul: contracted dimensions differ: A.shape={np.shape(A)} "
-                         f"has K={k}, B.shape={np.shape(B)} has K={k2}")
-    try:
-        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    except ValueError:
-        raise ValueError(f"pam_matmul: batch dimensions do not broadcast: A.shape="
-                         f"{np.shape(A)}, B.shape={np.shape(B)}") from None
     nout = int(np.prod(batch)) if batch else 1
-    out_shape = batch + (m, n)
     if nout == 0 or m == 0 or n == 0 or k == 0:
-        c = np.zeros(out_shape, np.float32)
+        c = np.zeros(plan.full, np.float32)
     else:
         if fmt == float32:
             # rounding to float32 is the identity up to NaN payloads, and the kernel
@@ -75,8 +56,8 @@ def pam_matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *
         else:
             aq = quantize(a, fmt).view(np.int32)
             bq = quantize(b, fmt).view(np.int32)
-        ia = _batch_index(a.shape[:-2], batch)
-        ib = _batch_index(b.shape[:-2], batch)
+        ia = batch_index(a.shape[:-2], batch)
+        ib = batch_index(b.shape[:-2], batch)
         a3 = aq.reshape(-1, m, k)
         b3 = bq.reshape(-1, k, n)
         c = np.empty((nout, m, n), np.float32)
@@ -88,9 +69,4 @@ def pam_matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *
             K.matmul_f32acc(a3, am, sta, bp, bm, stb, ia, ib, c, fmt.consts)
         else:
             K.matmul_fmtacc(a3, b3, ia, ib, c.view(np.int32), fmt.consts, acc.consts)
-        c = c.reshape(out_shape)
-    if squeeze_a:
-        c = c[..., 0, :]
-    if squeeze_b:
-        c = c[..., 0]
-    return c
+    return c.reshape(plan.out)

@@ -10,45 +10,26 @@ scalar when every input was a scalar), broadcast like numpy ufuncs.
 
 CUDA operands (torch CUDA tensors, CuPy arrays, Numba device arrays) run the same
 scalar definitions as CUDA kernels on the caller's stream, or on ``stream``, and
-return a device array of the same kind (emu/device.py, docs/gpu.md).
+return a device array of the same kind (emu/cuda_backend.py, docs/gpu.md).
 """
 from __future__ import annotations
 
 import secrets
 
-import ml_dtypes
 import numpy as np
 
 from . import _kernels as K
 from . import _scalar as S
-from . import device
+from . import cuda_backend
 from .formats import Format, format, float32
+from .host import as_float32, finish, flat_u32
+from .registry import ops
 
-__all__ = ["quantize", "to_bits", "from_bits", "pam_mul", "pa_div", "pa_exp2",
-           "pa_log2", "pa_exp", "pa_log", "pa_sqrt", "fp_add", "fp_mul"]
+__all__ = ["quantize", "to_bits", "from_bits", "fp_mul"]      # + one per registry op, below
 
 ROUNDING = {"nearest_even": S.RNE, "toward_zero": S.RTZ, "stochastic": S.SR}
 _ROUNDING_ALIASES = {"rne": "nearest_even", "nearest": "nearest_even",
                      "rtz": "toward_zero", "truncate": "toward_zero", "sr": "stochastic"}
-_ML_FLOATS = {np.dtype(getattr(ml_dtypes, n)) for n in (
-    "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2fnuz",
-    "float8_e4m3b11fnuz") if hasattr(ml_dtypes, n)}
-
-
-def as_float32(x, name: str) -> np.ndarray:
-    """``x`` as a float32 ndarray (see the module docstring for the accepted dtypes)."""
-    try:
-        arr = np.asarray(x)
-    except Exception as exc:  # e.g. a torch tensor that requires grad
-        raise TypeError(f"{name} must be array-like with a real floating or integer dtype; "
-                        f"numpy.asarray failed: {exc}") from None
-    if arr.dtype.kind in "fiu" or arr.dtype in _ML_FLOATS:
-        with np.errstate(over="ignore"):        # float64 beyond float32's range -> ±inf, as documented
-            return arr.astype(np.float32, copy=False)
-    raise TypeError(f"{name} must have a real floating dtype (float16, bfloat16, float32, "
-                    f"float64, ml_dtypes float8) or an integer dtype, got dtype {arr.dtype}")
-
-
 def rounding_mode(rounding) -> int:
     """Kernel code of a rounding-mode name; ValueError naming the accepted names."""
     if isinstance(rounding, str):
@@ -70,15 +51,6 @@ def stochastic_key(seed) -> int:
     ka = S.mix32((seed & S.M32) ^ 0x9E3779B9) & 0x7FFFFFFF
     kb = S.mix32(ka ^ (seed >> 32) ^ 0x85EBCA6B)
     return (ka << 32) | kb
-
-
-def _finish(out: np.ndarray, shape, scalar: bool):
-    res = out.view(np.float32).reshape(shape)
-    return res[()] if scalar else res
-
-
-def _flat_u32(arr: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(arr).reshape(-1).view(np.uint32)
 
 
 def quantize(x, fmt, rounding="nearest_even", subnormals=True, overflow=None, seed=None, *,
@@ -103,25 +75,25 @@ def quantize(x, fmt, rounding="nearest_even", subnormals=True, overflow=None, se
     if seed is not None and mode != S.SR:
         raise ValueError("seed is only used with rounding='stochastic'")
     key = stochastic_key(seed) if mode == S.SR else 0
-    gpu = device.prepare(stream, x=x)
+    gpu = cuda_backend.prepare(stream, x=x)
     if gpu is not None:
         return gpu.quantize(x, fmt.consts, mode, bool(subnormals), overflow == "saturate", key)
     arr = as_float32(x, "x")
     out = np.empty(arr.size, np.uint32)
-    K.quantize(_flat_u32(arr), out, fmt.consts, mode, bool(subnormals),
+    K.quantize(flat_u32(arr), out, fmt.consts, mode, bool(subnormals),
                overflow == "saturate", key)
-    return _finish(out, arr.shape, np.ndim(x) == 0)
+    return finish(out, arr.shape, np.ndim(x) == 0)
 
 
 def to_bits(x, fmt, *, stream=None) -> np.ndarray:
     """Encoding of ``x`` in ``fmt`` (rounded RNE first) as uint32, in the low ``width`` bits."""
     fmt = format(fmt)
-    gpu = device.prepare(stream, x=x)
+    gpu = cuda_backend.prepare(stream, x=x)
     if gpu is not None:
         return gpu.to_bits(x, fmt.consts)
     arr = as_float32(x, "x")
     out = np.empty(arr.size, np.uint32)
-    K.to_bits(_flat_u32(arr), out, fmt.consts)
+    K.to_bits(flat_u32(arr), out, fmt.consts)
     out = out.reshape(arr.shape)
     return out[()] if np.ndim(x) == 0 else out
 
@@ -132,7 +104,7 @@ def from_bits(bits, fmt, *, stream=None):
     On CUDA the range check reads one flag back, so this call waits for ``stream``.
     """
     fmt = format(fmt)
-    gpu = device.prepare(stream, bits=bits)
+    gpu = cuda_backend.prepare(stream, bits=bits)
     if gpu is not None:
         return gpu.from_bits(bits, fmt)
     arr = np.asarray(bits)
@@ -143,24 +115,24 @@ def from_bits(bits, fmt, *, stream=None):
                          f"got values in [{arr.min()}, {arr.max()}]")
     out = np.empty(arr.size, np.uint32)
     K.from_bits(np.ascontiguousarray(arr, dtype=np.uint32).reshape(-1), out, fmt.consts)
-    return _finish(out, arr.shape, np.ndim(bits) == 0)
+    return finish(out, arr.shape, np.ndim(bits) == 0)
 
 
 def _unary(name, x, fmt, stream):
     fmt = format(fmt)
-    gpu = device.prepare(stream, x=x)
+    gpu = cuda_backend.prepare(stream, x=x)
     if gpu is not None:
         return gpu.unary(name, x, fmt.consts)
     kernel = K.UNARY[name]
     arr = as_float32(x, "x")
     out = np.empty(arr.size, np.uint32)
-    kernel(_flat_u32(arr), out, fmt.consts)
-    return _finish(out, arr.shape, np.ndim(x) == 0)
+    kernel(flat_u32(arr), out, fmt.consts)
+    return finish(out, arr.shape, np.ndim(x) == 0)
 
 
 def _binary(name, a, b, fmt, stream):
     fmt = format(fmt)
-    gpu = device.prepare(stream, a=a, b=b)
+    gpu = cuda_backend.prepare(stream, a=a, b=b)
     if gpu is not None:
         return gpu.binary(name, a, b, fmt.consts)
     kernel = K.BINARY[name]
@@ -176,48 +148,31 @@ def _binary(name, a, b, fmt, stream):
     if y.shape != shape:
         y = np.broadcast_to(y, shape)
     out = np.empty(int(np.prod(shape)), np.uint32)
-    kernel(_flat_u32(x), _flat_u32(y), out, fmt.consts)
-    return _finish(out, shape, np.ndim(a) == 0 and np.ndim(b) == 0)
+    kernel(flat_u32(x), flat_u32(y), out, fmt.consts)
+    return finish(out, shape, np.ndim(a) == 0 and np.ndim(b) == 0)
 
 
-def pam_mul(a, b, fmt: Format | str = float32, *, stream=None):
-    """Piecewise affine multiplication a ·̂ b (eqs. 5-8) in ``fmt``."""
-    return _binary("pam_mul", a, b, fmt, stream)
+def _front(op):
+    """The numpy front end of a public registry op (emu/registry.py)."""
+    if op.arity == 1:
+        def f(x, fmt: Format | str = float32, *, stream=None):
+            return _unary(op.name, x, fmt, stream)
+    else:
+        def f(a, b, fmt: Format | str = float32, *, stream=None):
+            return _binary(op.name, a, b, fmt, stream)
+    f.__name__ = f.__qualname__ = op.name
+    f.__module__ = __name__
+    f.__doc__ = f"{op.doc}\n\n    docs/semantics.md {op.section}."
+    return f
 
 
-def pa_div(a, b, fmt: Format | str = float32, *, stream=None):
-    """Piecewise affine division a ÷̂ b (eqs. 14-17) in ``fmt``."""
-    return _binary("pa_div", a, b, fmt, stream)
-
-
-def pa_exp2(x, fmt: Format | str = float32, *, stream=None):
-    """paexp2(x) = 2^floor(x) (1 + x - floor(x)) (eq. 9), rounded once into ``fmt``."""
-    return _unary("pa_exp2", x, fmt, stream)
-
-
-def pa_log2(x, fmt: Format | str = float32, *, stream=None):
-    """palog2(x) = E_x + M_x (eq. 10), rounded once into ``fmt``."""
-    return _unary("pa_log2", x, fmt, stream)
-
-
-def pa_exp(x, fmt: Format | str = float32, *, stream=None):
-    """paexp(x) = paexp2(log2(e) ·̂ x) (eq. 18)."""
-    return _unary("pa_exp", x, fmt, stream)
-
-
-def pa_log(x, fmt: Format | str = float32, *, stream=None):
-    """palog(x) = palog2(x) ÷̂ log2(e) (eq. 19)."""
-    return _unary("pa_log", x, fmt, stream)
-
-
-def pa_sqrt(x, fmt: Format | str = float32, *, stream=None):
-    """pasqrt(x) = paexp2(palog2(x) / 2) (eq. 20), exact then rounded once into ``fmt``."""
-    return _unary("pa_sqrt", x, fmt, stream)
-
-
-def fp_add(a, b, fmt: Format | str = float32, *, stream=None):
-    """IEEE 754 addition, correctly rounded (RNE) into ``fmt``: the accumulator's ⊕."""
-    return _binary("fp_add", a, b, fmt, stream)
+# one front end per public op of the registry, except fp_mul (its ``subnormals`` flag
+# picks one of two kernels)
+for _op in ops(public=True):
+    if _op.name != "fp_mul":
+        globals()[_op.name] = _front(_op)
+        __all__.append(_op.name)
+del _op
 
 
 def fp_mul(a, b, fmt: Format | str = float32, subnormals=True, *, stream=None):

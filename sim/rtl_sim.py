@@ -503,18 +503,9 @@ def _matmul_job(A, B, fmt, acc, unit, sim, rows, cols, stages):
     if unit not in streams:
         raise ValueError(f"unit={unit!r}: expected a stream unit, one of {streams}")
     a, b = _operand(A, "A"), _operand(B, "B")
-    sa, sb = a.ndim == 1, b.ndim == 1
+    sa, sb, batch, (m, k, n) = emu.shapes.matmul_shapes(a.shape, b.shape, "rtl_matmul")
     a = a[None, :] if sa else a
     b = b[:, None] if sb else b
-    (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
-    if k != k2:
-        raise ValueError(f"rtl_matmul: contracted dimensions differ: A.shape={np.shape(A)} has "
-                         f"K={k}, B.shape={np.shape(B)} has K={k2}")
-    try:
-        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    except ValueError:
-        raise ValueError(f"rtl_matmul: batch dimensions do not broadcast: A.shape={np.shape(A)}, "
-                         f"B.shape={np.shape(B)}") from None
     nb = int(np.prod(batch))
     aq = emu.to_bits(np.broadcast_to(emu.quantize(a, fmt), batch + (m, k)), fmt).reshape(nb, m, k)
     bq = emu.to_bits(np.broadcast_to(emu.quantize(b, fmt), batch + (k, n)), fmt).reshape(nb, k, n)

@@ -53,6 +53,7 @@ class TrainSpec:
     seq_len: int = 64                    # text: characters per sequence
     steps_per_epoch: int = 100           # text: an "epoch" is this many batches
     text_chars: int = 400_000            # text: the first characters of the KJV used
+    device: str = "cpu"                  # "cpu" or "cuda" (under DDP: each rank's GPU)
 
     def __post_init__(self):
         if self.data not in DATASETS:
@@ -69,6 +70,8 @@ class TrainSpec:
                 raise ValueError(f"{name} must be a positive int, got {getattr(self, name)!r}")
         if self.optimizer not in ("adamw", "sgd"):
             raise ValueError(f"optimizer={self.optimizer!r}; expected 'adamw' or 'sgd'")
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device={self.device!r}; expected 'cpu' or 'cuda'")
 
     def key(self) -> str:
         """A short hash of the spec (and the torch version): the baseline cache key."""
@@ -195,8 +198,9 @@ def evaluate(model, data, text: bool) -> dict:
     """Native metrics of the model's logits (PA forward for a converted model)."""
     model.eval()
     loss = correct = count = 0.0
+    device = next(model.parameters()).device
     for x, y in data.eval_batches():
-        z, t = _flat(model(x), y)
+        z, t = _flat(model(x.to(device)), y.to(device))
         loss += F.cross_entropy(z, t, reduction="sum").item()
         correct += (z.argmax(-1) == t).sum().item()
         count += t.numel()
@@ -250,10 +254,15 @@ def train(spec: TrainSpec, config: tb.PAMConfig | None, name: str | None = None,
     torch.manual_seed(spec.seed)
     model = build_model(spec.model, **data.model_kwargs(spec))
     tb.convert(model, config)
+    device = torch.device("cpu")
+    if spec.device == "cuda":           # under DDP (nccl) one GPU per rank
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        model.to(device)
     net = model
     if size > 1:
         from torch.nn.parallel import DistributedDataParallel
-        net = DistributedDataParallel(model)
+        net = DistributedDataParallel(model, device_ids=None if device.index is None
+                                      else [device.index])
         # distinct stochastic-rounding streams per rank (rank 0 keeps the 1-process one)
         if rank:
             torch.manual_seed(spec.seed * 65537 + rank)
@@ -279,6 +288,7 @@ def train(spec: TrainSpec, config: tb.PAMConfig | None, name: str | None = None,
                 x, y = _shard(x, y, rank, size)
                 if not len(y):
                     continue
+            x, y = x.to(device), y.to(device)
             logits = net(x)
             loss = tb.functional.cross_entropy(*_flat(logits, y),
                                                label_smoothing=spec.label_smoothing,

@@ -42,18 +42,18 @@ def torchrun_world_size() -> int | None:
     return None
 
 
-def _join_torchrun():
+def _join_torchrun(backend: str):
     import torch.distributed as dist
     if not dist.is_initialized():
-        dist.init_process_group("gloo", init_method="env://")
+        dist.init_process_group(backend, init_method="env://")
 
 
-def _worker(rank: int, nproc: int, store: str, result: str, threads: int,
+def _worker(rank: int, nproc: int, store: str, result: str, threads: int, backend: str,
             fn: Callable, args: tuple):
     import torch.distributed as dist
     if threads:
         torch.set_num_threads(threads)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank,
                             world_size=nproc)
     try:
         out = fn(*args)
@@ -63,8 +63,9 @@ def _worker(rank: int, nproc: int, store: str, result: str, threads: int,
         dist.destroy_process_group()
 
 
-def run(fn: Callable, nproc: int, *args, threads: int = 1):
-    """``fn(*args)`` on every rank of an ``nproc``-process gloo group; rank 0's result.
+def run(fn: Callable, nproc: int, *args, threads: int = 1, backend: str = "gloo"):
+    """``fn(*args)`` on every rank of an ``nproc``-process group (``backend``: gloo on
+    the CPU, nccl for CUDA training); rank 0's result.
 
     Under torchrun the current process is one rank (``nproc`` must equal WORLD_SIZE) and
     every rank returns its own result (only rank 0's carries the evaluations).
@@ -78,7 +79,7 @@ def run(fn: Callable, nproc: int, *args, threads: int = 1):
         if nproc not in (1, launched):
             raise ValueError(f"nproc={nproc} but torchrun started WORLD_SIZE={launched} "
                              "processes; omit --nproc under torchrun or make them agree")
-        _join_torchrun()
+        _join_torchrun(backend)
         return fn(*args)
     if nproc == 1:
         return fn(*args)
@@ -87,7 +88,7 @@ def run(fn: Callable, nproc: int, *args, threads: int = 1):
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     with tempfile.TemporaryDirectory(prefix="pamsim-ddp-") as tmp:
         store, result = os.path.join(tmp, "store"), os.path.join(tmp, "result.pkl")
-        mp.spawn(_worker, args=(nproc, store, result, threads, fn, args), nprocs=nproc,
+        mp.spawn(_worker, args=(nproc, store, result, threads, backend, fn, args), nprocs=nproc,
                  join=True)
         return pickle.loads(Path(result).read_bytes())
 

@@ -1,8 +1,8 @@
 """Every CUDA kernel compiles for real GPUs (sm_80, sm_90) on a machine without one.
 
-``numba.cuda.compile_ptx`` lowers each kernel, with every argument type emu/device.py
-launches it with (``emu._cuda.signatures()``; tests/test_cuda_sim.py checks that the
-launches stay within that list), through NVVM from the CUDA toolkit into PTX, and
+``numba.cuda.compile_ptx`` lowers each kernel, with every argument type
+emu/cuda_backend.py launches it with (``emu._cuda.signatures()``;
+tests/test_cuda_sim.py checks that the launches stay within that list), through NVVM from the CUDA toolkit into PTX, and
 ``ptxas`` assembles the PTX into machine code for the same architecture, so a kernel
 a real GPU would reject fails here.  The device query that compiling a
 ``register_jitable`` device function makes is answered by a stub.

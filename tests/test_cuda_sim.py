@@ -25,22 +25,21 @@ from pathlib import Path
 
 import pytest
 
+from emu.registry import ops
+
 SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 HARDWARE = not SIM and os.environ.get("PAMSIM_CUDA_HARDWARE") == "1"
 LOG = "PAMSIM_CUDA_LAUNCH_LOG"
 
 # which kernels each group must launch; together: every kernel of emu._cuda
 GROUPS = {
-    "elementwise": ["quantize", "to_bits", "from_bits", "pa_exp2", "pa_log2", "pa_exp",
-                    "pa_log", "pa_sqrt", "pam_mul", "pa_div", "fp_add", "fp_mul",
-                    "fp_mul_daz"],
-    "exhaustive": ["pam_mul", "pa_div", "fp_add", "fp_mul", "fp_mul_daz", "operand_stats",
-                   "matmul_f32acc", "matmul_fmtacc"],
+    "elementwise": ["quantize", "to_bits", "from_bits", *(op.name for op in ops())],
+    "exhaustive": [*(op.name for op in ops(2)), "operand_stats", "matmul_f32acc",
+                   "matmul_fmtacc"],
     "matmul": ["operand_stats", "matmul_f32acc", "matmul_fmtacc", "gather"],
     "dispatch": ["gather", "from_bits", "pam_mul", "quantize", "matmul_f32acc"],
-    "grad": ["grad_pa_exp2", "grad_pa_log2", "grad_pa_exp", "grad_pa_log", "grad_pa_sqrt",
-             "grad_pam_mul", "grad_pa_div", "matmul_grad_f32acc", "matmul_grad_fmtacc",
-             "matmul_f32acc", "quantize", "gather"],
+    "grad": [*(f"grad_{op.name}" for op in ops(differentiable=True)), "matmul_grad_f32acc",
+             "matmul_grad_fmtacc", "matmul_f32acc", "quantize", "gather"],
 }
 
 
@@ -99,7 +98,7 @@ else:
         shape, strides = list(d.shape), list(d.strides)
         shape[i], shape[j] = shape[j], shape[i]
         strides[i], strides[j] = strides[j], strides[i]
-        return device._restride(_cuda.SIM, d, tuple(shape), tuple(strides))
+        return device.restride(_cuda.SIM, d, tuple(shape), tuple(strides))
 
     def host(d):
         assert isinstance(d, type(cuda.to_device(np.zeros(1)))), type(d)
@@ -121,8 +120,8 @@ else:
         return np.concatenate([c, f32, near, nan_payload, rnd, f32_patterns(rng, n // 2)])
 
     FORMATS = ["float32", "bfloat16", "float16", "float8_e5m2", "float8_e4m3fn", "e3m2"]
-    UNARY = ["pa_exp2", "pa_log2", "pa_exp", "pa_log", "pa_sqrt"]
-    BINARY = ["pam_mul", "pa_div", "fp_add", "fp_mul"]
+    UNARY = [op.name for op in ops(1)]
+    BINARY = [op.name for op in ops(2)]      # fp_mul_daz: fp_mul(subnormals=False)
 
     # --- elementwise --------------------------------------------------------------------
 
@@ -167,7 +166,7 @@ else:
         assert_bits_equal(host(got), getattr(emu, op)(x, fmt), x, what=f"{op} {fmt}")
 
     @pytest.mark.parametrize("fmt", ["float32", "bfloat16", "float16"])
-    @pytest.mark.parametrize("op", BINARY + ["fp_mul_daz"])
+    @pytest.mark.parametrize("op", BINARY)
     def test_elementwise_binary(op, fmt, rng):
         c = np.concatenate([corner_values(fmt), corner_values("float32")])
         a, b = (v.ravel() for v in np.meshgrid(c, c, indexing="ij"))
@@ -183,7 +182,7 @@ else:
 
     @pytest.mark.parametrize("kind", ["exact", "approx"])
     @pytest.mark.parametrize("fmt", ["float32", "bfloat16", "float8_e4m3fn"])
-    @pytest.mark.parametrize("op", UNARY)
+    @pytest.mark.parametrize("op", [op.name for op in ops(1, differentiable=True)])
     def test_grad_unary(op, fmt, kind, rng):
         f = emu.format(fmt)
         x = all_values(fmt) if f.width <= 8 else sample(fmt, rng, 600)
@@ -195,7 +194,7 @@ else:
 
     @pytest.mark.parametrize("kind", ["exact", "approx"])
     @pytest.mark.parametrize("fmt", ["float32", "bfloat16", "float16"])
-    @pytest.mark.parametrize("op", ["pam_mul", "pa_div"])
+    @pytest.mark.parametrize("op", [op.name for op in ops(2, differentiable=True)])
     def test_grad_binary(op, fmt, kind, rng):
         c = np.concatenate([corner_values(fmt), corner_values("float32")])
         a, b = (v.ravel() for v in np.meshgrid(c, c, indexing="ij"))
@@ -270,7 +269,7 @@ else:
         return a.ravel(), b.ravel()
 
     @pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2"])
-    @pytest.mark.parametrize("op", BINARY + ["fp_mul_daz"])
+    @pytest.mark.parametrize("op", BINARY)
     def test_exhaustive_fp8_pairs(op, fmt):
         a, b = all_pairs(fmt)
         assert a.size == 65536

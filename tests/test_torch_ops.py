@@ -129,9 +129,8 @@ def test_conv2d_padding_modes_and_strings(rng):
         tb.pam_conv2d(x, w, groups=3)
 
 
-BIN = {"pam_mul": emu.pam_mul, "pa_div": emu.pa_div}
-UN = {"pa_exp2": emu.pa_exp2, "pa_log2": emu.pa_log2, "pa_exp": emu.pa_exp,
-      "pa_log": emu.pa_log, "pa_sqrt": emu.pa_sqrt}
+BIN = {op.name: getattr(emu, op.name) for op in emu.registry.ops(2, differentiable=True)}
+UN = {op.name: getattr(emu, op.name) for op in emu.registry.ops(1, differentiable=True)}
 
 
 @pytest.mark.parametrize("fmt", ["float32", "bf16", "e4m3fn"])

@@ -125,6 +125,15 @@ def test_bad_spec_is_reported(capsys, tmp_path):
     assert "does not fit data='digits'" in capsys.readouterr().out
     with pytest.raises(ValueError, match="epochs must be a positive int"):
         T.TrainSpec(epochs=0)
+    with pytest.raises(ValueError, match="device='tpu'; expected 'cpu' or 'cuda'"):
+        T.TrainSpec(device="tpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without a GPU")
+def test_device_cuda_without_a_gpu_is_one_line(capsys, tmp_path):
+    assert main(["train", "--device", "cuda", "--out", str(tmp_path)]) == 2
+    assert "pamsim train: error: --device cuda: torch sees no CUDA device" in \
+        capsys.readouterr().out
 
 
 def test_torch_bench_quick(tmp_path, capsys):
@@ -136,6 +145,8 @@ def test_torch_bench_quick(tmp_path, capsys):
     assert any("all ops PA" in n for n in names) and any("exact bwd" in n for n in names)
     # timings are the bench's business (ratios on a shared machine are noisy): here only
     # that every case ran, against its native baseline, at 1 and at all threads
-    assert len(rows) == 6 and all(0 < r["seconds"] and 0 < r["ratio"] < 1e3 for r in rows)
-    assert [r["target"] for r in rows].count(5.0) == 2
+    # (and the per-call overhead case: the digits MLP step, every op group PA, 1 thread)
+    assert any("digits MLP" in n and "1 thr" in n for n in names)
+    assert len(rows) == 7 and all(0 < r["seconds"] and 0 < r["ratio"] < 1e3 for r in rows)
+    assert [r["target"] for r in rows].count(5.0) == 3
     assert "native fp32 step" in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""torch_bridge — PyTorch drop-ins that run models on emulated PAM hardware (CPU).
+"""torch_bridge — PyTorch drop-ins that run models on emulated PAM hardware (CPU, CUDA).
 
 Kosson & Jaggi, "Multiplication-Free Transformer Training via Piecewise Affine
 Operations": every number comes from :mod:`emu` (forward) and :mod:`emu.grad`
@@ -17,19 +17,23 @@ Operations": every number comes from :mod:`emu` (forward) and :mod:`emu.grad`
 
 See docs/torch_bridge.md.
 """
+import emu.registry
+
 from . import functional, memory
 from .config import OPS, PAMConfig
 from .convert import convert
-from .functional import (pa_cross_entropy, pa_div, pa_exp, pa_exp2, pa_layer_norm, pa_log,
-                         pa_log2, pa_softmax, pa_sqrt, pam_conv2d, pam_linear, pam_matmul,
-                         pam_mul)
+from .functional import (pa_cross_entropy, pa_layer_norm, pa_softmax, pam_conv2d, pam_linear,
+                         pam_matmul)
 from .mode import pam_mode
 from .modules import (PACrossEntropyLoss, PALayerNorm, PAMConv2d, PAMLinear,
                       PAMultiheadAttention, PASoftmax)
 from .optim import PAAdamW, PASGD, make_optimizer
 
+# the elementwise primitives: one per differentiable op of emu's registry (emu.OPS)
+_ELEMENTWISE = [op.name for op in emu.registry.ops(differentiable=True)]
+globals().update({name: getattr(functional, name) for name in _ELEMENTWISE})
+
 __all__ = ["PAMConfig", "OPS", "convert", "pam_mode", "functional", "memory", "pam_matmul",
-           "pam_linear", "pam_conv2d", "pam_mul", "pa_div", "pa_exp2", "pa_log2", "pa_exp",
-           "pa_log", "pa_sqrt", "pa_softmax", "pa_layer_norm", "pa_cross_entropy",
-           "PAMLinear", "PAMConv2d", "PALayerNorm", "PASoftmax", "PAMultiheadAttention",
-           "PACrossEntropyLoss", "PAAdamW", "PASGD", "make_optimizer"]
+           "pam_linear", "pam_conv2d", *_ELEMENTWISE, "pa_softmax", "pa_layer_norm",
+           "pa_cross_entropy", "PAMLinear", "PAMConv2d", "PALayerNorm", "PASoftmax",
+           "PAMultiheadAttention", "PACrossEntropyLoss", "PAAdamW", "PASGD", "make_optimizer"]

@@ -1,11 +1,15 @@
-"""torch <-> emu: tensor conversion, operand rounding and the autograd Functions.
+"""torch <-> emu: tensors to emu's backends and back, operand rounding and the autograd
+Functions.
 
 Every number these Functions produce comes from emu (forward: emu.pam_matmul and the
-elementwise ops; backward: emu.grad).  Tensors are handed to emu as float32 numpy
-arrays — zero-copy for float32 CPU tensors, strided views included — and results
-come back with ``torch.from_numpy``; other floating dtypes go through float32
-(exact for float16/bfloat16; float64 is rounded RNE, as emu documents) and results
-are cast to the operands' promoted dtype.
+elementwise ops; backward: emu.grad).  Tensors stay torch tensors: a CPU tensor is
+handed to emu's CPU backend as a zero-copy float32 numpy view (strided views
+included) and the result comes back with ``torch.from_numpy``; a CUDA tensor is
+handed to emu's CUDA backend as the tensor itself (emu/device.py reads it through
+``__cuda_array_interface__`` and runs on torch's current stream) and the result is a
+CUDA tensor, with the CPU's bits.  Other floating dtypes go through float32 (exact
+for float16/bfloat16; float64 is rounded RNE, as emu documents) and results are cast
+to the operands' promoted dtype.  Operands on different devices are a ValueError.
 
 Operands are rounded into the format *once*, here (RNE, stochastic with a fresh
 seed from torch's RNG, or toward zero), and the rounded values are what the backward
@@ -31,29 +35,85 @@ FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def check_tensor(t, name: str) -> torch.Tensor:
-    """A floating CPU tensor, or a clear TypeError/ValueError naming ``name``."""
+    """A floating CPU or CUDA tensor, or a clear TypeError/ValueError naming ``name``."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in FLOATS:
         raise TypeError(f"{name} must have a floating dtype (float16, bfloat16, float32, "
                         f"float64), got {t.dtype}")
-    if t.device.type != "cpu":
-        raise ValueError(f"{name} is on {t.device}; torch_bridge emulates PA hardware on "
-                         "the CPU (move it with .cpu())")
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name} is on {t.device}; torch_bridge runs on the CPU and on "
+                         "CUDA devices")
     return t
 
 
-def to_np(t: torch.Tensor) -> np.ndarray:
-    """The tensor's values as a float32 numpy array (a view for float32 tensors)."""
+def same_device(**tensors) -> None:
+    """ValueError naming the operands when the tensors among them are on different
+    devices (numbers are fine anywhere)."""
+    devices = {n: t.device for n, t in tensors.items() if isinstance(t, torch.Tensor)}
+    if len(set(devices.values())) > 1:
+        raise ValueError("mixed devices: " + ", ".join(f"{n} on {d}" for n, d in devices.items())
+                         + "; move every operand to one device (.to(device))")
+
+
+_CUDA_FOR_CPU = False
+
+
+@contextmanager
+def cuda_backend():
+    """Under Numba's CUDA simulator (docs/gpu.md), run CPU tensors through emu's CUDA
+    backend instead of its CPU backend: how the tests prove without a GPU that
+    torch_bridge gets the CPU's bits from the CUDA kernels.  The simulator's device
+    memory is host memory, so a tensor's numpy view is wrapped as it is, strides
+    included.  (On a GPU, pass CUDA tensors: they always use the CUDA backend.)"""
+    global _CUDA_FOR_CPU
+    if not numba.config.ENABLE_CUDASIM:
+        raise RuntimeError("cuda_backend() needs Numba's CUDA simulator "
+                           "(NUMBA_ENABLE_CUDASIM=1); on a GPU pass CUDA tensors")
+    old, _CUDA_FOR_CPU = _CUDA_FOR_CPU, True
+    try:
+        yield
+    finally:
+        _CUDA_FOR_CPU = old
+
+
+def as_float32(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's values, detached, as float32 (itself, detached, when it is one)."""
     t = t.detach()
-    if t.dtype != torch.float32:
-        t = t.float()
+    return t if t.dtype == torch.float32 else t.float()
+
+
+def to_emu(t: torch.Tensor):
+    """A tensor as an emu operand: a CUDA tensor itself, a CPU tensor as a zero-copy
+    float32 numpy view (a simulated device array under :func:`cuda_backend`)."""
+    t = as_float32(t)
+    if t.is_cuda:           # emu wraps it and picks torch's stream: GPU only (docs/gpu.md)
+        return t
+    if _CUDA_FOR_CPU:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+        return FakeCUDAArray(t.numpy())
     return t.numpy()
 
 
-def from_np(a, dtype: torch.dtype) -> torch.Tensor:
-    t = torch.from_numpy(np.asarray(a, dtype=np.float32))
+def from_emu(r, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """An emu result (numpy, a CUDA tensor, or a Numba device array under
+    :func:`cuda_backend`) as a tensor of ``dtype`` on the operands' device."""
+    if isinstance(r, torch.Tensor):     # a CUDA result: GPU only (docs/gpu.md)
+        t = r
+    elif hasattr(r, "copy_to_host"):
+        t = torch.from_numpy(r.copy_to_host())
+    else:
+        t = torch.from_numpy(np.asarray(r, np.float32))
     return t if dtype == torch.float32 else t.to(dtype)
+
+
+def emu_call(fn, *args, **kwargs):
+    """``fn`` (an emu function) with its tensor arguments handed over by :func:`to_emu`
+    and its result(s) returned as float32 tensors (None stays None)."""
+    out = fn(*(to_emu(a) if isinstance(a, torch.Tensor) else a for a in args), **kwargs)
+    if isinstance(out, tuple):
+        return tuple(None if o is None else from_emu(o) for o in out)
+    return from_emu(out)
 
 
 def next_seed() -> int:
@@ -61,13 +121,21 @@ def next_seed() -> int:
     return int(torch.randint(0, 2 ** 62, ()).item())
 
 
-def round_np(x: np.ndarray, fmt: emu.Format, rounding: str) -> np.ndarray:
-    """``x`` rounded into ``fmt`` (a new array, or ``x`` itself when nothing changes)."""
+def round_to(x: torch.Tensor, fmt: emu.Format, rounding: str) -> torch.Tensor:
+    """The float32 tensor ``x`` rounded into ``fmt`` (``x`` itself when nothing changes)."""
     if fmt == emu.float32:          # every mode is the identity (NaNs are canonicalised by emu)
         return x
     if rounding == "stochastic":
-        return np.asarray(emu.quantize(x, fmt, "stochastic", seed=next_seed()))
-    return np.asarray(emu.quantize(x, fmt, rounding))
+        return emu_call(emu.quantize, x, fmt, "stochastic", seed=next_seed())
+    return emu_call(emu.quantize, x, fmt, rounding)
+
+
+def round_scalar(v: float, fmt: emu.Format, rounding: str) -> np.float32:
+    """The number ``v`` rounded into ``fmt`` (a host scalar, usable with any device)."""
+    if fmt == emu.float32:
+        return np.float32(v)
+    seed = next_seed() if rounding == "stochastic" else None
+    return np.float32(emu.quantize(np.float32(v), fmt, rounding, seed=seed))
 
 
 def _start_numba_threads():
@@ -112,22 +180,22 @@ def _rounded(ctx, tensors, fmt, rounding):
     """Round each input into ``fmt`` and save the results for backward.  An input that
     rounding leaves alone is saved as the tensor itself (autograd then notices later
     in-place changes); rounded copies are saved as new tensors."""
-    arrays, saved = [], []
+    same_device(**{f"operand {i}": t for i, t in enumerate(tensors)})
+    rounded, saved = [], []
     for t in tensors:
-        raw = to_np(t)
-        arr = round_np(raw, fmt, rounding)
-        arrays.append(arr)
-        saved.append(t if arr is raw and t.dtype == torch.float32 else torch.from_numpy(arr))
+        x = as_float32(t)
+        r = round_to(x, fmt, rounding)
+        rounded.append(r)
+        saved.append(t if r is x and t.dtype == torch.float32 else r)
     ctx.save_for_backward(*saved)
     ctx.operands = [(t.shape, t.dtype) for t in tensors]
-    return arrays
+    return rounded
 
 
 def _grad_out(g, operand) -> torch.Tensor:
     """A gradient from emu as a tensor shaped and typed like its operand; a broadcast
     operand's gradient is reduced with float32 additions."""
     shape, dtype = operand
-    g = torch.from_numpy(np.asarray(g, np.float32))
     if g.shape != shape:
         g = g.sum_to_size(shape)
     return g.to(dtype)
@@ -149,9 +217,9 @@ class PAMMatmul(torch.autograd.Function):
         work = _matmul_work(a, b)
         with emu_threads(work):
             A, B = _rounded(ctx, (a, b), fmt, rounding)
-            C = emu.pam_matmul(A, B, kernel_fmt(fmt), acc)
+            C = emu_call(emu.pam_matmul, A, B, kernel_fmt(fmt), acc)
         ctx.meta = (fmt, acc, kind, rounding, work)
-        return from_np(C, torch.promote_types(a.dtype, b.dtype))
+        return C.to(torch.promote_types(a.dtype, b.dtype))
 
     @staticmethod
     def backward(ctx, dc):
@@ -159,59 +227,50 @@ class PAMMatmul(torch.autograd.Function):
         a, b = ctx.saved_tensors
         need = ctx.needs_input_grad[:2]
         with emu_threads(work):
-            dA, dB = G.pam_matmul(to_np(a), to_np(b), round_np(to_np(dc), fmt, rounding),
-                                  kernel_fmt(fmt), acc, kind, need=need)
+            dA, dB = emu_call(G.pam_matmul, a, b, round_to(as_float32(dc), fmt, rounding),
+                              kernel_fmt(fmt), acc, kind, need=need)
         return (_grad_out(dA, ctx.operands[0]) if need[0] else None,
                 _grad_out(dB, ctx.operands[1]) if need[1] else None, None, None, None, None)
 
 
-_FORWARD = {"pam_mul": emu.pam_mul, "pa_div": emu.pa_div, "pa_exp2": emu.pa_exp2,
-            "pa_log2": emu.pa_log2, "pa_exp": emu.pa_exp, "pa_log": emu.pa_log,
-            "pa_sqrt": emu.pa_sqrt}
-_GRAD = {"pam_mul": G.pam_mul, "pa_div": G.pa_div, "pa_exp2": G.pa_exp2,
-         "pa_log2": G.pa_log2, "pa_exp": G.pa_exp, "pa_log": G.pa_log, "pa_sqrt": G.pa_sqrt}
-BINARY = ("pam_mul", "pa_div")
-UNARY = ("pa_exp2", "pa_log2", "pa_exp", "pa_log", "pa_sqrt")
-
-
 class PABinary(torch.autograd.Function):
-    """Elementwise pam_mul / pa_div with torch broadcasting."""
+    """A binary op of emu's registry (emu.OPS: pam_mul, pa_div) with torch broadcasting."""
 
     @staticmethod
     def forward(ctx, a, b, op, fmt, kind, rounding):
         with emu_threads(max(a.numel(), b.numel())):
             A, B = _rounded(ctx, (a, b), fmt, rounding)
-            y = _FORWARD[op](A, B, fmt)
+            y = emu_call(getattr(emu, op), A, B, fmt)
         ctx.meta = (op, fmt, kind, rounding)
-        return from_np(y, torch.promote_types(a.dtype, b.dtype))
+        return y.to(torch.promote_types(a.dtype, b.dtype))
 
     @staticmethod
     def backward(ctx, dy):
         op, fmt, kind, rounding = ctx.meta
         a, b = ctx.saved_tensors
         with emu_threads(dy.numel()):
-            da, db = _GRAD[op](to_np(a), to_np(b), round_np(to_np(dy), fmt, rounding), fmt,
-                               kind)
+            da, db = emu_call(getattr(G, op), a, b, round_to(as_float32(dy), fmt, rounding),
+                              fmt, kind)
         need = ctx.needs_input_grad
         return (_grad_out(da, ctx.operands[0]) if need[0] else None,
                 _grad_out(db, ctx.operands[1]) if need[1] else None, None, None, None, None)
 
 
 class PAUnary(torch.autograd.Function):
-    """Elementwise pa_exp2 / pa_log2 / pa_exp / pa_log / pa_sqrt."""
+    """A unary op of emu's registry (emu.OPS: pa_exp2, pa_log2, pa_exp, pa_log, pa_sqrt)."""
 
     @staticmethod
     def forward(ctx, x, op, fmt, kind, rounding):
         with emu_threads(x.numel()):
             (X,) = _rounded(ctx, (x,), fmt, rounding)
-            y = _FORWARD[op](X, fmt)
+            y = emu_call(getattr(emu, op), X, fmt)
         ctx.meta = (op, fmt, kind, rounding)
-        return from_np(y, x.dtype)
+        return y.to(x.dtype)
 
     @staticmethod
     def backward(ctx, dy):
         op, fmt, kind, rounding = ctx.meta
         (x,) = ctx.saved_tensors
         with emu_threads(dy.numel()):
-            dx = _GRAD[op](to_np(x), round_np(to_np(dy), fmt, rounding), fmt, kind)
+            dx = emu_call(getattr(G, op), x, round_to(as_float32(dy), fmt, rounding), fmt, kind)
         return _grad_out(dx, ctx.operands[0]), None, None, None, None

@@ -22,14 +22,14 @@ from torch.nn import functional as F
 from torch.nn.modules.utils import _pair
 
 import emu
+from emu.registry import ops
 
-from ._core import BINARY, UNARY, PABinary, PAMMatmul, PAUnary, check_tensor
+from ._core import PABinary, PAMMatmul, PAUnary, check_tensor
 from .config import PAMConfig
 
-__all__ = ["pam_matmul", "pam_linear", "pam_conv2d", "pam_mul", "pa_div", "pa_exp2",
-           "pa_log2", "pa_exp", "pa_log", "pa_sqrt", "pa_softmax", "pa_layer_norm",
+__all__ = ["pam_matmul", "pam_linear", "pam_conv2d", "pa_softmax", "pa_layer_norm",
            "pa_cross_entropy", "matmul", "linear", "conv2d", "softmax", "layer_norm",
-           "cross_entropy", "scaled_dot_product_attention"]
+           "cross_entropy", "scaled_dot_product_attention"]   # + the registry's ops, below
 
 _KINDS = ("approx", "exact")
 
@@ -140,8 +140,9 @@ def _operand(v, name, like):
     if isinstance(v, torch.Tensor):
         return check_tensor(v, name)
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return torch.tensor(float(v), dtype=like.dtype if isinstance(like, torch.Tensor)
-                            else torch.float32)
+        if isinstance(like, torch.Tensor):      # a number on the other operand's device
+            return torch.tensor(float(v), dtype=like.dtype, device=like.device)
+        return torch.tensor(float(v), dtype=torch.float32)
     raise TypeError(f"{name} must be a floating tensor or a Python number, got "
                     f"{type(v).__name__}")
 
@@ -169,15 +170,11 @@ def _unary(op, doc):
     return f
 
 
-pam_mul = _binary("pam_mul", "Piecewise affine multiplication a ·̂ b (eqs. 5-8).")
-pa_div = _binary("pa_div", "Piecewise affine division a ÷̂ b (eqs. 14-17).")
-pa_exp2 = _unary("pa_exp2", "paexp2(x) = 2^floor(x) (1 + x - floor(x)) (eq. 9).")
-pa_log2 = _unary("pa_log2", "palog2(x) = E_x + M_x (eq. 10).")
-pa_exp = _unary("pa_exp", "paexp(x) = paexp2(log2(e) ·̂ x) (eq. 18).")
-pa_log = _unary("pa_log", "palog(x) = palog2(x) ÷̂ log2(e) (eq. 19).")
-pa_sqrt = _unary("pa_sqrt", "pasqrt(x) = paexp2(palog2(x) / 2) (eq. 20).")
-assert set(BINARY) | set(UNARY) == {"pam_mul", "pa_div", "pa_exp2", "pa_log2", "pa_exp",
-                                     "pa_log", "pa_sqrt"}
+# one function per differentiable op of emu's registry (emu.OPS)
+for _op in ops(differentiable=True):
+    globals()[_op.name] = (_binary if _op.arity == 2 else _unary)(_op.name, _op.doc)
+    __all__.append(_op.name)
+del _op
 
 
 # --- composites ------------------------------------------------------------------------
@@ -382,7 +379,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     s = matmul(query, key.transpose(-2, -1), config)
     s = pam_mul(s, scale, **_pa_kw(config, "softmax")) if _on(config, "softmax") else s * scale
     if is_causal:
-        s = s.masked_fill(torch.ones(L, S, dtype=torch.bool).triu(1), float("-inf"))
+        s = s.masked_fill(torch.ones(L, S, dtype=torch.bool, device=s.device).triu(1),
+                          float("-inf"))
     if attn_mask is not None:
         if attn_mask.dtype == torch.bool:
             s = s.masked_fill(~attn_mask, float("-inf"))

@@ -31,8 +31,8 @@ __all__ = ["pam_mode"]
 
 
 def _floating(*ts):
-    return all(isinstance(t, torch.Tensor) and t.dtype in FLOATS and t.device.type == "cpu"
-               for t in ts)
+    return all(isinstance(t, torch.Tensor) and t.dtype in FLOATS
+               and t.device.type in ("cpu", "cuda") for t in ts)
 
 
 def _scaled(x, factor, cfg):

@@ -20,30 +20,33 @@ import torch
 
 import emu
 
-from ._core import emu_threads, from_np, round_np, to_np
+from ._core import as_float32, emu_call, emu_threads, round_scalar, round_to
 from .config import PAMConfig
 
 __all__ = ["PAAdamW", "PASGD", "make_optimizer"]
 
 
 class _PAOps:
-    """PAM / PA division / PA sqrt on numpy arrays, operands rounded per the config."""
+    """PAM / PA division / PA sqrt on float32 tensors (on any device) and numbers,
+    operands rounded per the config."""
 
     def __init__(self, config: PAMConfig):
         self.fmt = config.pa_fmt
         self.rounding = config.rounding
 
     def _r(self, x):
-        return round_np(np.asarray(x, np.float32), self.fmt, self.rounding)
+        if isinstance(x, torch.Tensor):
+            return round_to(x, self.fmt, self.rounding)
+        return round_scalar(x, self.fmt, self.rounding)
 
     def mul(self, a, b):
-        return emu.pam_mul(self._r(a), self._r(b), self.fmt)
+        return emu_call(emu.pam_mul, self._r(a), self._r(b), self.fmt)
 
     def div(self, a, b):
-        return emu.pa_div(self._r(a), self._r(b), self.fmt)
+        return emu_call(emu.pa_div, self._r(a), self._r(b), self.fmt)
 
     def sqrt(self, a):
-        return emu.pa_sqrt(self._r(a), self.fmt)
+        return emu_call(emu.pa_sqrt, self._r(a), self.fmt)
 
 
 def _check_config(config):
@@ -53,8 +56,8 @@ def _check_config(config):
     return config
 
 
-def _write(t: torch.Tensor, values: np.ndarray):
-    t.copy_(from_np(values, torch.float32))
+def _write(t: torch.Tensor, values: torch.Tensor):
+    t.copy_(values)
 
 
 class _PAStep:
@@ -110,10 +113,10 @@ class PAAdamW(_PAStep, torch.optim.AdamW):
                                                            memory_format=torch.preserve_format)
                 state["step"] += 1
                 t = float(state["step"])
-                g = to_np(p.grad)
+                g = as_float32(p.grad)
                 if group["maximize"]:
                     g = -g
-                P, M, V = to_np(p), to_np(state["exp_avg"]), to_np(state["exp_avg_sq"])
+                P, M, V = (as_float32(t) for t in (p, state["exp_avg"], state["exp_avg_sq"]))
                 with emu_threads(p.numel()):
                     if wd != 0:
                         P = P - ops.mul(P, lr * wd)
@@ -149,21 +152,21 @@ class PASGD(_PAStep, torch.optim.SGD):
 
     def _update(self, p, group, ops, lr, wd):
         mu, damp = float(group["momentum"]), float(group["dampening"])
-        d = to_np(p.grad)
+        d = as_float32(p.grad)
         if group["maximize"]:
             d = -d
-        P = to_np(p)
+        P = as_float32(p)
         if wd != 0:
             d = d + ops.mul(P, wd)
         if mu != 0:
             state = self.state[p]
             buf = state.get("momentum_buffer")
             if buf is None:
-                new = np.array(d, np.float32)
-                state["momentum_buffer"] = from_np(new, torch.float32).to(p.dtype)
+                new = d.clone()
+                state["momentum_buffer"] = new.to(p.dtype)
             else:
                 step = ops.mul(d, 1 - damp) if damp != 0 else d
-                new = ops.mul(to_np(buf), mu) + step
+                new = ops.mul(as_float32(buf), mu) + step
                 _write(buf, new)
             d = d + ops.mul(new, mu) if group["nesterov"] else new
         _write(p, P - ops.mul(d, lr))

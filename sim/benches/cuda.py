@@ -1,4 +1,5 @@
-"""GPU kernels: PAM matmul on CUDA vs torch.matmul fp32 (TF32 off) and vs the CPU kernel.
+"""GPU kernels: PAM matmul on CUDA vs torch.matmul fp32 (TF32 off) and vs the CPU kernel,
+and a torch_bridge training step on CUDA tensors vs the native CUDA step.
 
 Needs a CUDA device.  Without one (or under Numba's CUDA simulator, which is not a
 GPU) the group prints one ``no CUDA device: <reason>`` line and yields no rows.
@@ -97,6 +98,7 @@ def cuda_cases(quick: bool) -> list[Row]:
             y = torch.randn(1 << 24, device="cuda")
             tc, tb = best_of(timed(lambda: emu.pam_mul(x, y)), timed(lambda: x * y), rep)
             rows.append(Row("pam_mul cuda f32, 16 M elements", tc, "torch x * y cuda", tb))
+            rows.append(_torch_bridge_step(torch, timed, rep))
         finally:
             torch.backends.cuda.matmul.allow_tf32 = tf32
 
@@ -109,3 +111,25 @@ def cuda_cases(quick: bool) -> list[Row]:
         rows.append(Row(f"pam_matmul cuda f32 {nc}^3", tc,
                         f"emu.pam_matmul CPU kernel, {used} threads", tb))
     return rows
+
+
+def _torch_bridge_step(torch, timed, rep) -> Row:
+    """A torch_bridge training step on CUDA tensors: the charlm transformer (1 block, d 64,
+    seq 16, batch 8) with PAM matmuls (bf16, approx backward) and PAAdamW, against the
+    native CUDA step."""
+    import copy
+
+    import torch_bridge as tb
+    from sim.benches.torch import _step_fn
+    from workloads.models import build_model
+    torch.manual_seed(0)
+    native = build_model("charlm", seq_len=16, dim=64, depth=1, heads=4).cuda()
+    cfg = tb.PAMConfig("bf16", ops={"matmul"})
+    pa = tb.convert(copy.deepcopy(native), cfg)
+    base = _step_fn(native, None, torch.optim.AdamW(native.parameters(), lr=1e-3), 8,
+                    device="cuda")
+    cand = _step_fn(pa, cfg, tb.PAAdamW(pa.parameters(), lr=1e-3, config=cfg), 8,
+                    device="cuda")
+    tc, tb_ = best_of(timed(cand), timed(base), rep)
+    return Row("torch_bridge train step cuda, charlm L1 d64 seq16 b8, PAM matmuls bf16", tc,
+               "native fp32 step cuda", tb_)

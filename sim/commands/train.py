@@ -47,6 +47,9 @@ def add_spec_arguments(p, epochs_default: int):
     p.add_argument("--depth", type=int, default=0, help="transformer blocks (vit, charlm)")
     p.add_argument("--steps-per-epoch", type=int, default=100,
                    help="text data: batches per epoch")
+    p.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
+                   help="where tensors live: cpu (default), cuda (emu's CUDA kernels, same "
+                        "bits for the PA ops), auto (cuda when torch sees a GPU)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch and Numba threads (default 1: these small models are dominated "
                         "by per-op overhead, and on a shared machine a parallel region waits "
@@ -61,6 +64,18 @@ def set_threads(args):
         torch.set_num_threads(args.threads)
 
 
+def device_from_args(args) -> str:
+    """'cpu' or 'cuda' for --device (auto: cuda when torch sees a GPU); ValueError for
+    cuda without one."""
+    import torch
+    if args.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: torch sees no CUDA device "
+                         "(torch.cuda.is_available() is False)")
+    return args.device
+
+
 def spec_from_args(args, **override):
     from sim.train import TrainSpec
     kw = dict(data=args.data, model=args.model, epochs=args.epochs,
@@ -68,7 +83,7 @@ def spec_from_args(args, **override):
               label_smoothing=args.label_smoothing, optimizer=args.optimizer,
               max_steps=args.max_steps, train_subset=args.train_subset, dim=args.dim,
               depth=args.depth, steps_per_epoch=args.steps_per_epoch,
-              seed=getattr(args, "seed", 0))
+              seed=getattr(args, "seed", 0), device=device_from_args(args))
     return TrainSpec(**{**kw, **override})
 
 
@@ -96,8 +111,9 @@ def register(sub):
                    help="always retrain the float32 baseline (default: reuse a cached one)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--nproc", type=int, default=1,
-                   help="data-parallel processes (DDP over gloo on this CPU; --batch-size is "
-                        "the global batch).  Under torchrun: its WORLD_SIZE")
+                   help="data-parallel processes (DDP over gloo on the CPU, nccl with --device "
+                        "cuda; --batch-size is the global batch).  Under torchrun: its "
+                        "WORLD_SIZE")
     p.set_defaults(run=run)
 
 
@@ -136,12 +152,14 @@ def run(args) -> int:
     out = Path(args.out)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     if rank0:
-        ddp = f"; DDP on {nproc} processes (gloo)" if nproc > 1 else ""
+        backend = "nccl" if spec.device == "cuda" else "gloo"
+        ddp = f"; DDP on {nproc} processes ({backend})" if nproc > 1 else ""
         print(f"pamsim train: {spec.label()}, {spec.epochs} epochs, seed {spec.seed}; "
               f"PAM config: {config.describe()}{ddp}", flush=True)
     base, cached, pam = TD.run(_job, nproc, spec, config,
                                None if args.no_cache else out / "cache", not args.quiet,
-                               threads=args.threads)
+                               threads=args.threads,
+                               backend="nccl" if spec.device == "cuda" else "gloo")
     if not rank0:
         return 0
     print(T.comparison_table(spec, [base, pam]))

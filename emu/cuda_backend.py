@@ -1,0 +1,248 @@
+"""The CUDA backend: emu's operations on CUDA operands, run by the kernels of
+emu/_cuda.py with the shape rules of emu/shapes.py (the CPU backend's), on the
+caller's stream (emu/device.py adapts the operands; docs/gpu.md)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .device import DeviceCall, c_contiguous, flat_view, is_device_array, is_scalar, swap
+from .formats import float32
+from .shapes import batch_index, broadcast, contract_layout, matmul_grad_shapes, matmul_shapes
+
+__all__ = ["prepare", "CudaBackend"]
+
+
+def prepare(stream=None, **operands):
+    """The CUDA backend for a call, or None when every operand is on the host (the CPU
+    backend's).
+
+    Raises ValueError for host arrays mixed with CUDA operands, operands on two
+    GPUs, or a ``stream`` given for host operands.
+    """
+    on_device = [n for n, v in operands.items() if is_device_array(v)]
+    if not on_device:
+        if stream is not None:
+            raise ValueError("stream is only used with CUDA operands; every operand of "
+                             "this call is in host memory")
+        return None
+    on_host = [n for n, v in operands.items()
+               if n not in on_device and not is_scalar(v)]
+    if on_host:
+        raise ValueError(
+            f"mixed devices: {', '.join(on_device)} on a CUDA device but "
+            f"{', '.join(on_host)} in host memory; move every operand to the same device "
+            "(torch: .cuda()/.cpu(), Numba: cuda.to_device()/.copy_to_host()); Python "
+            "and NumPy scalars may be combined with CUDA operands")
+    return CudaBackend({n: operands[n] for n in on_device}, stream)
+
+
+class CudaBackend(DeviceCall):
+    """emu's operations on the CUDA operands of one call."""
+
+    def quantize(self, x, fc, mode, subnormals, saturate, key):
+        with self.device():
+            xv = self.operand(x, "x")
+            res, out = self.empty(xv.shape, np.float32)
+            n = math.prod(xv.shape)
+            self.launch(self.K.quantize, n, self.flat(xv, xv.shape), flat_view(out, n),
+                        fc, mode, subnormals, saturate, key)
+            return res
+
+    def to_bits(self, x, fc):
+        with self.device():
+            xv = self.operand(x, "x")
+            res, out = self.empty(xv.shape, np.uint32)
+            n = math.prod(xv.shape)
+            self.launch(self.K.to_bits, n, self.flat(xv, xv.shape), flat_view(out, n), fc)
+            return res
+
+    def from_bits(self, bits, fmt):
+        with self.device():
+            bv = self.operand(bits, "bits", bits=True)
+            res, out = self.empty(bv.shape, np.float32)
+            n = math.prod(bv.shape)
+            if n:
+                src = bv if c_contiguous(bv) else self.flat(bv, bv.shape, np.int64)
+                flag = self.upload(np.zeros(1, np.int32))
+                self.launch(self.K.from_bits, n, src.reshape(n), flat_view(out, n),
+                            fmt.consts, flag)
+                bad = flag.copy_to_host(stream=self.stream)     # asynchronous on a stream
+                if hasattr(self.stream, "synchronize"):
+                    self.stream.synchronize()
+                if bad[0]:
+                    raise ValueError(f"bits must lie in [0, 2**{fmt.width}) for {fmt.name}; "
+                                     "got values outside that range")
+            return res
+
+    def unary(self, name, x, fc):
+        with self.device():
+            xv = self.operand(x, "x")
+            res, out = self.empty(xv.shape, np.float32)
+            n = math.prod(xv.shape)
+            self.launch(self.K.UNARY[name], n, self.flat(xv, xv.shape), flat_view(out, n),
+                        fc)
+            return res
+
+    def binary(self, name, a, b, fc):
+        with self.device():
+            av = self.operand(a, "a")
+            bv = self.operand(b, "b")
+            shape = broadcast(("a", av.shape), ("b", bv.shape))
+            res, out = self.empty(shape, np.float32)
+            n = math.prod(shape)
+            self.launch(self.K.BINARY[name], n, self.flat(av, shape), self.flat(bv, shape),
+                        flat_view(out, n), fc)
+            return res
+
+    def matmul(self, A, B, fmt, acc):
+        """emu.pam_matmul on the device; shapes and messages as the CPU path."""
+        K_ = self.K
+        with self.device():
+            a = self.operand(A, "A")
+            b = self.operand(B, "B")
+            plan = matmul_shapes(a.shape, b.shape)
+            if a.dtype != np.float32:
+                a = self.contiguous_f32(a)
+            if b.dtype != np.float32:
+                b = self.contiguous_f32(b)
+            ash, ast = list(a.shape), [s // 4 for s in a.strides]
+            bsh, bst = list(b.shape), [s // 4 for s in b.strides]
+            if plan.squeeze_a:
+                ash, ast = [1] + ash, [0] + ast
+            if plan.squeeze_b:
+                bsh, bst = bsh + [1], bst + [0]
+            batch, (m, k, n) = plan.batch, plan.mkn
+            nout = math.prod(batch)
+            res, out = self.empty(plan.out, np.float32)
+            if nout == 0 or m == 0 or n == 0:
+                return res
+            at = _batch_terms(ash[:-2], ast[:-2], batch, K_.NT)
+            bt = _batch_terms(bsh[:-2], bst[:-2], batch, K_.NT)
+            aspan = self.span(a)
+            bspan = self.span(b)
+            fc = fmt.consts
+            nkt = -(-k // K_.TK)
+            nbi = -(-m // K_.TM)
+            nbj = -(-n // K_.TN)
+            # (at least one row: with K = 0 they are not read, but keep one array type)
+            _, astat = self.empty((max(1, nout * nbi * nkt), 3), np.int32)
+            _, bstat = self.empty((max(1, nout * nbj * nkt), 3), np.int32)
+            self.launch(K_.operand_stats, nout * nbi * nkt, aspan, at, ast[-2], ast[-1], m, k,
+                        nout, astat, fc)
+            self.launch(K_.operand_stats, nout * nbj * nkt, bspan, bt, bst[-1], bst[-2], n, k,
+                        nout, bstat, fc)
+            kernel = K_.matmul_f32acc if acc == float32 else K_.matmul_fmtacc
+            self.launch(kernel, nout * nbi * nbj, aspan, at, ast[-2], ast[-1], bspan, bt,
+                        bst[-2], bst[-1], flat_view(out, nout * m * n), m, n, k, nout, astat,
+                        bstat, fc, acc.consts, block=(K_.TN // K_.R, K_.TM // K_.R))
+            return res
+
+    # -- exact derivatives and PAM-matmul gradients (emu/grad.py) -----------------------
+    def grad_unary(self, name, x, dy, fc):
+        with self.device():
+            xv = self.operand(x, "x")
+            dv = self.operand(dy, "dy")
+            shape = broadcast(("x", xv.shape), ("dy", dv.shape))
+            res, out = self.empty(shape, np.float32)
+            n = math.prod(shape)
+            self.launch(self.K.GRAD_UNARY[name], n, self.flat(xv, shape), self.flat(dv, shape),
+                        flat_view(out, n), fc)
+            return res
+
+    def grad_binary(self, name, a, b, dy, fc):
+        with self.device():
+            av = self.operand(a, "a")
+            bv = self.operand(b, "b")
+            dv = self.operand(dy, "dy")
+            shape = broadcast(("a", av.shape), ("b", bv.shape), ("dy", dv.shape))
+            res_a, out_a = self.empty(shape, np.float32)
+            res_b, out_b = self.empty(shape, np.float32)
+            n = math.prod(shape)
+            self.launch(self.K.GRAD_BINARY[name], n, self.flat(av, shape), self.flat(bv, shape),
+                        self.flat(dv, shape), flat_view(out_a, n), flat_view(out_b, n), fc)
+            return res_a, res_b
+
+    def matmul_grad(self, A, B, dY, fmt, acc, kind, need):
+        """emu.grad.pam_matmul on the device: the same folds as the CPU path, with the
+        same shape rules and contraction layout (emu/shapes.py)."""
+        with self.device():
+            a = self.operand(A, "A")
+            b = self.operand(B, "B")
+            g = self.operand(dY, "dY")
+            a2s, b2s, batch, full = matmul_grad_shapes(a.shape, b.shape, g.shape)
+            a2 = self.permuted(a, a2s)
+            b2 = self.permuted(b, b2s)
+            gf = self.permuted(g, full)
+            da = db = None
+            if need[0]:
+                out = self._contract(gf, a2, swap(self.K.SIM, b2), kind, fmt, acc)
+                da = self.result(out, tuple(a.shape))
+            if need[1]:
+                out = self._contract(swap(self.K.SIM, gf), swap(self.K.SIM, b2), a2, kind,
+                                     fmt, acc)
+                db = self.result(swap(self.K.SIM, out), tuple(b.shape))
+            return da, db
+
+    def _contract(self, g, x, w, kind, fmt, acc):
+        """emu/grad.py's _contract on contiguous/strided float32 Numba arrays; returns a
+        contiguous Numba array shaped like x."""
+        gperm, gshape, wperm, wshape, xshape = contract_layout(tuple(g.shape), tuple(x.shape))
+        x = self.contiguous_f32(x)
+        xs = tuple(x.shape)
+        if gperm is not None:
+            batch = tuple(g.shape)[:-2]
+            g = self.permuted(g, tuple(g.shape), gperm).reshape(gshape)
+            w = self.permuted(w, batch + tuple(w.shape)[-2:], wperm).reshape(wshape)
+            x = x.reshape(xshape)
+        if kind == "approx":
+            out = self.operand(self.matmul(g, w, fmt, acc), "out")
+            return out.reshape(xs)
+        batch = tuple(g.shape)[:-2]
+        P, R = tuple(g.shape)[-2:]
+        C = tuple(x.shape)[-1]
+        n = math.prod(batch) * P * C
+        if n == 0 or R == 0:
+            return self.upload(np.zeros(xs, np.float32))
+        fc = fmt.consts
+        ix = self.upload(batch_index(tuple(x.shape)[:-2], batch))
+        iw = self.upload(batch_index(tuple(w.shape)[:-2], batch))
+        _, out = self.empty((n,), np.float32)
+        kernel = self.K.matmul_grad_f32acc if acc == float32 else self.K.matmul_grad_fmtacc
+        self.launch(kernel, n, self._rounded(g, fc), self._rounded(x, fc),
+                    self._rounded(w, fc), ix, iw, out.view(np.uint32), P, R, C, fc, acc.consts)
+        return out.reshape(xs)
+
+    def _rounded(self, x, fc):
+        """Flat uint32 patterns of a contiguous float32 array rounded to fmt (RNE)."""
+        n = math.prod(x.shape)
+        _, out = self.empty((max(n, 1),), np.uint32)
+        self.launch(self.K.quantize, n, flat_view(x, n), out, fc, self.K.S.RNE, True, False, 0)
+        return out
+
+
+def _batch_terms(own_shape, own_strides, batch, nterms):
+    """Terms (div, mod, stride) with offset(bo) = sum ((bo // div) % mod) * stride: the
+    element offset of output batch ``bo`` (C order over ``batch``) in an operand."""
+    nd = len(batch)
+    own_shape = [1] * (nd - len(own_shape)) + list(own_shape)
+    own_strides = [0] * (nd - len(own_strides)) + list(own_strides)
+    terms = []          # innermost first
+    div = 1
+    for d in range(nd - 1, -1, -1):
+        n = batch[d]
+        s = own_strides[d] if own_shape[d] != 1 else 0
+        if n != 1 and s != 0:
+            if terms and terms[-1][0] * terms[-1][1] == div and terms[-1][2] * terms[-1][1] == s:
+                pdiv, pmod, ps = terms[-1]
+                terms[-1] = (pdiv, pmod * n, ps)
+            else:
+                terms.append((div, n, s))
+        div *= n
+    if len(terms) > nterms:
+        raise ValueError(f"batch dimensions {tuple(own_shape)} broadcast against "
+                         f"{tuple(batch)} need {len(terms)} index terms; CUDA pam_matmul "
+                         f"supports {nterms}: reshape or make the operand contiguous")
+    terms += [(1, 1, 0)] * (nterms - len(terms))
+    return tuple(v for t in terms for v in t)

@@ -1,0 +1,190 @@
+"""The registry of elementwise operations: one :class:`Op` entry per operation.
+
+An entry names everything that defines the operation once: its arity, its scalar
+definition on bit patterns (emu/_scalar.py), the scalar definitions of its exact
+derivatives (emu/_scalar_grad.py, Table 1), its approximate derivative (Table 1's
+"approx" column, composed of other operations), its oracle and oracle derivative
+(emu/reference.py, emu/reference_grad.py) and the section of docs/semantics.md it
+follows.  Everything else is derived from :data:`OPS`: the CPU kernels
+(emu/_kernels.py, emu/_kernels_grad.py), the CUDA kernels (emu/_cuda.py), the numpy
+front ends (emu/ops.py, emu/grad.py), torch_bridge's autograd Functions and
+functional API, and the parametrised tests.  Adding an operation is its scalar
+definition, its oracle and one entry here (CONTRIBUTING.md has the checklist).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Callable
+
+import numpy as np
+from numba.extending import register_jitable
+
+from . import _scalar as S
+from . import _scalar_grad as G
+from . import reference as R
+from . import reference_grad as RG
+from .formats import Format, float32, format
+
+__all__ = ["Op", "OPS", "ops", "ln2", "log2e"]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One elementwise operation.
+
+    ``scalar(x[, y], fc)``: the ``register_jitable`` definition on float32 patterns of
+    values of the format (int64 in, pattern out).  ``grads``: the exact derivative
+    with respect to each operand, ``(x[, y], dy, fc)`` -> pattern, or None for an op
+    without derivatives.  ``approx(E, x[, y], dy, fmt)``: the approximate derivative
+    built from the front ends of module ``E`` (emu.ops); a tuple for binary ops.
+    ``oracle(x[, y], fmt)`` / ``oracle_grad(x[, y], dy, fmt, kind)``: the exact
+    rational definitions.  ``public``: whether emu exports a front end of this name
+    (``fp_mul_daz`` is ``fp_mul(..., subnormals=False)``).
+    """
+    name: str
+    arity: int
+    scalar: Callable
+    oracle: Callable
+    section: str
+    doc: str
+    grads: tuple | None = None
+    approx: Callable | None = None
+    oracle_grad: Callable | None = None
+    public: bool = True
+
+    @property
+    def differentiable(self) -> bool:
+        return self.grads is not None
+
+
+def ops(arity: int | None = None, *, public: bool | None = None,
+        differentiable: bool | None = None) -> list[Op]:
+    """The entries of :data:`OPS` (in registry order) with the given properties."""
+    return [op for op in OPS.values()
+            if (arity is None or op.arity == arity)
+            and (public is None or op.public == public)
+            and (differentiable is None or op.differentiable == differentiable)]
+
+
+# --- constants of the approximate derivatives ------------------------------------------
+
+# ln(2) to 40 significant digits: far more than any rounding to <= 24 bits needs
+_LN2 = Fraction("0.6931471805599453094172321214581765680755")
+
+
+def ln2(fmt: Format | str = float32) -> np.float32:
+    """ln(2) rounded (RNE) to ``fmt``: the constant of the approximate derivatives of
+    paexp2 and palog2 (Table 1)."""
+    fmt = format(fmt)
+    quantum = Fraction(2) ** (max(-1, fmt.emin) - fmt.man_bits)   # ln2 = 2^-1 (1.386...)
+    return np.float32(round(_LN2 / quantum) * quantum)             # Fraction: ties to even
+
+
+def log2e(fmt: Format) -> np.float32:
+    """log2(e) in ``fmt``: the constant of paexp and palog (eqs. 18, 19)."""
+    return np.uint32(fmt.consts.log2e32).view(np.float32)
+
+
+# --- approximate derivatives (Table 1, "approx"): the analytical derivative of the
+# function being approximated, evaluated with PA operations ------------------------------
+
+def _exp2_approx(E, y, dy, fmt):
+    """paexp2's: δ_A = paexp2(A) ·̂ ln2 ·̂ δ_Y, from the result y = paexp2(A)."""
+    return E.pam_mul(E.pam_mul(y, ln2(fmt), fmt), dy, fmt)
+
+
+def _log2_approx(E, x, dy, fmt):
+    """palog2's: δ_A = δ_Y ÷̂ (A ·̂ ln2)."""
+    return E.pa_div(dy, E.pam_mul(x, ln2(fmt), fmt), fmt)
+
+
+def _pam_mul_approx(E, a, b, dy, fmt):
+    """δ_A = B ·̂ δ_Y, δ_B = A ·̂ δ_Y."""
+    return E.pam_mul(b, dy, fmt), E.pam_mul(a, dy, fmt)
+
+
+def _pa_div_approx(E, a, b, dy, fmt):
+    """δ_A = δ_Y ÷̂ B, δ_B = -(A ·̂ δ_Y) ÷̂ (B ·̂ B)."""
+    # -(A ·̂ δ) = (A ·̂ δ) ·̂ -1 exactly (PAM by ±1 only sets the sign; NaNs stay
+    # canonical), which needs no negation of a possibly CUDA operand
+    minus = E.pam_mul(E.pam_mul(a, dy, fmt), np.float32(-1), fmt)
+    return E.pa_div(dy, b, fmt), E.pa_div(minus, E.pam_mul(b, b, fmt), fmt)
+
+
+def _pa_exp2_approx(E, x, dy, fmt):
+    """δ_A = paexp2(A) ·̂ ln2 ·̂ δ_Y."""
+    return _exp2_approx(E, E.pa_exp2(x, fmt), dy, fmt)
+
+
+def _pa_log2_approx(E, x, dy, fmt):
+    """δ_A = δ_Y ÷̂ (A ·̂ ln2)."""
+    return _log2_approx(E, E.quantize(x, fmt), dy, fmt)
+
+
+def _pa_exp_approx(E, x, dy, fmt):
+    """Through the graph of eq. 18: δ_T of paexp2 at T = A ·̂ log2e, then the PAM's."""
+    t = E.pam_mul(x, log2e(fmt), fmt)
+    return E.pam_mul(_exp2_approx(E, E.pa_exp2(t, fmt), dy, fmt), log2e(fmt), fmt)
+
+
+def _pa_log_approx(E, x, dy, fmt):
+    """Through the graph of eq. 19: δ_L = δ_Y ÷̂ log2e, then palog2's."""
+    return _log2_approx(E, E.quantize(x, fmt), E.pa_div(dy, log2e(fmt), fmt), fmt)
+
+
+def _pa_sqrt_approx(E, x, dy, fmt):
+    """Through the graph of eq. 20: paexp2's at the result, ÷̂ 2, palog2's."""
+    xq = E.quantize(x, fmt)
+    dh = _exp2_approx(E, E.pa_sqrt(xq, fmt), dy, fmt)
+    return _log2_approx(E, xq, E.pa_div(dh, np.float32(2), fmt), fmt)
+
+
+# --- scalar variants ----------------------------------------------------------------------
+
+@register_jitable
+def _fp_mul_keep(a, b, fc):
+    return S.fp_mul(a, b, fc, True)
+
+
+@register_jitable
+def _fp_mul_daz(a, b, fc):
+    return S.fp_mul(a, b, fc, False)
+
+
+_PA = "§3 Piecewise affine operations"
+_IEEE = "§4 IEEE addition and multiplication"
+
+#: every elementwise operation, by name
+OPS: dict[str, Op] = {op.name: op for op in [
+    Op("pam_mul", 2, S.pam_mul, R.pam_mul, _PA + ", PAM multiply",
+       "Piecewise affine multiplication a ·̂ b (eqs. 5-8).",
+       (G.pam_mul_da, G.pam_mul_db), _pam_mul_approx, RG.pam_mul),
+    Op("pa_div", 2, S.pa_div, R.pa_div, _PA + ", PA division",
+       "Piecewise affine division a ÷̂ b (eqs. 14-17).",
+       (G.pa_div_da, G.pa_div_db), _pa_div_approx, RG.pa_div),
+    Op("pa_exp2", 1, S.pa_exp2, R.pa_exp2, _PA + ", pa_exp2",
+       "paexp2(x) = 2^floor(x) (1 + x - floor(x)) (eq. 9), rounded once into ``fmt``.",
+       (G.pa_exp2_dx,), _pa_exp2_approx, RG.pa_exp2),
+    Op("pa_log2", 1, S.pa_log2, R.pa_log2, _PA + ", pa_log2",
+       "palog2(x) = E_x + M_x (eq. 10), rounded once into ``fmt``.",
+       (G.pa_log2_dx,), _pa_log2_approx, RG.pa_log2),
+    Op("pa_exp", 1, S.pa_exp, R.pa_exp, _PA + ", pa_exp",
+       "paexp(x) = paexp2(log2(e) ·̂ x) (eq. 18).",
+       (G.pa_exp_dx,), _pa_exp_approx, RG.pa_exp),
+    Op("pa_log", 1, S.pa_log, R.pa_log, _PA + ", pa_log",
+       "palog(x) = palog2(x) ÷̂ log2(e) (eq. 19).",
+       (G.pa_log_dx,), _pa_log_approx, RG.pa_log),
+    Op("pa_sqrt", 1, S.pa_sqrt, R.pa_sqrt, _PA + ", pa_sqrt",
+       "pasqrt(x) = paexp2(palog2(x) / 2) (eq. 20), exact then rounded once into ``fmt``.",
+       (G.pa_sqrt_dx,), _pa_sqrt_approx, RG.pa_sqrt),
+    Op("fp_add", 2, S.fp_add, R.fp_add, _IEEE,
+       "IEEE 754 addition, correctly rounded (RNE) into ``fmt``: the accumulator's ⊕."),
+    Op("fp_mul", 2, _fp_mul_keep, R.fp_mul, _IEEE,
+       "IEEE 754 multiplication, correctly rounded (RNE) into ``fmt``: the baseline "
+       "multiplier."),
+    Op("fp_mul_daz", 2, _fp_mul_daz, functools.partial(R.fp_mul, subnormals=False), _IEEE,
+       "IEEE 754 multiplication with subnormal operands read as 0 and results flushed.",
+       public=False),
+]}
