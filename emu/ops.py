@@ -14,6 +14,7 @@ return a device array of the same kind (emu/device.py, docs/gpu.md).
 """
 from __future__ import annotations
 
+import math
 import secrets
 
 import ml_dtypes
@@ -72,6 +73,18 @@ def stochastic_key(seed) -> int:
     return (ka << 32) | kb
 
 
+def alloc(op: str, shape, dtype=np.uint32) -> np.ndarray:
+    """An empty result array for ``op``, or a MemoryError naming the op and the shape
+    (numpy's own says neither, or raises ValueError beyond the address space)."""
+    shape = tuple(int(d) for d in shape)
+    try:
+        return np.empty(shape, dtype)
+    except (MemoryError, ValueError):
+        n = math.prod(shape)
+        raise MemoryError(f"{op}: cannot allocate the result, shape {shape} ({n:,} values, "
+                          f"{n * np.dtype(dtype).itemsize / 2**30:,.1f} GiB)") from None
+
+
 def _finish(out: np.ndarray, shape, scalar: bool):
     res = out.view(np.float32).reshape(shape)
     return res[()] if scalar else res
@@ -107,7 +120,7 @@ def quantize(x, fmt, rounding="nearest_even", subnormals=True, overflow=None, se
     if gpu is not None:
         return gpu.quantize(x, fmt.consts, mode, bool(subnormals), overflow == "saturate", key)
     arr = as_float32(x, "x")
-    out = np.empty(arr.size, np.uint32)
+    out = alloc("quantize", arr.shape).reshape(-1)
     K.quantize(_flat_u32(arr), out, fmt.consts, mode, bool(subnormals),
                overflow == "saturate", key)
     return _finish(out, arr.shape, np.ndim(x) == 0)
@@ -120,7 +133,7 @@ def to_bits(x, fmt, *, stream=None) -> np.ndarray:
     if gpu is not None:
         return gpu.to_bits(x, fmt.consts)
     arr = as_float32(x, "x")
-    out = np.empty(arr.size, np.uint32)
+    out = alloc("to_bits", arr.shape).reshape(-1)
     K.to_bits(_flat_u32(arr), out, fmt.consts)
     out = out.reshape(arr.shape)
     return out[()] if np.ndim(x) == 0 else out
@@ -136,12 +149,17 @@ def from_bits(bits, fmt, *, stream=None):
     if gpu is not None:
         return gpu.from_bits(bits, fmt)
     arr = np.asarray(bits)
+    if arr.dtype == object and all(isinstance(v, int) for v in arr.flat):
+        raise ValueError(f"bits must lie in [0, 2**{fmt.width}) for {fmt.name}; got Python "
+                         f"ints beyond int64, in [{min(arr.flat)}, {max(arr.flat)}]")
     if arr.dtype.kind not in "iu":
         raise TypeError(f"bits must have an integer dtype, got {arr.dtype}")
-    if arr.size and (arr.min() < 0 or int(arr.max()) >= 1 << fmt.width):
+    # the distinct elements only: a broadcast view repeats them (stride 0), maybe 1e12 times
+    own = arr[tuple(0 if s == 0 else slice(None) for s in arr.strides)]
+    if own.size and (own.min() < 0 or int(own.max()) >= 1 << fmt.width):
         raise ValueError(f"bits must lie in [0, 2**{fmt.width}) for {fmt.name}; "
-                         f"got values in [{arr.min()}, {arr.max()}]")
-    out = np.empty(arr.size, np.uint32)
+                         f"got values in [{own.min()}, {own.max()}]")
+    out = alloc("from_bits", arr.shape).reshape(-1)
     K.from_bits(np.ascontiguousarray(arr, dtype=np.uint32).reshape(-1), out, fmt.consts)
     return _finish(out, arr.shape, np.ndim(bits) == 0)
 
@@ -153,7 +171,7 @@ def _unary(name, x, fmt, stream):
         return gpu.unary(name, x, fmt.consts)
     kernel = K.UNARY[name]
     arr = as_float32(x, "x")
-    out = np.empty(arr.size, np.uint32)
+    out = alloc(name, arr.shape).reshape(-1)
     kernel(_flat_u32(arr), out, fmt.consts)
     return _finish(out, arr.shape, np.ndim(x) == 0)
 
@@ -175,7 +193,7 @@ def _binary(name, a, b, fmt, stream):
         x = np.broadcast_to(x, shape)
     if y.shape != shape:
         y = np.broadcast_to(y, shape)
-    out = np.empty(int(np.prod(shape)), np.uint32)
+    out = alloc(name, shape).reshape(-1)
     kernel(_flat_u32(x), _flat_u32(y), out, fmt.consts)
     return _finish(out, shape, np.ndim(a) == 0 and np.ndim(b) == 0)
 

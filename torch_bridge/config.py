@@ -85,10 +85,11 @@ class PAMConfig:
                 raise ValueError(f"backward[{op!r}]={kind!r}; expected one of {_KINDS}")
         set_("backward", kinds if not isinstance(self.backward, str) else self.backward)
         set_("_kinds", tuple(kinds[op] for op in OPS))
-        key = self.rounding.lower() if isinstance(self.rounding, str) else self.rounding
+        key = self.rounding.lower() if isinstance(self.rounding, str) else None
         key = _ROUNDING_ALIASES.get(key, key)
         if key not in ROUNDING:
-            raise ValueError(f"rounding={self.rounding!r}; expected one of {sorted(ROUNDING)}")
+            raise ValueError(f"rounding={self.rounding!r}; expected one of {sorted(ROUNDING)} "
+                             f"(aliases {sorted(_ROUNDING_ALIASES)})")
         set_("rounding", key)
 
     def enabled(self, op: str) -> bool:

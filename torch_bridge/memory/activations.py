@@ -172,6 +172,9 @@ def activation(name, **params) -> Activation:
         raise ValueError(f"activation={name!r} is not supported; expected one of "
                          f"{list(ACTIVATIONS)} (aliases {sorted(_ALIASES)})")
     key = _ALIASES.get(name.lower(), name.lower())
+    for k, v in params.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"{key} parameter {k}={v!r} must be a finite number")
     return _make(key, tuple(sorted(params.items())))
 
 
@@ -183,8 +186,6 @@ def _make(key: str, given: tuple) -> Activation:
         if k not in merged:
             raise ValueError(f"activation {key!r} has no parameter {k!r}; its parameters are "
                              f"{sorted(merged) or 'none'}")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"{key} parameter {k}={v!r} must be a finite number")
         merged[k] = float(v)
     if key == "softplus" and merged["beta"] <= 0:
         raise ValueError(f"softplus parameter beta={merged['beta']!r} must be > 0")
@@ -192,3 +193,25 @@ def _make(key: str, given: tuple) -> Activation:
         raise ValueError(f"elu parameter alpha={merged['alpha']!r} must be > 0")
     return Activation(key, tuple(sorted(merged.items())), _native=native, _f=f,
                       _fprime=fprime, **flags)
+
+
+def nan_positions(x: torch.Tensor) -> torch.Tensor:
+    """Flat indices of the NaNs in ``x``, saved for backward next to the packed codes
+    (almost always empty): a code cannot say NaN, every one names an interval."""
+    return torch.isnan(x.detach()).reshape(-1).nonzero().view(-1)
+
+
+def grad_at_nans(act: Activation, grad: torch.Tensor, nans: torch.Tensor,
+                 out: torch.Tensor) -> torch.Tensor:
+    """``out`` with native torch's gradient at the NaN inputs ``nans`` (flat indices):
+    NaN for the smooth activations, as the drop-ins must propagate it, and whatever
+    torch's kernel gives for the others (ReLU: grad)."""
+    if not nans.numel():
+        return out
+    g = grad.reshape(-1)[nans]
+    x = torch.full_like(g, math.nan, requires_grad=True)
+    with torch.enable_grad():
+        (d,) = torch.autograd.grad(act.native(x), x, g)
+    out = out.contiguous()
+    out.view(-1)[nans] = d
+    return out
