@@ -155,7 +155,7 @@ def from_bits(bits, fmt, *, stream=None):
     if arr.dtype.kind not in "iu":
         raise TypeError(f"bits must have an integer dtype, got {arr.dtype}")
     # the distinct elements only: a broadcast view repeats them (stride 0), maybe 1e12 times
-    own = arr[tuple(0 if s == 0 else slice(None) for s in arr.strides)]
+    own = arr[tuple(slice(0, 1) if s == 0 else slice(None) for s in arr.strides)]
     if own.size and (own.min() < 0 or int(own.max()) >= 1 << fmt.width):
         raise ValueError(f"bits must lie in [0, 2**{fmt.width}) for {fmt.name}; "
                          f"got values in [{own.min()}, {own.max()}]")

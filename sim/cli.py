@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import os
 import pkgutil
 import sys
 import tempfile
@@ -99,6 +100,9 @@ def _writable(path: Path, want_dir: bool) -> Path:
         raise argparse.ArgumentTypeError(
             f"got {str(path)!r}, which is a {'file' if want_dir else 'directory'}; "
             f"expected a {kind} path to write")
+    if path.is_file() and not os.access(path, os.W_OK):
+        raise argparse.ArgumentTypeError(f"got {str(path)!r}, a read-only file; expected a "
+                                         f"{kind} path to write")
     base = path if want_dir else path.parent
     base = base.absolute()
     while not base.exists():

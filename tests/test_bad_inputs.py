@@ -167,6 +167,12 @@ API = [
      "normalized_shape"),
     ("convert model", lambda: tb.convert("x"), TypeError, "model"),
     ("convert config", lambda: tb.convert(torch.nn.Linear(2, 2), "bf16"), TypeError, "config"),
+    ("convert skip", lambda: tb.convert(torch.nn.Linear(2, 2), None, skip=3), TypeError,
+     "skip"),
+    ("convert skip name", lambda: tb.convert(torch.nn.Linear(2, 2), None, skip=["x"]),
+     ValueError, "skip"),
+    ("PAMLinear config", lambda: tb.PAMLinear(2, 2, config="bf16"), TypeError, "config"),
+    ("PASoftmax config", lambda: tb.PASoftmax(1, config=3), TypeError, "config"),
     ("pam_mode config", lambda: tb.pam_mode("bf16").__enter__(), TypeError, "config"),
     # torch_bridge.memory
     ("fewbit numpy", lambda: fewbit(np.ones(3)), TypeError, "input"),
@@ -492,3 +498,56 @@ def test_meta_tensors_give_shapes(fn, dtype):
     assert y.device.type == "meta" and y.shape == (3, 5) and y.dtype == dtype
     y.sum().backward()
     assert x.grad.device.type == "meta" and x.grad.shape == (3, 5)
+
+
+def test_from_bits_checks_each_distinct_element_once():
+    """The range check reads a broadcast view's own elements, not its 1e12 repetitions;
+    empty and broadcast inputs still decode."""
+    view = np.broadcast_to(np.array([0x3F80, 0x4000], np.int64), (3, 2))
+    assert emu.from_bits(view, "bf16").tolist() == [[1.0, 2.0]] * 3
+    assert emu.from_bits(np.zeros((0, 3), np.int64), "bf16").shape == (0, 3)
+
+
+# --- pamsim verify: a harness failure is an error, not a MISMATCH ------------------------
+
+class _FakeRunner:
+    """Stands in for cocotb's runner: one failed test, with or without a mismatch report."""
+
+    def __init__(self, reports):
+        self.reports = reports
+
+    def test(self, *, results_xml, extra_env, **kwargs):
+        import json
+        from pathlib import Path
+        Path(extra_env["PAMSIM_REPORT"]).write_text(
+            "".join(json.dumps(r) + "\n" for r in self.reports))
+        Path(results_xml).write_text('<testsuites><testsuite tests="1" failures="1"/>'
+                                     '</testsuites>')
+        raise SystemExit(1)
+
+
+@pytest.mark.parametrize("reports,error", [
+    ([], rtl_sim.RTLHarnessError),
+    ([{"test": "mul", "vectors": 10, "mismatches": 0}], rtl_sim.RTLHarnessError),
+    ([{"test": "mul", "vectors": 10, "mismatches": 3}], rtl_sim.RTLVerificationError)])
+def test_run_cocotb_tells_mismatches_from_harness_failures(reports, error, tmp_path,
+                                                           monkeypatch):
+    import cocotb_tools.runner
+    monkeypatch.setattr(rtl_sim, "build", lambda h, sim: tmp_path)
+    monkeypatch.setattr(cocotb_tools.runner, "get_runner", lambda sim: _FakeRunner(reports))
+    with pytest.raises(error, match="1 of 1 cocotb tests failed"):
+        rtl_sim.run_cocotb(rtl_sim.Harness.comb("bf16"), "sim.tb.test_pam_multiplier",
+                           sim="verilator")
+
+
+@pytest.mark.parametrize("error,code,text", [
+    (rtl_sim.RTLHarnessError("bench crashed: MemoryError"), 3,
+     "pamsim verify: error: the simulation harness failed"),
+    (rtl_sim.RTLVerificationError("mul: 3 of 10 mismatches"), 1, "pamsim verify: MISMATCH")])
+def test_verify_reports_harness_failures_as_errors(error, code, text, monkeypatch, capsys):
+    def fail(*args, **kwargs):
+        raise error
+    monkeypatch.setattr(rtl_sim, "default_simulator", lambda: "verilator")
+    monkeypatch.setattr(rtl_sim, "verify_unit", fail)
+    assert main(["verify", "--unit", "mul"]) == code
+    assert capsys.readouterr().err.startswith(text)

@@ -22,7 +22,7 @@ import torch
 import emu
 
 from ._core import emu_threads, from_np, round_np, to_np
-from .config import PAMConfig
+from .config import PAMConfig, check_config
 
 __all__ = ["PAAdamW", "PASGD", "make_optimizer"]
 
@@ -45,13 +45,6 @@ class _PAOps:
 
     def sqrt(self, a):
         return emu.pa_sqrt(self._r(a), self.fmt)
-
-
-def _check_config(config):
-    if config is not None and not isinstance(config, PAMConfig):
-        raise TypeError(f"config must be a torch_bridge.PAMConfig or None, got "
-                        f"{type(config).__name__}")
-    return config
 
 
 def _number(name, v, lo=0.0, hi=math.inf, *, open_hi=False):
@@ -115,7 +108,7 @@ class PAAdamW(_PAStep, torch.optim.AdamW):
         for i, b in enumerate(betas):
             _number(f"betas[{i}]", b, 0.0, 1.0, open_hi=True)
         _flags(amsgrad=amsgrad, maximize=maximize)
-        _check_config(config)
+        check_config(config)
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                          amsgrad=amsgrad, maximize=maximize, foreach=False)
         self.config = config
@@ -167,7 +160,7 @@ class PASGD(_PAStep, torch.optim.SGD):
             _number(name, v)
         _number("dampening", dampening, -math.inf)
         _flags(nesterov=nesterov, maximize=maximize)
-        _check_config(config)
+        check_config(config)
         super().__init__(params, lr=lr, momentum=momentum, dampening=dampening,
                          weight_decay=weight_decay, nesterov=nesterov, maximize=maximize,
                          foreach=False)
