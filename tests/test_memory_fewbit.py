@@ -30,8 +30,9 @@ def expected_grad(table, x, g):
     q = torch.from_numpy(np.asarray(table.values)[table.index(x.double().numpy())])
     out = g * q.to(g.dtype)
     nan = torch.isnan(x)
-    xn = torch.full((int(nan.sum()),), np.nan, dtype=x.dtype, requires_grad=True)
-    out[nan] = torch.autograd.grad(activation(table.activation).native(xn), xn, g[nan])[0]
+    if nan.any():       # (tables of default parameters: table.activation is their name)
+        xn = torch.full((int(nan.sum()),), np.nan, dtype=x.dtype, requires_grad=True)
+        out[nan] = torch.autograd.grad(activation(table.activation).native(xn), xn, g[nan])[0]
     return out
 
 

@@ -195,19 +195,26 @@ def _make(key: str, given: tuple) -> Activation:
                       _fprime=fprime, **flags)
 
 
-def nan_positions(x: torch.Tensor) -> torch.Tensor:
-    """Flat indices of the NaNs in ``x``, saved for backward next to the packed codes
-    (almost always empty): a code cannot say NaN, every one names an interval."""
-    return torch.isnan(x.detach()).reshape(-1).nonzero().view(-1)
+def nan_positions(x: torch.Tensor) -> list[torch.Tensor]:
+    """``[flat indices of the NaNs in x]`` to save for backward next to the packed codes
+    (a code cannot say NaN, every one names an interval), or ``[]`` when there are none,
+    so that nothing more is saved.  The sum, one fast pass, is NaN whenever x holds a
+    NaN (and for +inf with -inf)."""
+    x = x.detach()
+    if not torch.isnan(x.sum()):
+        return []
+    nans = torch.isnan(x).reshape(-1).nonzero().view(-1)
+    return [nans] if nans.numel() else []
 
 
-def grad_at_nans(act: Activation, grad: torch.Tensor, nans: torch.Tensor,
+def grad_at_nans(act: Activation, grad: torch.Tensor, nans: list[torch.Tensor],
                  out: torch.Tensor) -> torch.Tensor:
-    """``out`` with native torch's gradient at the NaN inputs ``nans`` (flat indices):
-    NaN for the smooth activations, as the drop-ins must propagate it, and whatever
-    torch's kernel gives for the others (ReLU: grad)."""
-    if not nans.numel():
+    """``out`` with native torch's gradient at the NaN inputs (``nans``: what
+    :func:`nan_positions` gave): NaN for the smooth activations, as the drop-ins must
+    propagate it, and whatever torch's kernel gives for the others (ReLU: grad)."""
+    if not nans:
         return out
+    nans = nans[0]
     g = grad.reshape(-1)[nans]
     x = torch.full_like(g, math.nan, requires_grad=True)
     with torch.enable_grad():

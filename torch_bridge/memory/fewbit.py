@@ -98,14 +98,14 @@ class _FewBit(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, q: _Quantizer):
         y = q.act.native(x)
-        ctx.save_for_backward(q.index_packed(x), nan_positions(x))
+        ctx.save_for_backward(q.index_packed(x), *nan_positions(x))
         ctx.q = q
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        packed, nans = ctx.saved_tensors
+        packed, *nans = ctx.saved_tensors
         return grad_at_nans(ctx.q.act, grad, nans, ctx.q.scale(grad, packed)), None
 
 

@@ -239,14 +239,14 @@ class _PA(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, seg: _Segments):
         y, packed = seg.forward(x)
-        ctx.save_for_backward(packed, nan_positions(x))
+        ctx.save_for_backward(packed, *nan_positions(x))
         ctx.seg = seg
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        packed, nans = ctx.saved_tensors
+        packed, *nans = ctx.saved_tensors
         act = activation(ctx.seg.table.activation)
         return grad_at_nans(act, grad, nans, ctx.seg.scale(grad, packed)), None
 
