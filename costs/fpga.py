@@ -421,6 +421,8 @@ def fit(result: SynthResult, device: str | None = None) -> Fit:
     overhead).  Peak ops/s = copies x Fmax (one result per cycle per copy), with the
     Fmax measured on the synthesized device.
     """
+    if not isinstance(result, SynthResult):
+        raise TypeError(f"result must be a costs.fpga.SynthResult, got {type(result).__name__}")
     dev = _device(result.target, device or result.device)
     r = result.resources
     used = {"logic": r.logic, "ff": r.ffs, "dsp": r.dsps, "bram": r.brams}

@@ -311,6 +311,12 @@ def step_energy(counts: StepCounts, scenario: Scenario, *, rule: str = "paper",
     * memory = activations saved for backward, written once and read once, at
       ``memory_pj_per_byte(memory)``; float tensors stored in ``activation_fmt``.
     """
+    if not isinstance(counts, StepCounts):
+        raise TypeError(f"counts must be a costs.StepCounts (from count_step), got "
+                        f"{type(counts).__name__}")
+    if not isinstance(scenario, Scenario):
+        raise TypeError(f"scenario must be a costs.step.Scenario (from scenarios), got "
+                        f"{type(scenario).__name__}")
     s = scenario
     mm_mul = (analytic.fp_mul(s.matmul_fmt) if s.matmul_mul == "float"
               else analytic.pam_mul(s.matmul_fmt, rule))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import emu
 
-from .fpga import TARGETS, Design, SynthResult, fit, synthesize
+from .fpga import TARGETS, Design, SynthResult, _check_target, fit, synthesize
 
 __all__ = ["BASELINES", "catalog", "unit_design", "synthesize_unit", "sweep", "SWEEP_UNITS",
            "SWEEP_FORMATS", "FMAX_TARGETS", "compare", "float_mac"]
@@ -78,6 +78,7 @@ def float_mac(in_fmt, acc_fmt="float32", stages: int = 2):
 def synthesize_unit(unit: str, fmt, target: str = "ecp5", *, acc=None, stages=None,
                     rows=None, cols=None, **kwargs) -> SynthResult:
     """:func:`costs.fpga.synthesize` of a named unit (kwargs: device, dsp, pnr, ...)."""
+    _check_target(target)               # before the design is built
     return synthesize(unit_design(unit, fmt, acc=acc, stages=stages, rows=rows, cols=cols),
                       target, **kwargs)
 
@@ -97,7 +98,8 @@ def sweep(units=SWEEP_UNITS, fmts=SWEEP_FORMATS, targets=TARGETS, *, acc="float3
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be a positive int, got {jobs!r}")
     acc = emu.format(acc, argname="acc")
-    jobs_list = [(u, emu.format(f), t) for f in fmts for u in units for t in targets]
+    jobs_list = [(_check_unit(u), emu.format(f), _check_target(t))
+                 for f in fmts for u in units for t in targets]
 
     def one(job):
         unit, fmt, target = job

@@ -2,10 +2,12 @@
 flat pattern views the CPU kernels take (emu/ops.py's module docstring has the rules)."""
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 
-__all__ = ["as_float32", "flat_u32", "finish"]
+__all__ = ["as_float32", "flat_u32", "finish", "alloc"]
 
 _ML_FLOATS = {np.dtype(getattr(ml_dtypes, n)) for n in (
     "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2fnuz",
@@ -35,3 +37,15 @@ def finish(out: np.ndarray, shape, scalar: bool):
 def flat_u32(arr: np.ndarray) -> np.ndarray:
     """The float32 array's patterns as a flat, C-contiguous uint32 array (a view if it can)."""
     return np.ascontiguousarray(arr).reshape(-1).view(np.uint32)
+
+
+def alloc(op: str, shape, dtype=np.uint32) -> np.ndarray:
+    """An empty result array for ``op``, or a MemoryError naming the op and the shape
+    (numpy's own says neither, or raises ValueError beyond the address space)."""
+    shape = tuple(int(d) for d in shape)
+    try:
+        return np.empty(shape, dtype)
+    except (MemoryError, ValueError):
+        n = math.prod(shape)
+        raise MemoryError(f"{op}: cannot allocate the result, shape {shape} ({n:,} values, "
+                          f"{n * np.dtype(dtype).itemsize / 2**30:,.1f} GiB)") from None

@@ -9,12 +9,14 @@ emu/_cuda.py, in the same order, and return a device array (emu/cuda_backend.py)
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import _kernels as K
 from . import cuda_backend
 from .formats import Format, format, float32
-from .host import as_float32
+from .host import alloc, as_float32
 from .ops import quantize
 from .shapes import batch_index, matmul_shapes
 
@@ -44,9 +46,10 @@ def pam_matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *
         a = a[None, :]
     if plan.squeeze_b:
         b = b[:, None]
-    nout = int(np.prod(batch)) if batch else 1
+    nout = math.prod(batch)
+    c = alloc("pam_matmul", plan.full, np.float32)     # first: it can be far larger than A, B
     if nout == 0 or m == 0 or n == 0 or k == 0:
-        c = np.zeros(plan.full, np.float32)
+        c[...] = 0
     else:
         if fmt == float32:
             # rounding to float32 is the identity up to NaN payloads, and the kernel
@@ -60,7 +63,7 @@ def pam_matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *
         ib = batch_index(b.shape[:-2], batch)
         a3 = aq.reshape(-1, m, k)
         b3 = bq.reshape(-1, k, n)
-        c = np.empty((nout, m, n), np.float32)
+        c = c.reshape(nout, m, n)
         if acc == float32:
             if m % K.QR:        # whole row blocks for the micro-kernel; extra rows are dropped
                 a3 = np.concatenate([a3, np.zeros((a3.shape[0], -m % K.QR, k), np.int32)], 1)

@@ -22,7 +22,7 @@ from . import _kernels as K
 from . import _scalar as S
 from . import cuda_backend
 from .formats import Format, format, float32
-from .host import as_float32, finish, flat_u32
+from .host import alloc, as_float32, finish, flat_u32
 from .registry import ops
 
 __all__ = ["quantize", "to_bits", "from_bits", "fp_mul"]      # + one per registry op, below
@@ -79,7 +79,7 @@ def quantize(x, fmt, rounding="nearest_even", subnormals=True, overflow=None, se
     if gpu is not None:
         return gpu.quantize(x, fmt.consts, mode, bool(subnormals), overflow == "saturate", key)
     arr = as_float32(x, "x")
-    out = np.empty(arr.size, np.uint32)
+    out = alloc("quantize", arr.shape).reshape(-1)
     K.quantize(flat_u32(arr), out, fmt.consts, mode, bool(subnormals),
                overflow == "saturate", key)
     return finish(out, arr.shape, np.ndim(x) == 0)
@@ -92,7 +92,7 @@ def to_bits(x, fmt, *, stream=None) -> np.ndarray:
     if gpu is not None:
         return gpu.to_bits(x, fmt.consts)
     arr = as_float32(x, "x")
-    out = np.empty(arr.size, np.uint32)
+    out = alloc("to_bits", arr.shape).reshape(-1)
     K.to_bits(flat_u32(arr), out, fmt.consts)
     out = out.reshape(arr.shape)
     return out[()] if np.ndim(x) == 0 else out
@@ -108,12 +108,17 @@ def from_bits(bits, fmt, *, stream=None):
     if gpu is not None:
         return gpu.from_bits(bits, fmt)
     arr = np.asarray(bits)
+    if arr.dtype == object and all(isinstance(v, int) for v in arr.flat):
+        raise ValueError(f"bits must lie in [0, 2**{fmt.width}) for {fmt.name}; got Python "
+                         f"ints beyond int64, in [{min(arr.flat)}, {max(arr.flat)}]")
     if arr.dtype.kind not in "iu":
         raise TypeError(f"bits must have an integer dtype, got {arr.dtype}")
-    if arr.size and (arr.min() < 0 or int(arr.max()) >= 1 << fmt.width):
+    # the distinct elements only: a broadcast view repeats them (stride 0), maybe 1e12 times
+    own = arr[tuple(slice(0, 1) if s == 0 else slice(None) for s in arr.strides)]
+    if own.size and (own.min() < 0 or int(own.max()) >= 1 << fmt.width):
         raise ValueError(f"bits must lie in [0, 2**{fmt.width}) for {fmt.name}; "
-                         f"got values in [{arr.min()}, {arr.max()}]")
-    out = np.empty(arr.size, np.uint32)
+                         f"got values in [{own.min()}, {own.max()}]")
+    out = alloc("from_bits", arr.shape).reshape(-1)
     K.from_bits(np.ascontiguousarray(arr, dtype=np.uint32).reshape(-1), out, fmt.consts)
     return finish(out, arr.shape, np.ndim(bits) == 0)
 
@@ -125,7 +130,7 @@ def _unary(name, x, fmt, stream):
         return gpu.unary(name, x, fmt.consts)
     kernel = K.UNARY[name]
     arr = as_float32(x, "x")
-    out = np.empty(arr.size, np.uint32)
+    out = alloc(name, arr.shape).reshape(-1)
     kernel(flat_u32(arr), out, fmt.consts)
     return finish(out, arr.shape, np.ndim(x) == 0)
 
@@ -147,7 +152,7 @@ def _binary(name, a, b, fmt, stream):
         x = np.broadcast_to(x, shape)
     if y.shape != shape:
         y = np.broadcast_to(y, shape)
-    out = np.empty(int(np.prod(shape)), np.uint32)
+    out = alloc(name, shape).reshape(-1)
     kernel(flat_u32(x), flat_u32(y), out, fmt.consts)
     return finish(out, shape, np.ndim(a) == 0 and np.ndim(b) == 0)
 

@@ -38,8 +38,9 @@ def verilog(component, name: str | None = None) -> str:
     active high).  Struct fields appear as named wires (``\\a.exp``) for debugging.
     """
     name = component.module_name if name is None else name
-    if not name.isidentifier():
-        raise ValueError(f"name={name!r} is not a Verilog identifier")
+    if not isinstance(name, str) or not (name.isascii() and name.isidentifier()):
+        raise ValueError(f"name={name!r} is not a Verilog identifier; expected ASCII "
+                         "letters, digits and '_', not starting with a digit")
     # always-ready streams have a constant ``ready``, which is not a port
     ports = [v.as_value() if hasattr(v, "as_value") else v
              for _, _, v in component.signature.flatten(component)]

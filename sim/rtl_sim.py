@@ -33,7 +33,8 @@ import numpy as np
 
 import emu
 
-__all__ = ["SIMULATORS", "Harness", "RTLVerificationError", "default_simulator", "build",
+__all__ = ["SIMULATORS", "Harness", "RTLVerificationError", "RTLHarnessError",
+           "MAX_VECTORS", "default_simulator", "build",
            "ci_harnesses", "prebuild",
            "run_cocotb", "rtl_matmul", "verify_unit", "verify_matmul"]
 
@@ -41,6 +42,9 @@ SIMULATORS = ("verilator", "icarus")
 COMB_SLOTS = 1024
 COMB_LANES = 8
 STREAM_SLOTS = 256
+#: most vectors one verify run takes: its operands, results and expectations stay
+#: well under 1 GiB, and it simulates in minutes
+MAX_VECTORS = 10_000_000
 ARRAY_SLOTS = 256
 CLOCK_NS = 2
 TOP = "pamsim_harness"
@@ -56,7 +60,12 @@ _REPO = Path(__file__).resolve().parent.parent
 
 
 class RTLVerificationError(AssertionError):
-    """The simulated RTL disagreed with emu, or the simulation did not complete."""
+    """The simulated RTL disagreed with emu: a bench reported mismatching results."""
+
+
+class RTLHarnessError(RuntimeError):
+    """The simulation did not complete (build, simulator or bench failure, e.g. out of
+    memory) and no bench reported a mismatch: no verdict on the RTL."""
 
 
 def build_root() -> Path:
@@ -266,10 +275,17 @@ class Harness:
                 + "\n".join(body) + "\nendmodule\n")
 
 
-def _positive(v, name):
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{name}={v!r}: expected a positive int")
-    return v
+def _positive(v, name, most: int | None = None):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 \
+            or (most is not None and v > most):
+        raise ValueError(f"{name}={v!r}: expected a positive int"
+                         + ("" if most is None else f" <= {most:,}"))
+    return int(v)
+
+
+def _nonneg_seed(seed):
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed={seed!r}: expected an int >= 0")
 
 
 # --- builds ------------------------------------------------------------------------
@@ -431,7 +447,9 @@ def run_cocotb(h: Harness, test_module: str | list[str], params: dict | None = N
     reports the benches wrote.
 
     Raises :class:`RTLVerificationError` naming the failing tests, their mismatches
-    and the end of the simulator log if any test failed or the run was cut short.
+    and the end of the simulator log if a bench reported mismatches, and
+    :class:`RTLHarnessError` (with the end of the log) if tests failed or the run was
+    cut short without any.
     """
     from cocotb_tools.check_results import get_results
     from cocotb_tools.runner import get_runner
@@ -471,7 +489,7 @@ def run_cocotb(h: Harness, test_module: str | list[str], params: dict | None = N
     if nfailed or failure or ntests == 0:
         bad = [r for r in reports if r.get("mismatches")]
         tail = log.read_text(errors="replace")[-4000:] if log.exists() else ""
-        raise RTLVerificationError(
+        raise (RTLVerificationError if bad else RTLHarnessError)(
             f"{label} on {h.key} ({sim}): {nfailed} of {ntests} cocotb tests failed"
             f"{'; ' + failure if failure else ''}\n"
             + "".join(f"  {r['test']}: {r['mismatches']} of {r['vectors']} mismatches, e.g. "
@@ -502,10 +520,13 @@ def _matmul_job(A, B, fmt, acc, unit, sim, rows, cols, stages):
     streams = [n for n, u in UNITS.items() if u.kind == "stream"]
     if unit not in streams:
         raise ValueError(f"unit={unit!r}: expected a stream unit, one of {streams}")
+    for v, name in ((rows, "rows"), (cols, "cols"), (stages, "stages")):
+        _positive(v, name)
     a, b = _operand(A, "A"), _operand(B, "B")
     sa, sb, batch, (m, k, n) = emu.shapes.matmul_shapes(a.shape, b.shape, "rtl_matmul")
     a = a[None, :] if sa else a
     b = b[:, None] if sb else b
+    sim = default_simulator() if sim is None else check_simulator(sim)
     nb = int(np.prod(batch))
     aq = emu.to_bits(np.broadcast_to(emu.quantize(a, fmt), batch + (m, k)), fmt).reshape(nb, m, k)
     bq = emu.to_bits(np.broadcast_to(emu.quantize(b, fmt), batch + (k, n)), fmt).reshape(nb, k, n)
@@ -554,14 +575,17 @@ def rtl_matmul(A, B, fmt="float32", acc="float32", *, unit: str = "mac", sim: st
 
 def verify_unit(unit: str | list[str], fmt, vectors: int, *, sim: str | None = None,
                 seed: int = 0, slots: int = COMB_SLOTS) -> list[dict]:
-    """Check ``vectors`` random + corner + boundary vectors (every operand set for
-    8-bit formats) of a combinational unit against emu; per-kind reports.  A list of
-    units runs each one's bench (rtl.UNITS) in a single simulator process."""
+    """Check ``vectors`` (1 to :data:`MAX_VECTORS`) random + corner + boundary vectors
+    (every operand set for 8-bit formats) of a combinational unit against emu;
+    per-kind reports.  A list of units runs each one's bench (rtl.UNITS) in a single
+    simulator process."""
     from rtl.registry import UNITS, comb_units
     units = [unit] if isinstance(unit, str) else list(unit)
     if not units or set(units) - set(comb_units()):
         raise ValueError(f"unit={unit!r}: expected one of {list(comb_units())} or a list of "
                          "them")
+    _positive(vectors, "vectors", MAX_VECTORS)
+    _nonneg_seed(seed)
     h = Harness.comb(fmt, slots)
     return run_cocotb(h, [UNITS[u].bench for u in units],
                       {"vectors": int(vectors), "seed": int(seed)}, sim=sim)
@@ -578,13 +602,20 @@ def verify_matmul(fmt, acc, vectors: int, *, unit: str = "mac", sim: str | None 
     """Random matrices with specials (about ``vectors`` multiply-accumulates, contraction
     length ``k``) through :func:`rtl_matmul`, compared with ``emu.pam_matmul`` bit for bit.
 
-    Returns ``vectors`` (multiply-accumulates), ``mismatches`` (entries of C that
+    ``vectors``: 1 to :data:`MAX_VECTORS`; ``kw``: ``rows``, ``cols``, ``stages`` of
+    the unit.  Returns ``vectors`` (multiply-accumulates), ``mismatches`` (entries of C that
     differ), ``seconds`` (end to end: build check, simulator start, run) and
     ``sim_seconds`` (the cocotb streaming loop alone).
     """
     from rtl.vectors import random_values
-    _positive(vectors, "vectors")
+    _positive(vectors, "vectors", MAX_VECTORS)
     _positive(k, "k")
+    _nonneg_seed(seed)
+    if set(kw) - {"rows", "cols", "stages"}:
+        raise TypeError(f"verify_matmul got unexpected option(s) {sorted(kw)}; expected "
+                        "rows, cols, stages")
+    if not (isinstance(specials, (int, float)) and 0 <= specials <= 1):
+        raise ValueError(f"specials={specials!r}: expected a fraction in [0, 1]")
     side = max(1, int(np.ceil(np.sqrt(max(vectors // k, 1)))))
     rng = np.random.default_rng(seed)
     A = random_values(rng, fmt, (side, k), specials)

@@ -27,10 +27,12 @@ import torch
 import torch.nn.functional as F
 
 import torch_bridge as tb
-from workloads.models import MODELS, build_model
+from workloads.models import HEADS, MODELS, build_model
 
 DATASETS = ("digits", "mnist", "text")
 DEFAULT_MODEL = {"digits": "mlp", "mnist": "vit", "text": "charlm"}
+#: bounds of a TrainSpec beyond which a run cannot fit this machine (or the seed the RNGs)
+MAX_BATCH, MAX_DIM, MAX_DEPTH, MAX_SEED = 1 << 16, 4096, 64, 2 ** 32 - 1
 
 
 @dataclass(frozen=True)
@@ -65,9 +67,27 @@ class TrainSpec:
             raise ValueError(f"model={model!r} does not fit data={self.data!r}: the text data "
                              "trains the charlm model, images train mlp, cnn or vit")
         object.__setattr__(self, "model", model)
-        for name in ("epochs", "batch_size", "seq_len", "steps_per_epoch"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive int, got {getattr(self, name)!r}")
+        ints = {"epochs": (1, None), "batch_size": (1, MAX_BATCH), "seq_len": (1, None),
+                "steps_per_epoch": (1, None), "text_chars": (1, None), "max_steps": (0, None),
+                "train_subset": (0, None), "dim": (0, MAX_DIM), "depth": (0, MAX_DEPTH),
+                "seed": (0, MAX_SEED)}
+        for name, (lo, hi) in ints.items():
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi and v > hi):
+                raise ValueError(f"{name} must be an int in [{lo}, {hi or 'inf'}], got {v!r}")
+        if (self.dim or self.depth) and model not in ("vit", "charlm"):
+            raise ValueError(f"dim={self.dim}, depth={self.depth}: only the transformers (vit, "
+                             f"charlm) take a width and depth, not model={model!r}")
+        if self.dim % HEADS:
+            raise ValueError(f"dim={self.dim} must be 0 (the model's default) or a multiple "
+                             f"of the {HEADS} attention heads")
+        floats = {"lr": (0, math.inf), "weight_decay": (0, math.inf),
+                  "label_smoothing": (0, 1), "warmup": (0, 1)}
+        for name, (lo, hi) in floats.items():
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) \
+                    or not (math.isfinite(v) and lo <= v <= hi):
+                raise ValueError(f"{name} must be a finite number in [{lo}, {hi}], got {v!r}")
         if self.optimizer not in ("adamw", "sgd"):
             raise ValueError(f"optimizer={self.optimizer!r}; expected 'adamw' or 'sgd'")
         if self.device not in ("cpu", "cuda"):

@@ -49,7 +49,7 @@ def test_bench_quick(capsys, tmp_path):
 
 def test_bench_unknown_group(capsys):
     assert main(["bench", "--only", "nosuch"]) == 2
-    assert "unknown bench case group" in capsys.readouterr().out
+    assert "unknown bench case group" in capsys.readouterr().err
 
 
 def test_bench_rows_format():

@@ -72,8 +72,10 @@ def test_bad_arguments(argv, msg, capsys):
 
 
 def test_bad_batch(capsys):
-    assert main(["cost", "--model", "vit", "--batch", "0"]) == 2
-    assert "--batch must be >= 1" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main(["cost", "--model", "vit", "--batch", "0"])
+    assert exc.value.code == 2
+    assert "argument --batch: got '0'" in capsys.readouterr().err
 
 
 class _TinyMul(wiring.Component):

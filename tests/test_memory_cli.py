@@ -23,7 +23,7 @@ def test_fewbit_tables_check_and_bad_names(capsys):
     out = capsys.readouterr().out
     assert out.count(" ok") == 6 and "MISMATCH" not in out
     assert main(["fewbit-tables", "--report", "--activations", "gleu"]) == 2
-    assert "activation='gleu' is not supported" in capsys.readouterr().out
+    assert "activation='gleu' is not supported" in capsys.readouterr().err
 
 
 def test_memory_errors_small(capsys, tmp_path):
@@ -48,7 +48,7 @@ def test_memory_study_runs(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("argv,msg", [
-    (["memory-study", "--seeds", "0"], "argument --seeds: '0' is not a positive integer"),
+    (["memory-study", "--seeds", "0"], "argument --seeds: got '0'; expected an integer in [1, 100]"),
     (["memory-errors", "--activations", "relu"], "invalid choice: 'relu'")])
 def test_bad_arguments(argv, msg, capsys):
     with pytest.raises(SystemExit):

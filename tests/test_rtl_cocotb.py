@@ -165,8 +165,9 @@ def test_cli_verify(capsys):
     assert main(["verify", "--unit", "mac", "--fmt", "bf16", "--vectors", "5000"]) == 0
     out = capsys.readouterr().out
     assert "multiply-accumulates, 0 of" in out and "/s end to end" in out
-    assert main(["verify", "--unit", "mac", "--vectors", "0"]) == 2
-    assert "--vectors=0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", "--unit", "mac", "--vectors", "0"])
+    assert exc.value.code == 2 and "argument --vectors: got '0'" in capsys.readouterr().err
     assert main(["verify", "--fmt", "bf16"]) == 2
     assert "--unit is required" in capsys.readouterr().err
     assert main(["verify", "--prebuild", "--sim", "icarus"]) == 0      # warm: checks stamps

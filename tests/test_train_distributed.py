@@ -130,4 +130,4 @@ def test_bad_nproc(nproc, msg):
 
 def test_bad_nproc_on_the_command_line(capsys):
     assert main(["train", "--nproc", "65"]) == 2
-    assert "nproc must lie in [1, batch_size=64], got 65" in capsys.readouterr().out
+    assert "nproc must lie in [1, batch_size=64], got 65" in capsys.readouterr().err

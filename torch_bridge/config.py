@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 import emu
 from emu.ops import ROUNDING, _ROUNDING_ALIASES
 
-__all__ = ["OPS", "PAMConfig"]
+__all__ = ["OPS", "PAMConfig", "check_config"]
 
 #: The operation groups of the paper's Table 3, in its order.
 OPS = ("matmul", "softmax", "layernorm", "loss", "optimizer")
@@ -85,10 +85,11 @@ class PAMConfig:
                 raise ValueError(f"backward[{op!r}]={kind!r}; expected one of {_KINDS}")
         set_("backward", kinds if not isinstance(self.backward, str) else self.backward)
         set_("_kinds", tuple(kinds[op] for op in OPS))
-        key = self.rounding.lower() if isinstance(self.rounding, str) else self.rounding
+        key = self.rounding.lower() if isinstance(self.rounding, str) else None
         key = _ROUNDING_ALIASES.get(key, key)
         if key not in ROUNDING:
-            raise ValueError(f"rounding={self.rounding!r}; expected one of {sorted(ROUNDING)}")
+            raise ValueError(f"rounding={self.rounding!r}; expected one of {sorted(ROUNDING)} "
+                             f"(aliases {sorted(_ROUNDING_ALIASES)})")
         set_("rounding", key)
 
     def enabled(self, op: str) -> bool:
@@ -126,3 +127,11 @@ class PAMConfig:
         pa = "" if self.pa_fmt == emu.float32 else f" pa_fmt={self.pa_fmt.name}"
         rnd = "" if self.rounding == "nearest_even" else f" {self.rounding}"
         return f"{self.fmt.name} {ops} {bwd}{pa}{rnd}"
+
+
+def check_config(config):
+    """``config`` if it is a PAMConfig or None, else a TypeError naming it."""
+    if config is not None and not isinstance(config, PAMConfig):
+        raise TypeError(f"config must be a torch_bridge.PAMConfig or None, got "
+                        f"{type(config).__name__} {config!r}")
+    return config

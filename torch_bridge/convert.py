@@ -1,9 +1,11 @@
 """convert(): swap a model's torch layers for the PA drop-ins, keeping its weights."""
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from torch import nn
 
-from .config import PAMConfig
+from .config import PAMConfig, check_config
 from .modules import DROP_INS, _PAModule
 
 __all__ = ["convert"]
@@ -55,9 +57,10 @@ def convert(model: nn.Module, config: PAMConfig | None = _KEEP, *, skip=(),
         config = None                               # convert(model): back to plain torch
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if config is not None and config is not _KEEP and not isinstance(config, PAMConfig):
-        raise TypeError(f"config must be a torch_bridge.PAMConfig or None, got "
-                        f"{type(config).__name__}")
+    if config is not _KEEP:
+        check_config(config)
+    if not isinstance(skip, (str, Iterable)):
+        raise TypeError(f"skip must be a submodule name or an iterable of them, got {skip!r}")
     skip = {skip} if isinstance(skip, str) else set(skip)
     names = {name for name, _ in model.named_modules()}
     unknown = sorted(skip - names)

@@ -25,7 +25,7 @@ from torch.overrides import TorchFunctionMode
 
 from . import functional as PF
 from ._core import FLOATS
-from .config import PAMConfig
+from .config import PAMConfig, check_config
 
 __all__ = ["pam_mode"]
 
@@ -173,9 +173,7 @@ def pam_mode(config: PAMConfig | None):
     ``config=None`` (or ``fmt=None``, or no ops): nothing changes.  Modes nest; the
     innermost decides.  Works under autograd, ``torch.no_grad`` and checkpointing.
     """
-    if config is not None and not isinstance(config, PAMConfig):
-        raise TypeError(f"config must be a torch_bridge.PAMConfig or None, got "
-                        f"{type(config).__name__}")
+    check_config(config)
     if config is None or config.fmt is None or not config.ops:
         yield
         return

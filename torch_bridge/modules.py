@@ -11,7 +11,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from . import functional as PF
-from .config import PAMConfig
+from .config import PAMConfig, check_config
 
 
 class _PAModule:
@@ -27,7 +27,7 @@ class _PAModule:
                             f"got {type(module).__name__}")
         new = cls.__new__(cls)
         new.__dict__.update(module.__dict__)
-        new.config = config
+        new.config = check_config(config)
         return new
 
     def to_native(self) -> nn.Module:
@@ -48,7 +48,7 @@ class PAMLinear(_PAModule, nn.Linear):
     def __init__(self, in_features, out_features, bias=True, device=None, dtype=None, *,
                  config: PAMConfig | None = None):
         super().__init__(in_features, out_features, bias, device, dtype)
-        self.config = config
+        self.config = check_config(config)
 
     def forward(self, x):
         return PF.linear(x, self.weight, self.bias, self.config)
@@ -60,7 +60,7 @@ class PAMConv2d(_PAModule, nn.Conv2d):
 
     def __init__(self, *args, config: PAMConfig | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.config = config
+        self.config = check_config(config)
 
     def _conv_forward(self, x, weight, bias):
         if self.padding_mode != "zeros":
@@ -77,7 +77,7 @@ class PALayerNorm(_PAModule, nn.LayerNorm):
 
     def __init__(self, *args, config: PAMConfig | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.config = config
+        self.config = check_config(config)
 
     def forward(self, x):
         return PF.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps,
@@ -90,7 +90,7 @@ class PASoftmax(_PAModule, nn.Softmax):
 
     def __init__(self, dim=None, *, config: PAMConfig | None = None):
         super().__init__(dim)
-        self.config = config
+        self.config = check_config(config)
 
     def forward(self, x):
         dim = self.dim if self.dim is not None else F._get_softmax_dim("softmax", x.dim(), 5)
@@ -103,7 +103,7 @@ class PACrossEntropyLoss(_PAModule, nn.CrossEntropyLoss):
 
     def __init__(self, *args, config: PAMConfig | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.config = config
+        self.config = check_config(config)
 
     def forward(self, input, target):
         return PF.cross_entropy(input, target, self.weight, self.ignore_index, self.reduction,
@@ -121,7 +121,7 @@ class PAMultiheadAttention(_PAModule, nn.MultiheadAttention):
 
     def __init__(self, *args, config: PAMConfig | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.config = config
+        self.config = check_config(config)
 
     def forward(self, *args, **kwargs):
         from .mode import pam_mode

@@ -14,6 +14,7 @@ between the native and PA versions.
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 import torch
@@ -21,7 +22,7 @@ import torch
 import emu
 
 from ._core import as_float32, emu_call, emu_threads, round_scalar, round_to
-from .config import PAMConfig
+from .config import PAMConfig, check_config
 
 __all__ = ["PAAdamW", "PASGD", "make_optimizer"]
 
@@ -49,11 +50,24 @@ class _PAOps:
         return emu_call(emu.pa_sqrt, self._r(a), self.fmt)
 
 
-def _check_config(config):
-    if config is not None and not isinstance(config, PAMConfig):
-        raise TypeError(f"config must be a torch_bridge.PAMConfig or None, got "
-                        f"{type(config).__name__}")
-    return config
+def _number(name, v, lo=0.0, hi=math.inf, *, open_hi=False):
+    """Check a hyper-parameter before torch sees it: a real number (or a one-element
+    tensor, as torch allows for lr), finite, in [lo, hi] (``open_hi``: [lo, hi))."""
+    if isinstance(v, torch.Tensor) and v.numel() == 1 and v.dtype.is_floating_point:
+        x = float(v)
+    elif isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)):
+        x = float(v)
+    else:
+        raise TypeError(f"{name} must be a real number, got {v!r} ({type(v).__name__})")
+    if not (math.isfinite(x) and lo <= x and (x < hi if open_hi else x <= hi)):
+        raise ValueError(f"{name}={v!r}; expected a finite number in [{lo:g}, {hi:g}"
+                         f"{')' if open_hi else ']'}")
+
+
+def _flags(**flags):
+    for name, v in flags.items():
+        if not isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"{name} must be True or False, got {v!r}")
 
 
 def _write(t: torch.Tensor, values: torch.Tensor):
@@ -90,9 +104,17 @@ class PAAdamW(_PAStep, torch.optim.AdamW):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *,
                  amsgrad=False, maximize=False, config: PAMConfig | None = None):
+        for name, v in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay)):
+            _number(name, v)
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise TypeError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+        for i, b in enumerate(betas):
+            _number(f"betas[{i}]", b, 0.0, 1.0, open_hi=True)
+        _flags(amsgrad=amsgrad, maximize=maximize)
+        check_config(config)
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                          amsgrad=amsgrad, maximize=maximize, foreach=False)
-        self.config = _check_config(config)
+        self.config = config
         if self._pa and amsgrad:
             raise ValueError("amsgrad=True is not supported by the PA update")
 
@@ -137,10 +159,15 @@ class PASGD(_PAStep, torch.optim.SGD):
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0,
                  nesterov=False, *, maximize=False, config: PAMConfig | None = None):
+        for name, v in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay)):
+            _number(name, v)
+        _number("dampening", dampening, -math.inf)
+        _flags(nesterov=nesterov, maximize=maximize)
+        check_config(config)
         super().__init__(params, lr=lr, momentum=momentum, dampening=dampening,
                          weight_decay=weight_decay, nesterov=nesterov, maximize=maximize,
                          foreach=False)
-        self.config = _check_config(config)
+        self.config = config
 
     def _pa_step(self, ops):
         for group in self.param_groups:

@@ -48,6 +48,10 @@ class CNN(nn.Module):
         return self.head(x.flatten(1))
 
 
+#: attention heads of the transformers (ViT, CharLM): their width must be a multiple
+HEADS = 4
+
+
 class Block(nn.Module):
     """Pre-norm transformer block: multi-head self-attention and a GELU MLP."""
 
@@ -73,7 +77,7 @@ class Block(nn.Module):
 class ViT(nn.Module):
     """A small vision transformer: conv patch embedding, class token, pre-norm blocks."""
 
-    def __init__(self, image_size=28, patch=7, dim=64, depth=4, heads=4, n_classes=10):
+    def __init__(self, image_size=28, patch=7, dim=64, depth=4, heads=HEADS, n_classes=10):
         super().__init__()
         if image_size % patch:
             raise ValueError(f"image_size={image_size} must be a multiple of patch={patch}")
@@ -94,7 +98,7 @@ class ViT(nn.Module):
 class CharLM(nn.Module):
     """A causal character-level transformer language model."""
 
-    def __init__(self, vocab=73, seq_len=64, dim=128, depth=4, heads=4):
+    def __init__(self, vocab=73, seq_len=64, dim=128, depth=4, heads=HEADS):
         super().__init__()
         self.tok = nn.Embedding(vocab, dim)
         self.pos = nn.Parameter(torch.randn(1, seq_len, dim) * 0.02)

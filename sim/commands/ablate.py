@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import emu
-from sim.cli import format_arg
-from sim.commands.train import add_spec_arguments, set_threads, spec_from_args
+from sim.cli import fail, format_arg, output_dir
+from sim.commands.train import add_spec_arguments, seeds_arg, set_threads, spec_from_args
 
 GROUPS = ("matmul", "softmax", "layernorm", "loss")     # those with a backward pass
 
@@ -20,8 +20,8 @@ def register(sub):
     p.set_defaults(data="mnist")
     p.add_argument("--fmt", type=format_arg, default=emu.float32,
                    help="format of the PAM matmul operands (default float32, as Table 3)")
-    p.add_argument("--seeds", type=int, default=2, help="seeds 0..N-1 (default 2)")
-    p.add_argument("--out", default="out/ablate")
+    p.add_argument("--seeds", type=seeds_arg, default=2, help="seeds 0..N-1 (default 2)")
+    p.add_argument("--out", type=output_dir, default="out/ablate")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(run=run)
 
@@ -30,13 +30,10 @@ def run(args) -> int:
     import torch_bridge as tb
     from sim import train as T
     try:
-        set_threads(args)
-        if args.seeds < 1:
-            raise ValueError(f"seeds must be >= 1, got {args.seeds}")
         specs = [spec_from_args(args, seed=s) for s in range(args.seeds)]
     except ValueError as exc:
-        print(f"pamsim ablate: error: {exc}")
-        return 2
+        return fail(args, exc)
+    set_threads(args)
     out = Path(args.out)
     spec0 = specs[0]
     key, label = T.metric_names(spec0)

@@ -1,6 +1,7 @@
 """``pamsim bench``: speed ratios against baselines measured in the same run."""
 import json
-from pathlib import Path
+
+from sim.cli import fail, output_file
 
 
 def register(sub):
@@ -11,7 +12,7 @@ def register(sub):
     p.add_argument("--device", choices=["cpu", "cuda"],
                    help="cuda: only the GPU group (says so and exits 0 without a GPU); "
                         "cpu: every group except the GPU one")
-    p.add_argument("--json", help="also write the rows as JSON")
+    p.add_argument("--json", type=output_file, help="also write the rows as JSON")
     p.set_defaults(run=run)
 
 
@@ -25,10 +26,10 @@ def run(args) -> int:
     try:
         rows = bench.run(quick=args.quick, only=only, skip=skip)
     except ValueError as exc:
-        print(f"pamsim bench: error: {exc}")
-        return 2
+        return fail(args, f"--only: {exc}")
     print(bench.format_rows(rows))
     if args.json:
-        Path(args.json).write_text(json.dumps(
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(
             [dict(r.__dict__, ratio=r.ratio) for r in rows], indent=2))
     return 0

@@ -1,15 +1,16 @@
 """``pamsim cost``: energy/area per operation and per MAC (45 nm model), or the energy
 of one training step of a model (op counts from PyTorch, bar chart PNG)."""
+import argparse
 import json
-from pathlib import Path
 
 import emu
-from sim.cli import format_arg
+from sim.cli import fail, format_arg, int_in, output_file
 
 
 def register(sub):
     from costs.analytic import MEMORY_LEVELS, PAM_RULES
     from costs.step import step_models
+    from sim.train import MAX_BATCH
     p = sub.add_parser("cost", help="energy/area of PAM vs float per op and per MAC, or per "
                                     "training step of a model (--model)")
     p.add_argument("--fmt", type=format_arg, default=emu.bfloat16,
@@ -21,16 +22,21 @@ def register(sub):
                         "'adders' = (E+M)-bit + E-bit int adds only (default paper)")
     p.add_argument("--model", choices=step_models(),
                    help="price one training step (forward+backward+AdamW) of this model")
-    p.add_argument("--batch", type=int, default=32, help="batch size for --model (default 32)")
+    p.add_argument("--batch", type=int_in(1, MAX_BATCH), default=32,
+                   help=f"batch size for --model, at most {MAX_BATCH} (default 32)")
     p.add_argument("--memory", choices=MEMORY_LEVELS, default="dram",
                    help="where saved activations live, for their pJ/byte (default dram)")
-    p.add_argument("--png", help="bar chart path for --model (default out/cost_<model>.png)")
-    p.add_argument("--json", help="also write the numbers as JSON")
+    p.add_argument("--png", type=output_file,
+                   help="bar chart path for --model (default out/cost_<model>.png)")
+    p.add_argument("--json", type=output_file, help="also write the numbers as JSON")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     from costs import analytic, report
+    if args.model is None and args.png:
+        return fail(args, f"--png {str(args.png)!r} needs --model (the bar chart is of a "
+                          "model's training step)")
     if args.model is None:
         print(report.op_table(args.fmt, args.acc, args.rule))
         print()
@@ -42,9 +48,10 @@ def run(args) -> int:
             data["appendix_b"] = [c.__dict__ for c in analytic.appendix_b()]
             _write_json(args.json, data)
         return 0
-    if args.batch < 1:
-        print(f"pamsim cost: error: --batch must be >= 1, got {args.batch}")
-        return 2
+    try:
+        png = args.png or output_file(f"out/cost_{args.model}.png")
+    except argparse.ArgumentTypeError as exc:
+        return fail(args, f"--png (default): {exc}")
     from costs.step import count_step, model_step, scenarios, step_energy
     model, loss_fn = model_step(args.model, args.batch)
     counts = count_step(model, loss_fn)
@@ -53,7 +60,6 @@ def run(args) -> int:
     title = (f"One training step of {args.model} (batch {args.batch}): forward + backward + "
              f"AdamW; matmuls in {args.fmt.name}, accumulate in {args.acc.name}")
     print(report.step_table(title, counts, energies, args.memory, args.rule))
-    png = Path(args.png or f"out/cost_{args.model}.png")
     png.parent.mkdir(parents=True, exist_ok=True)
     report.plot_step(title, energies, png)
     print(f"\nBar chart written to {png}")
@@ -70,5 +76,5 @@ def run(args) -> int:
 
 
 def _write_json(path, data) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(data, indent=2, default=str))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, default=str))

@@ -12,6 +12,8 @@ import time
 
 import numpy as np
 
+from sim.cli import fail, output_dir
+
 #: Few-Bit Backward, Table 1: error (3), uniform weight on [-10, 10], bits 1..4
 PAPER_TABLE1 = {
     "relu": (0.0, None, None, None),
@@ -30,13 +32,14 @@ def register(sub):
     p.add_argument("--only", choices=["fewbit", "pa"], help="only this kind of table")
     p.add_argument("--activations", nargs="+", metavar="NAME",
                    help="restrict to these activations (default: all)")
-    p.add_argument("--out", metavar="DIR",
+    p.add_argument("--out", type=output_dir, metavar="DIR",
                    help="write the files here instead of torch_bridge/memory/data")
-    p.add_argument("--report", action="store_true",
-                   help="print the paper-style error tables from the stored data (no solving)")
-    p.add_argument("--check", action="store_true",
-                   help="regenerate (bits 1-3 / small PA tables unless --full) and compare "
-                        "with the stored data; exit code 1 on a mismatch")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--report", action="store_true",
+                      help="print the paper-style error tables from the stored data (no solving)")
+    mode.add_argument("--check", action="store_true",
+                      help="regenerate (bits 1-3 / small PA tables unless --full) and "
+                           "compare with the stored data; exit code 1 on a mismatch")
     p.add_argument("--full", action="store_true", help="with --check: every bit width")
     p.set_defaults(run=run)
 
@@ -48,8 +51,11 @@ def run(args) -> int:
     try:
         names = [activation(n).name for n in args.activations] if args.activations else None
     except ValueError as exc:
-        print(f"pamsim fewbit-tables: error: {exc}")
-        return 2
+        return fail(args, f"--activations: {exc}")
+    if args.full and not args.check:
+        return fail(args, "--full applies to --check only")
+    if args.out and (args.report or args.check):
+        return fail(args, "--out applies to generating tables, not to --report or --check")
     if args.report:
         print(report(names))
         return 0

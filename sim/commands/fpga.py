@@ -1,10 +1,9 @@
 """``pamsim fpga``: resources and Fmax of an rtl/ unit from real synthesis, how many fit
 a device and the peak rate; ``--sweep`` runs PAM against float for every format/target."""
 import json
-from pathlib import Path
 
 import emu
-from sim.cli import format_arg
+from sim.cli import fail, format_arg, output_file, positive_int
 
 
 def register(sub):
@@ -19,9 +18,9 @@ def register(sub):
                    help="operand format (default bf16)")
     p.add_argument("--acc", type=format_arg, default=None,
                    help="accumulator format of mac/fmac/array (default float32)")
-    p.add_argument("--stages", type=int, default=None, help="MAC pipeline stages (default 2)")
-    p.add_argument("--rows", type=int, default=None, help="array rows (default 4)")
-    p.add_argument("--cols", type=int, default=None, help="array columns (default 4)")
+    p.add_argument("--stages", type=positive_int, default=None, help="MAC pipeline stages (default 2)")
+    p.add_argument("--rows", type=positive_int, default=None, help="array rows (default 4)")
+    p.add_argument("--cols", type=positive_int, default=None, help="array columns (default 4)")
     p.add_argument("--target", choices=[*TARGETS, "all"], default="ecp5",
                    help="FPGA family (default ecp5)")
     p.add_argument("--device", help="device of the target (ecp5: 85k/45k/25k, ice40: up5k/"
@@ -32,9 +31,9 @@ def register(sub):
                    help="synthesize " + ", ".join(SWEEP_UNITS) + " for "
                         + ", ".join(SWEEP_FORMATS) + " on --target (Fmax on "
                         + "/".join(FMAX_TARGETS) + "; ~35 min the first time, then cached)")
-    p.add_argument("--jobs", type=int, default=1,
+    p.add_argument("--jobs", type=positive_int, default=1,
                    help="--sweep: tool runs in parallel (default 1)")
-    p.add_argument("--json", help="also write the rows as JSON")
+    p.add_argument("--json", type=output_file, help="also write the rows as JSON")
     p.set_defaults(run=run)
 
 
@@ -48,8 +47,7 @@ def run(args) -> int:
             rows = units.sweep(targets=targets, acc=args.acc or "float32",
                                dsp=not args.nodsp, jobs=args.jobs)
         except ValueError as exc:
-            print(f"pamsim fpga: error: {exc}")
-            return 2
+            return fail(args, exc)
         ok = [r for r in rows if "error" not in r]
         print(fpga.format_rows(ok))
         for r in rows:
@@ -62,18 +60,15 @@ def run(args) -> int:
     kw = {k: getattr(args, k) for k in ("acc", "stages", "rows", "cols")
           if getattr(args, k) is not None}
     try:
+        for target in targets:          # every device before the first synthesis
+            fpga._device(target, args.device)
         design = units.unit_design(args.unit, args.fmt, **kw)
     except (ValueError, RuntimeError) as exc:
-        print(f"pamsim fpga: error: {exc}")
-        return 2
+        return fail(args, exc)
     rows = []
     for target in targets:
-        try:
-            r = fpga.synthesize(design, target, device=args.device, dsp=not args.nodsp,
-                                pnr=not args.no_pnr)
-        except ValueError as exc:
-            print(f"pamsim fpga: error: {exc}")
-            return 2
+        r = fpga.synthesize(design, target, device=args.device, dsp=not args.nodsp,
+                            pnr=not args.no_pnr)
         rows.append(dict(fpga.summary_row(f"{args.unit} {args.fmt.name}", r), result=r))
     print(f"{design.top}: {units.catalog()[args.unit]}")
     print(fpga.format_rows(rows))
@@ -100,5 +95,5 @@ def _write_json(path, rows) -> None:
     for o, r in zip(out, rows):
         if "result" in r:
             o["resources"] = r["result"].resources.__dict__
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(out, indent=2, default=str))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2, default=str))

@@ -11,15 +11,23 @@ from __future__ import annotations
 
 import time
 
+from sim.cli import int_in, output_file, positive_int
+from sim.commands.train import seeds_arg
+
+#: grid points of memory-errors: more would not fit this machine's memory
+MAX_POINTS = 20_000_001
+
 
 def register(sub):
     p = sub.add_parser("memory-errors", help="backward-derivative error: few-bit 1-8 bits "
                                              "vs inverted activations (Inverted Act., Fig. 5)")
     p.add_argument("--activations", nargs="+", default=["gelu", "silu"],
                    choices=["gelu", "gelu_tanh", "silu", "mish"])
-    p.add_argument("--points", type=_positive, default=2_000_001,
-                   help="float32 grid points on [-10, 10] (default 2000001)")
-    p.add_argument("--png", metavar="PATH", help="write the Fig. 5-style plot here")
+    p.add_argument("--points", type=int_in(2, MAX_POINTS), default=2_000_001,
+                   help=f"float32 grid points on [-10, 10], at most {MAX_POINTS} "
+                        "(default 2000001)")
+    p.add_argument("--png", type=output_file, metavar="PATH",
+                   help="write the Fig. 5-style plot here")
     p.set_defaults(run=run_errors)
 
     p = sub.add_parser("memory-saved", help="bytes saved for backward, measured with "
@@ -29,29 +37,17 @@ def register(sub):
 
     p = sub.add_parser("memory-study", help="train an MLP (digits or MNIST) with native / "
                                             "few-bit / inverted / PA activations, several seeds")
-    p.add_argument("--seeds", type=_positive, default=3)
-    p.add_argument("--epochs", type=_positive, default=30)
+    p.add_argument("--seeds", type=seeds_arg, default=3)
+    p.add_argument("--epochs", type=positive_int, default=30)
     p.add_argument("--data", choices=["digits", "mnist"], default="digits",
                    help="sklearn digits (1,797) or the 5,000-image MNIST subset")
-    p.add_argument("--png", metavar="PATH", default="out/memory_study.png",
+    p.add_argument("--png", type=output_file, metavar="PATH", default="out/memory_study.png",
                    help="loss-curve plot (default out/memory_study.png)")
     p.set_defaults(run=run_study)
 
 
-def _positive(text):
-    import argparse
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return v
-
-
 def _savefig(fig, path):
-    from pathlib import Path
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     print(f"wrote {path}")
 

@@ -7,8 +7,8 @@ are compared with native float32 ones by cosine similarity, per format.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+from sim.cli import formats_arg, int_in, output_dir
 from sim.commands.train import ops_arg
 
 #: A fixed, varied set of sentences (>= 50) for the comparison.
@@ -83,14 +83,14 @@ OP_SETS = {"matmul": frozenset({"matmul"}),
 def register(sub):
     p = sub.add_parser("minilm", help="all-MiniLM-L6-v2 under pam_mode: cosine similarity of "
                                       "sentence embeddings vs native float32, per format")
-    p.add_argument("--fmts", default=",".join(DEFAULT_FMTS),
+    p.add_argument("--fmts", type=formats_arg, default=",".join(DEFAULT_FMTS),
                    help=f"comma-separated PAM formats (default {','.join(DEFAULT_FMTS)})")
     p.add_argument("--ops", type=ops_arg, action="append",
                    help="op groups to run piecewise affine (repeatable; default: 'matmul' and "
                         "'matmul,softmax,layernorm')")
-    p.add_argument("--sentences", type=int, default=len(SENTENCES),
+    p.add_argument("--sentences", type=int_in(1, len(SENTENCES)), default=len(SENTENCES),
                    help=f"use the first N of the {len(SENTENCES)} built-in sentences")
-    p.add_argument("--out", default="out/minilm")
+    p.add_argument("--out", type=output_dir, default="out/minilm")
     p.set_defaults(run=run)
 
 
@@ -140,14 +140,7 @@ def format_rows(rows) -> str:
 
 def run(args) -> int:
     import torch_bridge as tb
-    try:
-        fmts = [tb.PAMConfig(f.strip()).fmt for f in args.fmts.split(",") if f.strip()]
-        if not 1 <= args.sentences <= len(SENTENCES):
-            raise ValueError(f"sentences must lie in [1, {len(SENTENCES)}], got "
-                             f"{args.sentences}")
-    except ValueError as exc:
-        print(f"pamsim minilm: error: {exc}")
-        return 2
+    fmts = args.fmts
     op_sets = ({"+".join(o for o in tb.OPS if o in s): s for s in args.ops} if args.ops
                else OP_SETS)
     from workloads.data import load_minilm
@@ -157,7 +150,7 @@ def run(args) -> int:
           "of sentence embeddings to native float32")
     rows = compare(model, sentences, fmts, op_sets)
     print(format_rows(rows))
-    out = Path(args.out)
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
     (out / "minilm.json").write_text(json.dumps({"sentences": sentences, "rows": rows},
                                                 indent=1))

@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sim.commands.train import add_spec_arguments, ops_arg, set_threads, spec_from_args
+from sim.cli import fail, int_in, output_dir
+from sim.commands.train import add_spec_arguments, ops_arg, seeds_arg, set_threads, spec_from_args
 
 
 def mantissas_arg(text: str) -> list[int]:
@@ -14,7 +15,7 @@ def mantissas_arg(text: str) -> list[int]:
     except ValueError:
         ms = []
     if not ms or any(not 1 <= m <= 23 for m in ms):
-        raise argparse.ArgumentTypeError(f"--mantissa {text!r}: expected comma-separated "
+        raise argparse.ArgumentTypeError(f"got {text!r}; expected comma-separated "
                                          "integers in [1, 23], e.g. 23,7,4,3,2")
     return ms
 
@@ -27,13 +28,13 @@ def register(sub):
     p.add_argument("--mantissa", type=mantissas_arg, default=[23, 7, 4, 3, 2],
                    help="mantissa bits of the PAM operands (default 23,7,4,3,2; 23 with 8 "
                         "exponent bits is float32)")
-    p.add_argument("--exp-bits", type=int, default=8, help="exponent bits (default 8)")
-    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (default 3)")
+    p.add_argument("--exp-bits", type=int_in(2, 8), default=8, help="exponent bits (default 8)")
+    p.add_argument("--seeds", type=seeds_arg, default=3, help="seeds 0..N-1 (default 3)")
     p.add_argument("--ops", type=ops_arg, default=frozenset({"matmul"}),
                    help="op groups made PA (default matmul: Appendix D narrows only the "
                         "matmul inputs)")
     p.add_argument("--backward", choices=("approx", "exact"), default="approx")
-    p.add_argument("--out", default="out/sweep")
+    p.add_argument("--out", type=output_dir, default="out/sweep")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(run=run)
 
@@ -42,14 +43,11 @@ def run(args) -> int:
     import torch_bridge as tb
     from sim import train as T
     try:
-        set_threads(args)
         specs = [spec_from_args(args, seed=s) for s in range(args.seeds)]
-        fmts = [tb.PAMConfig(f"e{args.exp_bits}m{m}").fmt for m in args.mantissa]
-        if args.seeds < 1:
-            raise ValueError(f"seeds must be >= 1, got {args.seeds}")
     except ValueError as exc:
-        print(f"pamsim sweep: error: {exc}")
-        return 2
+        return fail(args, exc)
+    set_threads(args)
+    fmts = [tb.PAMConfig(f"e{args.exp_bits}m{m}").fmt for m in args.mantissa]
     out = Path(args.out)
     spec0 = specs[0]
     key, label = T.metric_names(spec0)

@@ -5,7 +5,13 @@ import json
 from pathlib import Path
 
 import emu
-from sim.cli import format_arg
+from sim.cli import fail, float_in, format_arg, int_in, nonneg_int, output_dir, positive_int
+
+#: more threads than this is a typo, not a machine
+MAX_THREADS = 1024
+#: ablate/sweep train every configuration once per seed 0..N-1, N at most this
+MAX_SEEDS = 100
+seeds_arg = int_in(1, MAX_SEEDS)
 
 OPS_HELP = ("comma-separated op groups made piecewise affine: matmul, softmax, layernorm, "
             "loss, optimizer, or 'all' (default all: fully multiplication-free)")
@@ -25,32 +31,35 @@ def ops_arg(text: str) -> frozenset:
 
 
 def add_spec_arguments(p, epochs_default: int):
-    """The options every training command shares (data, model, schedule, seed)."""
-    from sim.train import DATASETS
-    from workloads.models import MODELS
+    """The options every training command shares (data, model, schedule, threads)."""
+    from sim.train import DATASETS, MAX_BATCH, MAX_DEPTH, MAX_DIM
+    from workloads.models import HEADS, MODELS
     p.add_argument("--data", choices=DATASETS, default="digits",
                    help="digits (sklearn 8x8, default), mnist (5,000-image subset) or text "
                         "(KJV characters)")
     p.add_argument("--model", choices=list(MODELS), default="",
                    help="default: mlp for digits, vit for mnist, charlm for text")
-    p.add_argument("--epochs", type=int, default=epochs_default)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--epochs", type=positive_int, default=epochs_default)
+    p.add_argument("--batch-size", type=int_in(1, MAX_BATCH), default=64,
+                   help=f"examples per step, at most {MAX_BATCH} (default 64)")
+    p.add_argument("--lr", type=float_in(0), default=3e-3)
+    p.add_argument("--weight-decay", type=float_in(0), default=0.01)
+    p.add_argument("--label-smoothing", type=float_in(0, 1), default=0.1)
     p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
-    p.add_argument("--max-steps", type=int, default=0,
+    p.add_argument("--max-steps", type=nonneg_int, default=0,
                    help="stop each run after this many steps (0: all epochs)")
-    p.add_argument("--train-subset", type=int, default=0,
+    p.add_argument("--train-subset", type=nonneg_int, default=0,
                    help="train on only the first N training images (0: all)")
-    p.add_argument("--dim", type=int, default=0, help="transformer width (vit, charlm)")
-    p.add_argument("--depth", type=int, default=0, help="transformer blocks (vit, charlm)")
-    p.add_argument("--steps-per-epoch", type=int, default=100,
+    p.add_argument("--dim", type=int_in(0, MAX_DIM), default=0,
+                   help=f"transformer width (vit, charlm), a multiple of {HEADS} up to {MAX_DIM}")
+    p.add_argument("--depth", type=int_in(0, MAX_DEPTH), default=0,
+                   help=f"transformer blocks (vit, charlm), up to {MAX_DEPTH}")
+    p.add_argument("--steps-per-epoch", type=positive_int, default=100,
                    help="text data: batches per epoch")
     p.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
                    help="where tensors live: cpu (default), cuda (emu's CUDA kernels, same "
                         "bits for the PA ops), auto (cuda when torch sees a GPU)")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=int_in(0, MAX_THREADS), default=1,
                    help="torch and Numba threads (default 1: these small models are dominated "
                         "by per-op overhead, and on a shared machine a parallel region waits "
                         "for descheduled workers; 0 = torch's default)")
@@ -58,8 +67,6 @@ def add_spec_arguments(p, epochs_default: int):
 
 def set_threads(args):
     import torch
-    if args.threads < 0:
-        raise ValueError(f"threads must be >= 0, got {args.threads}")
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -88,6 +95,7 @@ def spec_from_args(args, **override):
 
 
 def register(sub):
+    from sim.train import MAX_SEED
     p = sub.add_parser("train", help="train on emulated PA hardware next to a float32 baseline "
                                      "(the main job)")
     add_spec_arguments(p, epochs_default=12)
@@ -105,12 +113,14 @@ def register(sub):
                    help="format of the elementwise PA ops (softmax, layernorm, loss, optimizer)")
     p.add_argument("--rounding", choices=("nearest_even", "stochastic", "toward_zero"),
                    default="nearest_even")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="out/train", help="directory for the JSON and PNG")
+    p.add_argument("--seed", type=int_in(0, MAX_SEED), default=0,
+                   help=f"in [0, {MAX_SEED}] (default 0)")
+    p.add_argument("--out", type=output_dir, default="out/train",
+                   help="directory for the JSON and PNG")
     p.add_argument("--no-cache", action="store_true",
                    help="always retrain the float32 baseline (default: reuse a cached one)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument("--nproc", type=int, default=1,
+    p.add_argument("--nproc", type=positive_int, default=1,
                    help="data-parallel processes (DDP over gloo on the CPU, nccl with --device "
                         "cuda; --batch-size is the global batch).  Under torchrun: its "
                         "WORLD_SIZE")
@@ -142,12 +152,11 @@ def run(args) -> int:
     try:
         spec = spec_from_args(args)
         config = config_from_args(args)
-        set_threads(args)
         if not 1 <= nproc <= spec.batch_size:
             raise ValueError(f"nproc must lie in [1, batch_size={spec.batch_size}], got {nproc}")
     except ValueError as exc:
-        print(f"pamsim train: error: {exc}")
-        return 2
+        return fail(args, exc)
+    set_threads(args)
     from sim import train as T
     out = Path(args.out)
     rank0 = int(os.environ.get("RANK", "0")) == 0

@@ -1,9 +1,8 @@
 """``pamsim verilog``: synthesizable Verilog of an rtl unit (rtl.make_unit + rtl.verilog)."""
 import sys
-from pathlib import Path
 
 import emu
-from sim.cli import format_arg
+from sim.cli import format_arg, output_file, positive_int
 
 
 def register(sub):
@@ -15,11 +14,11 @@ def register(sub):
     p.add_argument("--fmt", type=format_arg, default=emu.bfloat16,
                    help="operand format, e.g. bf16, float32, e4m3fn (default bf16)")
     p.add_argument("--acc", type=format_arg, help="accumulation format of mac/array (default float32)")
-    p.add_argument("--stages", type=int, help="pipeline stages of mac/array, 1-3 (default 2)")
-    p.add_argument("--rows", type=int, help="array rows (default 4)")
-    p.add_argument("--cols", type=int, help="array columns (default 4)")
+    p.add_argument("--stages", type=positive_int, help="pipeline stages of mac/array, 1-3 (default 2)")
+    p.add_argument("--rows", type=positive_int, help="array rows (default 4)")
+    p.add_argument("--cols", type=positive_int, help="array columns (default 4)")
     p.add_argument("--name", help="Verilog module name (default: from the unit and formats)")
-    p.add_argument("-o", "--output", help="output file (default: standard output)")
+    p.add_argument("-o", "--output", type=output_file, help="output file (default: standard output)")
     p.set_defaults(run=run)
 
 
@@ -33,8 +32,8 @@ def run(args) -> int:
         print(f"pamsim verilog: error: {exc}", file=sys.stderr)
         return 2
     if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(text)
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text)
         print(f"module {args.name or unit.module_name} ({args.unit}, {args.fmt.name}) "
               f"written to {args.output}")
     else:

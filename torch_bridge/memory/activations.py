@@ -293,6 +293,9 @@ def activation(name, **params) -> Activation:
         raise ValueError(f"activation={name!r} is not supported; expected one of "
                          f"{list(ACTIVATIONS)} (aliases {sorted(_ALIASES)})")
     key = _ALIASES.get(name.lower(), name.lower())
+    for k, v in params.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"{key} parameter {k}={v!r} must be a finite number")
     return _make(key, tuple(sorted(params.items())))
 
 
@@ -304,11 +307,39 @@ def _make(key: str, given: tuple) -> Activation:
         if k not in merged:
             raise ValueError(f"activation {key!r} has no parameter {k!r}; its parameters are "
                              f"{sorted(merged) or 'none'}")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"{key} parameter {k}={v!r} must be a finite number")
         merged[k] = float(v)
     if key == "softplus" and merged["beta"] <= 0:
         raise ValueError(f"softplus parameter beta={merged['beta']!r} must be > 0")
     if key == "elu" and merged["alpha"] <= 0:
         raise ValueError(f"elu parameter alpha={merged['alpha']!r} must be > 0")
     return Activation(key, tuple(sorted(merged.items())), _native=native, **flags)
+
+
+
+def nan_positions(x: torch.Tensor) -> list[torch.Tensor]:
+    """``[flat indices of the NaNs in x]`` to save for backward next to the packed codes
+    (a code cannot say NaN, every one names an interval), or ``[]`` when there are none,
+    so that nothing more is saved.  The sum, one fast pass, is NaN whenever x holds a
+    NaN (and for +inf with -inf)."""
+    x = x.detach()
+    if not torch.isnan(x.sum()):
+        return []
+    nans = torch.isnan(x).reshape(-1).nonzero().view(-1)
+    return [nans] if nans.numel() else []
+
+
+def grad_at_nans(act: Activation, grad: torch.Tensor, nans: list[torch.Tensor],
+                 out: torch.Tensor) -> torch.Tensor:
+    """``out`` with native torch's gradient at the NaN inputs (``nans``: what
+    :func:`nan_positions` gave): NaN for the smooth activations, as the drop-ins must
+    propagate it, and whatever torch's kernel gives for the others (ReLU: grad)."""
+    if not nans:
+        return out
+    nans = nans[0]
+    g = grad.reshape(-1)[nans]
+    x = torch.full_like(g, math.nan, requires_grad=True)
+    with torch.enable_grad():
+        (d,) = torch.autograd.grad(act.native(x), x, g)
+    out = out.contiguous()
+    out.view(-1)[nans] = d
+    return out

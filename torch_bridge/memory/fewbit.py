@@ -19,7 +19,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from . import _kernels as K
-from .activations import Activation, activation
+from .activations import Activation, activation, grad_at_nans, nan_positions
 from .packing import check_bits, packed_nbytes, pack_bits, unpack_bits
 from .solver import StepTable, _check_weight
 from .tables import fewbit_table
@@ -98,15 +98,15 @@ class _FewBit(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, q: _Quantizer):
         y = q.act.native(x)
-        ctx.save_for_backward(q.index_packed(x))
+        ctx.save_for_backward(q.index_packed(x), *nan_positions(x))
         ctx.q = q
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        (packed,) = ctx.saved_tensors
-        return ctx.q.scale(grad, packed), None
+        packed, *nans = ctx.saved_tensors
+        return grad_at_nans(ctx.q.act, grad, nans, ctx.q.scale(grad, packed)), None
 
 
 _QUANTIZERS: dict = {}
@@ -126,14 +126,15 @@ def fewbit(x: torch.Tensor, act="gelu", bits: int | None = 3, weight: str = "uni
     ``act``: an activation name (see ``ACTIVATIONS``) with ``params`` (e.g.
     ``negative_slope``, ``alpha``, ``beta``), or an Activation.  ``bits=None`` is the
     native activation.  ``weight``: the table's weight, "uniform" on [-10, 10] (the
-    paper's Table 1) or "normal".
+    paper's Table 1) or "normal".  A NaN input gets native torch's gradient (NaN for
+    the smooth activations).  Meta tensors (no values) take the native activation.
     """
     check_input(x)
     a = activation(act, **params)
     if bits is None:
         return a.native(x)
     q = _quantizer(a, bits, weight)
-    if not (torch.is_grad_enabled() and x.requires_grad):
+    if not (torch.is_grad_enabled() and x.requires_grad) or x.device.type == "meta":
         return a.native(x)
     return _FewBit.apply(x, q)
 

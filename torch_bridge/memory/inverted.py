@@ -343,10 +343,11 @@ class _Inverted(torch.autograd.Function):
 
 
 def inverted(x: torch.Tensor, act="gelu") -> torch.Tensor:
-    """``act(x)`` saving its output and a 1-bit branch mask for backward."""
+    """``act(x)`` saving its output and a 1-bit branch mask for backward.  Meta tensors
+    (no values) take the native activation."""
     check_input(x)
     inv = inverter(act)
-    if not (torch.is_grad_enabled() and x.requires_grad):
+    if not (torch.is_grad_enabled() and x.requires_grad) or x.device.type == "meta":
         return inv.act.native(x)
     return _Inverted.apply(x, inv)
 

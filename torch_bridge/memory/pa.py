@@ -27,7 +27,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from . import _kernels as K
-from .activations import activation
+from .activations import activation, grad_at_nans, nan_positions
 from .fewbit import check_input, scale_by_code
 from .packing import packed_nbytes, pack_bits
 from .tables import DATA_DIR, PA_FILE, VERSION, read
@@ -115,9 +115,7 @@ def _minimax_values(b, fgrid, f_at):
     return v, max(t, e.max())
 
 
-def fit_pa(act, pieces: int) -> PATable:
-    """Fit the minimax PA approximation of ``act`` with ``pieces`` pieces (>= 2)."""
-    from scipy.optimize import minimize
+def _check(act, pieces):
     act = activation(act)
     if act.name not in PA_ACTIVATIONS:
         raise ValueError(f"activation={act.name!r}: PA activations exist for "
@@ -125,6 +123,13 @@ def fit_pa(act, pieces: int) -> PATable:
     if isinstance(pieces, bool) or not isinstance(pieces, (int, np.integer)) \
             or not 2 <= pieces <= 256:
         raise ValueError(f"pieces={pieces!r} must be an integer in 2..256")
+    return act, int(pieces)
+
+
+def fit_pa(act, pieces: int) -> PATable:
+    """Fit the minimax PA approximation of ``act`` with ``pieces`` pieces (>= 2)."""
+    act, pieces = _check(act, pieces)
+    from scipy.optimize import minimize
     f_at = lambda x: act.f(torch.from_numpy(np.asarray(x, np.float64))).numpy()  # noqa: E731
     fgrid = f_at(_GRID)
     dense = np.linspace(-_SPAN, _SPAN, 640_001)
@@ -177,7 +182,7 @@ def stored_pa(path=None) -> dict:
 
 def pa_table(act, pieces: int) -> PATable:
     """The stored table (the shipped piece counts) or a fit made on first use."""
-    a = activation(act)
+    a, pieces = _check(act, pieces)
     key = (a.name, pieces)
     return stored_pa()[key] if key in stored_pa() else _fitted(a.name, pieces)
 
@@ -234,15 +239,16 @@ class _PA(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, seg: _Segments):
         y, packed = seg.forward(x)
-        ctx.save_for_backward(packed)
+        ctx.save_for_backward(packed, *nan_positions(x))
         ctx.seg = seg
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        (packed,) = ctx.saved_tensors
-        return ctx.seg.scale(grad, packed), None
+        packed, *nans = ctx.saved_tensors
+        act = activation(ctx.seg.table.activation)
+        return grad_at_nans(act, grad, nans, ctx.seg.scale(grad, packed)), None
 
 
 _SEGMENTS: dict = {}
@@ -260,6 +266,8 @@ def pa_activation(x: torch.Tensor, act="gelu", pieces: int = 16) -> torch.Tensor
     from a ceil(log2(pieces))-bit segment index."""
     check_input(x)
     seg = _segments(act, pieces)
+    if x.device.type == "meta":         # no values: the shape of the result is all there is
+        return activation(act).native(x)
     if not (torch.is_grad_enabled() and x.requires_grad):
         return seg.forward(x)[0]
     return _PA.apply(x, seg)
