@@ -257,8 +257,10 @@ def gather(src, out, shape, strides):
 # CLEAN, MASKED, SKIP or GENERAL, as emu/_tiles.py defines them (CLEAN and MASKED add
 # c(a) = |a| - ONE32 + sign(a)·2^31 = a - ONE32 mod 2^32 to b's pattern).
 #
-# Narrow accumulation (acc a format other than float32) adds with S.fp_add, the integer
-# adder of the spec, in every mode but SKIP (fp_add(acc, ±0) = acc for an acc value).
+# Narrow accumulation (acc a format other than float32) adds with `narrow_add`: a float32
+# add made round-to-odd by 2Sum, then S.quantize into acc (emu/_kernels_acc.py has the
+# proof; accumulators with 23 significant bits use S.fp_add, the spec's integer adder).
+# SKIP blocks run as MASKED: a narrow accumulator can hold -0, and -0 + +0 = +0.
 #
 # NaN results are canonicalised when C is stored.  Operands are rounded to fmt (RNE,
 # `S.operand`) while staged, as the CPU rounds them before its kernel.
@@ -370,6 +372,8 @@ def _make_matmul(f32acc):
                 sb = (bo * nbj + bj) * nkt + kt
                 mode = tile_mode(astat[sa, 0], astat[sa, 1], astat[sa, 2],
                                   bstat[sb, 0], bstat[sb, 1], bstat[sb, 2], fc)
+                if not f32acc and mode == SKIP:
+                    mode = MASKED
                 cuda.syncthreads()              # the previous tile's reads are done
                 if mode != SKIP:
                     for q in range(TM * TK // TPB):
@@ -441,11 +445,37 @@ def _f32_step(acc, av, bv, mode, fc, fca):
 
 
 @register_jitable
+def narrow_add(x, y, fca):
+    """RNE_acc(x + y) for the pattern x of an acc value and y of a float32 value, for
+    accumulators of at most 22 significant bits: the float32 sum, made round-to-odd
+    with 2Sum's exact error (the pattern moves to the odd neighbour on the error's
+    side), rounded once into acc (STICKY in emu/_kernels_acc.py, which proves it)."""
+    xf = as_f32(x)
+    yf = as_f32(y)
+    s = f32_add(xf, yf)
+    v = f32_bits(s)
+    bb = f32_add(s, -xf)
+    err = f32_add(f32_add(xf, -f32_add(s, -bb)), f32_add(yf, -bb))
+    if err > 0 or err < 0:                      # inexact (a NaN error: s is ±inf)
+        if (f32_bits(err) ^ v) & S.SIGN32:
+            v -= 1                              # toward zero; then odd
+        v |= 1
+    return S.quantize(v, fca, S.RNE, True, False, 0, 0)
+
+
+@register_jitable
 def _fmt_step(acc, av, bv, mode, fc, fca):
-    """acc[r, c] <- fp_add(acc[r, c], a_r ·̂ b_c) in the accumulator format, for one k."""
+    """acc[r, c] <- RNE_acc(acc[r, c] + a_r ·̂ b_c) in the accumulator format, for one k."""
     for r in range(R):
         for c in range(R):
-            acc[r, c] = S.fp_add(acc[r, c], S.pam_mul(av[r], bv[c], fc), fca)
+            if mode == CLEAN:                   # normal operands and products
+                p = (av[r] + bv[c] - S.ONE32) & S.M32
+            else:
+                p = S.pam_mul(av[r], bv[c], fc)
+            if fca.man_bits <= 21:
+                acc[r, c] = narrow_add(acc[r, c], p, fca)
+            else:
+                acc[r, c] = S.fp_add(acc[r, c], p, fca)
 
 
 @register_jitable

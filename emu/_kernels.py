@@ -403,16 +403,9 @@ def matmul_fmtacc(A, B, ia, ib, C, fc, fca):
         bb = ib[bo]
         acc = np.zeros(N, np.int64)
         for k in range(K):
+            # no skipping of ±0 products: a narrow accumulator can hold -0 (a negative
+            # sum that rounds to zero), and -0 + +0 = +0
             a = np.int64(A[ba, i, k])
-            if (a & S.ABS32) < fc.minnorm32:
-                # ±0 products leave the accumulator unchanged; only inf/NaN in B matter
-                anyspecial = False
-                for j in range(N):
-                    if (np.int64(B[bb, k, j]) & S.ABS32) >= S.INF32:
-                        anyspecial = True
-                        break
-                if not anyspecial:
-                    continue
             for j in range(N):
                 acc[j] = S.fp_add(acc[j], S.pam_mul(a, B[bb, k, j], fc), fca)
         for j in range(N):

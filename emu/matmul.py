@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from . import _kernels as K
+from . import _kernels_acc as KA
 from . import cuda_backend
 from .formats import Format, format, float32
 from .host import alloc, as_float32
@@ -64,12 +65,18 @@ def pam_matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *
         a3 = aq.reshape(-1, m, k)
         b3 = bq.reshape(-1, k, n)
         c = c.reshape(nout, m, n)
-        if acc == float32:
+        if acc == float32 or KA.fast_path(acc):
+            # narrow: the sticky test reads the unpadded operands
+            sticky = acc != float32 and KA.needs_sticky(a3, b3, fmt.consts, acc.consts)
             if m % K.QR:        # whole row blocks for the micro-kernel; extra rows are dropped
                 a3 = np.concatenate([a3, np.zeros((a3.shape[0], -m % K.QR, k), np.int32)], 1)
             am, sta = K.matmul_prepare_a(a3, fmt.consts)
             bp, bm, stb = K.matmul_prepare_b(b3, fmt.consts)
-            K.matmul_f32acc(a3, am, sta, bp, bm, stb, ia, ib, c, fmt.consts)
+            if acc == float32:
+                K.matmul_f32acc(a3, am, sta, bp, bm, stb, ia, ib, c, fmt.consts)
+            else:
+                KA.matmul_narrow(a3, sta, bp, stb, ia, ib, c.view(np.int32), fmt.consts,
+                                 acc.consts, sticky)
         else:
             K.matmul_fmtacc(a3, b3, ia, ib, c.view(np.int32), fmt.consts, acc.consts)
     return c.reshape(plan.out)

@@ -290,6 +290,18 @@ else:
         want = emu.pam_matmul(A, B, fmt, acc)
         assert_bits_equal(got, want, *np.broadcast_arrays(A, B), what=f"{fmt} outer, acc {acc}")
 
+    @pytest.mark.parametrize("acc", ["float8_e4m3fn", "e3m2"])
+    def test_exhaustive_fp8_narrow_sums(acc):
+        """Every finite acc value plus every e5m2 value (K = 2: x_i ·̂ 1 then 1 ·̂ y_j)
+        through the narrow accumulator's float32-add-and-round step."""
+        x = all_values(acc)
+        x = x[np.isfinite(x)]
+        y = all_values("float8_e5m2")
+        A = np.stack([x, np.ones_like(x)], 1)
+        B = np.stack([np.ones_like(y), y])
+        got = host(emu.pam_matmul(dev(A), dev(B), "float32", acc))
+        assert_bits_equal(got, emu.pam_matmul(A, B, "float32", acc), what=f"sums, acc {acc}")
+
     # --- matmul ---------------------------------------------------------------------------
 
     def mm_case(case, shape_a, shape_b, rng):
@@ -348,6 +360,23 @@ else:
         a[0, :] = 0                         # a SKIP-able row does not change the fold
         got = host(emu.pam_matmul(dev(a), dev(b), fmt, acc))
         assert_bits_equal(got, emu.pam_matmul(a, b, fmt, acc), what=f"{fmt} acc {acc}")
+
+    @pytest.mark.parametrize("case", ["clean", "masked", "skip", "general"])
+    @pytest.mark.parametrize("fmt,acc", [("float32", "float16"), ("bfloat16", "float8_e5m2"),
+                                         ("float32", "e8m22")])
+    def test_matmul_narrow_modes(case, fmt, acc, rng):
+        """Every block mode with a narrow accumulator (SKIP runs as MASKED), the
+        round-to-odd step and, for e8m22, the integer adder."""
+        a, b = mm_case(case, (20, 36), (36, 9), rng)
+        got = host(emu.pam_matmul(dev(a), dev(b), fmt, acc))
+        assert_bits_equal(got, emu.pam_matmul(a, b, fmt, acc), what=f"{case} {fmt} acc {acc}")
+
+    def test_matmul_narrow_negative_zero():
+        """-0 in the accumulator, then a +0 product: +0 (the CPU kernel and the oracle)."""
+        a = np.float32([[-2.0 ** -30, 0.0], [-2.0 ** -30, -0.0]])
+        b = np.float32([[1.0], [1.0]])
+        got = host(emu.pam_matmul(dev(a), dev(b), "bfloat16", "float16"))
+        assert_bits_equal(got, np.float32([[0.0], [-0.0]]), what="-0 then +0")
 
     def test_matmul_accumulation_order(rng):
         """Cancellation makes the k order visible: 1e8 + 1 - 1e8 ... over 40 k."""

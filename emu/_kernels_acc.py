@@ -1,0 +1,313 @@
+"""PAM matmul with a narrow accumulator (acc narrower than float32) at vector speed.
+
+The spec's step (docs/semantics.md §5) is ``acc <- RNE_acc(acc + y)``: the exact sum of
+the accumulator ``x`` (a value of acc) and the product ``y`` (a value of fmt), rounded
+once into acc.  ``S.fp_add`` does it with an integer adder (~50 M steps/s).  Here the
+step is a float32 add followed by one rounding of the float32 pattern into acc, which
+vectorises; it is exact by one of two arguments, chosen per call:
+
+PLAIN  (``y`` has p_y <= p_acc significant bits and 2 p_acc + 2 <= 24, i.e. p_acc <= 11:
+       bf16/fp16/fp8 accumulators with operands no wider than them):
+       RNE_acc(RN32(x + y)) = RNE_acc(x + y), innocuous double rounding (Figueroa,
+       "When is double rounding innocuous?", SIGNUM 1995: both addends are p_acc-bit
+       numbers and 24 >= 2 p_acc + 2).  The theorem is for unbounded exponents; the
+       range ends are fine: (i) float32 sums in float32's subnormal range are exact;
+       (ii) acc overflow is decided on the unbounded rounding, which the theorem keeps,
+       and a float32 overflow (|x + y| >= 2^128 (1 - 2^-25)) lies beyond every acc's
+       overflow threshold; (iii) in acc's subnormal range (|z| < 2^emin, quantum
+       q = 2^(emin - p_acc + 1)) RN32 could only spoil the result by landing on an odd
+       multiple m of q/2 with z = x + y not a float32.  If y's last bit is at least
+       2^(emin - 23), z is a multiple of it below 2^emin: a float32.  Otherwise
+       |y| < 2^(emin - 23 + p_acc) and |z - m| >= |x - m| - |y| >= q/2 - |y| >=
+       2^(emin - p_acc - 1) > ulp32(m) / 2 = 2^(emin - 25): RN32(z) != m.
+STICKY (any other y, e.g. float32 operands with a bf16 accumulator, and p_acc <= 22):
+       the float32 sum is made round-to-odd with the exact error of 2Sum (Knuth; exact
+       when the sum does not overflow, and no intermediate overflows then, Boldo,
+       Graillat & Muller, ACM TOMS 2017): if the error is non-zero the pattern is moved
+       to the odd neighbour on the error's side, ``(s - toward_zero) | inexact``.
+       RNE_acc(RO32(z)) = RNE_acc(z) whenever float32's spacing at |z| is at most a
+       quarter of acc's (Boldo & Melquiond, IEEE TC 2008): every point and midpoint of
+       the acc grid is then an even float32 point, so RO32(z) (odd unless exact) lies in
+       the same open interval between them as z.  Float32's spacing is 2^(e-23)
+       (>= 2^-149) and acc's 2^(max(e, emin) - p_acc + 1) (>= 2^(-126-21)): it holds
+       for p_acc <= 22.  A sum that overflows float32 overflows acc as well.
+
+Wider accumulators (p_acc 23, e.g. e8m22) keep the integer fold (emu/_kernels.py).
+
+The rounding of the float32 pattern ``v`` into acc is quantize's (RNE, subnormals,
+overflow to inf, fn: NaN) without branches: in acc's normal range (and everywhere for
+E = 8, whose subnormal grid is float32 patterns with low bits clear) round the pattern
+in place; below acc's smallest normal (E < 8) ``(|v| + c) - c`` with c = 2^(emin - M +
+23), whose float32 spacing is acc's subnormal quantum, rounds RNE onto that grid; then
+a magnitude above max overflows and NaN becomes the canonical NaN.
+
+The loops run the spec's order: each output folds k = 0..K-1 in increasing order from
++0.0; vectorised over the 16 or 32 columns of a packed panel of B, register-blocked
+over QR rows, parallel over (batch, row block, column block) tasks.  Products use the
+tile modes of emu/_tiles.py: CLEAN (one wrapping add, as in the float32 kernel),
+ZEROS (MASKED and SKIP blocks: a zero/subnormal operand gives the signed zero, which
+matters here because a narrow accumulator can hold -0: -0 + +0 = +0) and GENERAL
+(branch-free pam_mul).
+"""
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic, register_jitable
+
+from . import _kernels as K
+from . import _scalar as S
+from . import _tiles
+from ._kernels import KG, MB, NB, PW, QR, _as_f32
+from ._numba_cache import drop_stale
+from ._tiles import CLEAN, GENERAL, tile_mode
+
+
+@njit(cache=True)
+def _cache_probe():
+    return 0
+
+
+drop_stale(_cache_probe, __file__, S.__file__, _tiles.__file__, K.__file__,
+           config=f"pw={PW},qr={QR}")
+
+_SIGN = np.int32(-0x80000000)
+_ABS = np.int32(S.ABS32)
+_INF = np.int32(S.INF32)
+_QNAN = np.int32(S.QNAN32)
+_ONE = np.int32(S.ONE32)
+
+
+def fast_path(acc) -> bool:
+    """Whether acc (a Format narrower than float32) runs these kernels: p_acc <= 22."""
+    return acc.man_bits <= 21
+
+
+@njit(cache=True)
+def _mantissa_or(x, mn):
+    """OR of the mantissa fields of the normal-or-larger patterns of x (int32, flat)."""
+    acc = np.int32(0)
+    for i in range(x.size):
+        v = x[i]
+        acc |= (v & np.int32(0x7FFFFF)) if (v & _ABS) >= mn else np.int32(0)
+    return acc
+
+
+def needs_sticky(a, b, fc, fca) -> bool:
+    """False when PLAIN is exact (module docstring): every product has p_y <= p_acc
+    significant bits and p_acc <= 11.  A product's pattern is |a| + |b| - ONE32, so its
+    low bits are clear wherever both operands' are."""
+    if fca.man_bits > 10:
+        return True
+    bits = int(_mantissa_or(a.reshape(-1), np.int32(fc.minnorm32))
+               | _mantissa_or(b.reshape(-1), np.int32(fc.minnorm32)))
+    tz = (bits & -bits).bit_length() - 1 if bits else 23     # trailing zeros
+    return 23 - tz > fca.man_bits
+
+
+def acc_consts(fca):
+    """The accumulator's rounding constants (int32/float32) as the kernels take them:
+    shift, half, keep mask, smallest normal, max, overflow value, overflow sign mask, c."""
+    sh = 23 - fca.man_bits
+    low = (1 << sh) - 1
+    # overflow: ±inf (IEEE formats) or the canonical NaN (fn formats)
+    return (np.int32(sh), np.int32(low >> 1), np.int32(~low), np.int32(fca.minnorm32),
+            np.int32(fca.max32), _INF if fca.has_inf else _QNAN,
+            _SIGN if fca.has_inf else np.int32(0),
+            np.float32(2.0 ** (fca.emin - fca.man_bits + 23)))
+
+
+def _step(sticky, e8, finite):
+    """``step(x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub)``: RNE_acc(x + y) for
+    the int32 pattern x of an acc value and y of a float32 value, the constants from
+    acc_consts.  LLVM IR on i32/float so that the column loop vectorises in 32-bit
+    lanes (Numba's integer arithmetic would widen to int64).
+
+    ``finite``: y is finite and x is not a NaN other than the canonical one (CLEAN and
+    ZEROS blocks: every step's NaN is canonical), and acc has E = 8 (so IEEE-style).
+    Then rounding the signed pattern in place is the whole rounding: a carry runs from
+    the mantissa into the exponent and from max into inf, inf and the canonical NaN
+    are fixed points, and no sum is NaN (no inf - inf)."""
+    i32, f32 = ir.IntType(32), ir.FloatType()
+
+    @intrinsic
+    def step(typingctx, x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub):
+        sig = types.int32(types.int32, types.int32, types.int32, types.int32, types.int32,
+                          types.int32, types.int32, types.int32, types.int32, types.float32)
+
+        def codegen(context, builder, signature, args):
+            x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub = args
+            b = builder
+
+            def c(v):
+                return ir.Constant(i32, v)
+
+            xf = b.bitcast(x, f32)
+            yf = b.bitcast(y, f32)
+            s = b.fadd(xf, yf)
+            v = b.bitcast(s, i32)
+            if sticky:
+                # 2Sum's exact error; the pattern moves to the odd neighbour on its side
+                bb = b.fsub(s, xf)
+                err = b.fadd(b.fsub(xf, b.fsub(s, bb)), b.fsub(yf, bb))
+                nz = b.fcmp_ordered("!=", err, ir.Constant(f32, 0.0))   # false for NaN
+                away = b.icmp_signed(">=", b.xor(b.bitcast(err, i32), v), c(0))
+                tz = b.and_(nz, b.not_(away))
+                v = b.or_(b.sub(v, b.zext(tz, i32)), b.zext(nz, i32))
+            if finite:
+                return b.and_(b.add(b.add(v, half), b.and_(b.lshr(v, sh), c(1))), keep)
+            a = b.and_(v, c(S.ABS32))
+            sign = b.and_(v, c(S.SIGN32 - (1 << 32)))
+            n = b.and_(b.add(b.add(a, half), b.and_(b.lshr(a, sh), c(1))), keep)
+            if not e8:
+                ns = b.bitcast(b.fsub(b.fadd(b.bitcast(a, f32), csub), csub), i32)
+                n = b.select(b.icmp_signed("<", a, amn), ns, n)
+            r = b.or_(sign, n)
+            r = b.select(b.icmp_signed(">", n, amx), b.or_(ovf, b.and_(sign, ovf_sign)), r)
+            return b.select(b.icmp_signed(">", a, c(S.INF32)), c(S.QNAN32), r)
+
+        return sig, codegen
+
+    return step
+
+
+def _make(sticky, e8):
+    """The kernel for STICKY or PLAIN steps, for an E = 8 accumulator or a narrower one."""
+    step_ir = _step(sticky, e8, False)
+    step_fin = _step(sticky, e8, e8)
+
+    @register_jitable
+    def step(x, y, ac):
+        sh, half, keep, amn, amx, ovf, ovf_sign, csub = ac
+        return step_ir(x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub)
+
+    @register_jitable
+    def step_finite(x, y, ac):
+        """step for a finite y (CLEAN and ZEROS blocks)."""
+        sh, half, keep, amn, amx, ovf, ovf_sign, csub = ac
+        return step_fin(x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub)
+
+    @register_jitable
+    def run_clean(accf, bpf, af, ao, Kd, k0, nk, ac):
+        for kk in range(nk):
+            bk = (k0 + kk) * PW
+            for r in range(QR):
+                av = af[ao + r * Kd + k0 + kk]
+                ro = r * PW
+                for j in range(PW):
+                    accf[ro + j] = step_finite(accf[ro + j], np.int32(av + bpf[bk + j]), ac)
+
+    @register_jitable
+    def run_zeros(accf, bpf, af, ao, Kd, k0, nk, fmn, ac):
+        for kk in range(nk):
+            bk = (k0 + kk) * PW
+            for r in range(QR):
+                av = af[ao + r * Kd + k0 + kk]
+                za = (av & _ABS) < fmn
+                ro = r * PW
+                for j in range(PW):
+                    b = np.int32(bpf[bk + j] + _ONE)
+                    y = np.int32(av + bpf[bk + j])
+                    y = np.int32((av ^ b) & _SIGN) if (za | ((b & _ABS) < fmn)) else y
+                    accf[ro + j] = step_finite(accf[ro + j], y, ac)
+
+    @register_jitable
+    def run_general(accf, bpf, af, ao, Kd, k0, nk, fmn, fmx, fovf, ac):
+        for kk in range(nk):
+            bk = (k0 + kk) * PW
+            for r in range(QR):
+                av = np.int64(af[ao + r * Kd + k0 + kk])
+                ro = r * PW
+                for j in range(PW):
+                    b = np.int64(np.int32(bpf[bk + j] + _ONE))
+                    accf[ro + j] = step(accf[ro + j], _pam(av, b, fmn, fmx, fovf), ac)
+
+    @njit(parallel=True, cache=True)
+    def kernel(A, sta, Bp, stb, ia, ib, C, fc, ac):
+        """C (nout, M, N) int32 patterns from A (nA, Mq, K) patterns (rows padded to a
+        multiple of QR), Bp the panels of K.matmul_prepare_b and both statistics."""
+        nout, M, N = C.shape
+        Kd = A.shape[2]
+        nq = A.shape[1] // QR
+        ng = (Kd + KG - 1) // KG
+        npan = Bp.shape[1]
+        qt = MB // QR
+        pt = NB // PW
+        nti = (nq + qt - 1) // qt
+        ntj = (npan + pt - 1) // pt
+        fmn = np.int32(fc.minnorm32)
+        fmx = np.int64(fc.max32)
+        fovf = np.int64(fc.ovf32)
+        for t in prange(nout * nti * ntj):
+            bo = t // (nti * ntj)
+            bi = (t // ntj) % nti
+            bj = t % ntj
+            ba = ia[bo]
+            bb = ib[bo]
+            q0 = bi * qt
+            nql = min(nq, q0 + qt) - q0
+            p0 = bj * pt
+            npl = min(npan, p0 + pt) - p0
+            acc = np.zeros(QR * PW, np.int32)
+            af = A[ba].reshape(-1)
+            for p in range(npl):
+                bpf = Bp[bb, p0 + p].reshape(-1)
+                for q in range(nql):
+                    acc[:] = 0
+                    ao = (q0 + q) * QR * Kd
+                    g = 0
+                    while g < ng:
+                        sa = sta[ba, q0 + q, g]
+                        sb = stb[bb, bj, g]
+                        m = tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc)
+                        # a run of groups in the same mode is one loop
+                        g1 = g + 1
+                        while g1 < ng:
+                            sa = sta[ba, q0 + q, g1]
+                            sb = stb[bb, bj, g1]
+                            if tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc) != m:
+                                break
+                            g1 += 1
+                        k0 = g * KG
+                        nk = min(Kd, g1 * KG) - k0
+                        if m == CLEAN:
+                            run_clean(acc, bpf, af, ao, Kd, k0, nk, ac)
+                        elif m == GENERAL:
+                            run_general(acc, bpf, af, ao, Kd, k0, nk, fmn, fmx, fovf, ac)
+                        else:
+                            run_zeros(acc, bpf, af, ao, Kd, k0, nk, fmn, ac)
+                        g = g1
+                    for r in range(QR):
+                        i = (q0 + q) * QR + r
+                        if i < M:
+                            j0 = (p0 + p) * PW
+                            for j in range(min(PW, N - j0)):
+                                C[bo, i, j0 + j] = acc[r * PW + j]
+
+    return kernel
+
+
+@register_jitable
+def _pam(a, b, mn, mx, ovf):
+    """S.pam_mul without branches (so the column loop vectorises); int64 patterns of
+    fmt values, mn/mx/ovf fmt's minnorm32/max32/ovf32.  Same cases in the same order:
+    NaN, inf (times zero: NaN), zero/subnormal (DAZ), flush, overflow."""
+    s = (a ^ b) & S.SIGN32
+    ua = a & S.ABS32
+    ub = b & S.ABS32
+    r = ua + ub - S.ONE32
+    res = s | r
+    res = (s | ovf) if r > mx else res
+    zero = ua < mn or ub < mn
+    res = s if (zero or r < mn) else res
+    inf = ua == S.INF32 or ub == S.INF32
+    res = (s | S.INF32) if inf else res
+    nan = ua > S.INF32 or ub > S.INF32 or (inf and zero)
+    return np.int32(np.uint32((S.QNAN32 if nan else res) & S.M32))
+
+
+_KERNELS = {(sticky, e8): _make(sticky, e8) for sticky in (False, True) for e8 in (False, True)}
+
+
+def matmul_narrow(A, sta, Bp, stb, ia, ib, C, fc, fca, sticky):
+    """PAM matmul accumulating in ``fca`` (fast_path(fca)); ``sticky`` from needs_sticky."""
+    _KERNELS[sticky, fca.exp_bits == 8](A, sta, Bp, stb, ia, ib, C, fc, acc_consts(fca))

@@ -1,0 +1,180 @@
+"""The narrow-accumulator fast path (emu/_kernels_acc.py) against the integer fold.
+
+Every narrow accumulator step is RNE_acc(x + y): the fold (emu/_kernels.py
+matmul_fmtacc, one S.fp_add per step) is the definition; the fast kernel must give
+its bits for every accumulator format, both step variants (PLAIN, STICKY) and every
+block mode (CLEAN, ZEROS, GENERAL).  The Fraction oracle checks the fold on small
+cases (tests/test_matmul.py) and the -0 case below.
+"""
+import numpy as np
+import pytest
+
+import emu
+import emu.reference as R
+from conftest import all_values, assert_bits_equal
+from emu import _kernels as K
+from emu import _kernels_acc as KA
+
+NARROW = ["bfloat16", "float16", "float8_e5m2", "float8_e4m3fn", "e4m3", "e5m7", "e3m2",
+          "e6m3fn", "e8m21", "e8m3"]
+
+
+def fold(A, B, fmt, acc):
+    """The integer fold on 2-D operands (what pam_matmul ran before the fast path)."""
+    fmt, acc = emu.format(fmt), emu.format(acc)
+    a = emu.quantize(A, fmt).view(np.int32)[None]
+    b = emu.quantize(B, fmt).view(np.int32)[None]
+    c = np.empty((1, A.shape[0], B.shape[1]), np.float32)
+    z = np.zeros(1, np.int64)
+    K.matmul_fmtacc(a, b, z, z, c.view(np.int32), fmt.consts, acc.consts)
+    return c[0]
+
+
+def narrow(A, B, fmt, acc, sticky):
+    """The fast kernel on 2-D operands with the step variant forced."""
+    fmt, acc = emu.format(fmt), emu.format(acc)
+    a = emu.quantize(A, fmt).view(np.int32)
+    b = emu.quantize(B, fmt).view(np.int32)[None]
+    m, k = a.shape
+    a = np.concatenate([a, np.zeros((-m % K.QR, k), np.int32)])[None]
+    _, sta = K.matmul_prepare_a(a, fmt.consts)
+    bp, _, stb = K.matmul_prepare_b(b, fmt.consts)
+    c = np.empty((1, m, B.shape[1]), np.float32)
+    z = np.zeros(1, np.int64)
+    KA.matmul_narrow(a, sta, bp, stb, z, z, c.view(np.int32), fmt.consts, acc.consts, sticky)
+    return c[0]
+
+
+def pairs(x, y):
+    """Operands whose k = 2 matmul is C[i, j] = RNE_acc(x_i + y_j) for float32 fmt:
+    first step 0 + x_i·̂1 = x_i (x an acc value, normal in float32), then + 1·̂y_j."""
+    A = np.stack([x, np.ones_like(x)], 1).astype(np.float32)
+    B = np.stack([np.ones_like(y), y]).astype(np.float32)
+    return A, B
+
+
+@pytest.mark.parametrize("acc", ["float8_e5m2", "float8_e4m3fn", "e4m3", "e3m2"])
+def test_every_sum_of_two_fp8_values(acc):
+    """Exhaustive: every acc value plus every value of each 8-bit format (PLAIN where
+    the fast path picks it) and plus every bfloat16 value (STICKY), both variants."""
+    x = all_values(acc)
+    x = x[np.isfinite(x)]                       # inf/NaN accumulators: the specials test
+    for fmt_y in ["float8_e5m2", "float8_e4m3fn", "bfloat16"]:
+        y = all_values(fmt_y)
+        A, B = pairs(x, y)
+        want = fold(A, B, "float32", acc)
+        assert_bits_equal(emu.pam_matmul(A, B, "float32", acc), want, what=f"{acc}+{fmt_y}")
+        for sticky in (False, True):
+            if sticky or not KA.needs_sticky(A.view(np.int32), B.view(np.int32),
+                                             emu.float32.consts, emu.format(acc).consts):
+                assert_bits_equal(narrow(A, B, "float32", acc, sticky), want,
+                                  what=f"{acc}+{fmt_y} sticky={sticky}")
+
+
+@pytest.mark.parametrize("acc", ["bfloat16", "float16"])
+def test_every_16_bit_accumulator_value(acc, rng):
+    """Every bf16/fp16 value as the accumulator plus corner and random addends: values
+    of the format itself (PLAIN), float32 values (STICKY), midpoints with a low bit,
+    overflow and the subnormal range."""
+    f = emu.format(acc)
+    x = all_values(acc)
+    x = x[np.isfinite(x)]
+    q = np.float32(f.smallest_subnormal)
+    y = np.concatenate([
+        emu.quantize(rng.standard_normal(24).astype(np.float32)
+                     * np.float32(2.0) ** rng.integers(-30, 20, 24).astype(np.float32), f),
+        np.float32([f.max, -f.max, f.max / 2, q, -q, 1.5 * q, f.smallest_normal, 0.0, -0.0]),
+    ]).astype(np.float32)
+    A, B = pairs(x, y)
+    assert not KA.needs_sticky(A.view(np.int32), B.view(np.int32), emu.float32.consts, f.consts)
+    want = fold(A, B, "float32", acc)
+    assert_bits_equal(emu.pam_matmul(A, B, "float32", acc), want, what=f"{acc} PLAIN")
+    assert_bits_equal(narrow(A, B, "float32", acc, True), want, what=f"{acc} STICKY on PLAIN")
+    # float32 addends: a bf16/fp16 midpoint plus a low bit, tiny, huge, random
+    ulp = np.float32(2.0) ** np.float32(-f.man_bits)
+    y2 = np.concatenate([
+        np.float32([1 + ulp / 2 + 2.0 ** -22, 1 + ulp / 2 - 2.0 ** -23, -(1 + ulp / 2 + 2.0 ** -23),
+                    2.0 ** -100, -2.0 ** -126, 3e38, -3.3e38, 65519.0, 65520.0, 65535.99,
+                    0.5 * q + 2.0 ** -60, 1.5 * q - 2.0 ** -60]),
+        rng.standard_normal(20).astype(np.float32)
+        * np.float32(2.0) ** rng.integers(-40, 40, 20).astype(np.float32)]).astype(np.float32)
+    A, B = pairs(x, y2)
+    want = fold(A, B, "float32", acc)
+    assert_bits_equal(emu.pam_matmul(A, B, "float32", acc), want, what=f"{acc} STICKY")
+
+
+def test_all_fp8_products_k1():
+    """Every pair of e4m3 operands (k = 1) and every k = 2 pair of products from one
+    row: the products themselves rounded into each accumulator."""
+    v = all_values("e4m3")
+    for acc in ["float8_e5m2", "e3m2", "bfloat16", "float16"]:
+        A, B = v[:, None], v[None, :]
+        assert_bits_equal(emu.pam_matmul(A, B, "e4m3", acc), fold(A, B, "e4m3", acc),
+                          what=f"k=1 {acc}")
+        A2 = np.stack([v, v[::-1]], 1)
+        B2 = np.stack([v, np.roll(v, 77)])
+        assert_bits_equal(emu.pam_matmul(A2, B2, "e4m3", acc), fold(A2, B2, "e4m3", acc),
+                          what=f"k=2 {acc}")
+
+
+def tiled(case, rng, fmt):
+    """Sizes crossing every block edge (rows past a 128-row task and not a multiple of
+    QR, columns past a 1024-column block and not a multiple of the panel, k not a
+    multiple of the 8-k group) with each block mode."""
+    A = rng.standard_normal((133, 37)).astype(np.float32)
+    B = rng.standard_normal((37, 1041)).astype(np.float32)
+    if case == "zeros":
+        A = np.maximum(A, 0)
+        B[:, ::3] = np.minimum(B[:, ::3], 0)
+        A[:9, 8:24] = 0                         # whole zero blocks (SKIP for float32 acc)
+    if case == "specials":
+        f = emu.format(fmt)
+        A[5, 17] = np.inf if f.has_inf else np.nan
+        A[7, 8:16] = f.max                      # overflow of products and of the acc
+        A[9, 3] = f.smallest_normal             # flush
+        B[11, 1040] = np.nan
+        B[20, 3] = f.max / 2
+        B[30, 600] = f.smallest_subnormal
+    if case == "cancel":                        # sums that cancel to (signed) zero
+        A[:, 1::2] = A[:, ::2][:, :18]
+        B[1::2] = -B[::2][:18]
+    return A, B
+
+
+@pytest.mark.parametrize("acc", NARROW)
+@pytest.mark.parametrize("case", ["dense", "zeros", "specials", "cancel"])
+def test_tiled_matches_fold(acc, case, rng):
+    fmt = "bfloat16" if acc != "float16" else "float16"
+    for f in (fmt, "float32"):
+        A, B = tiled(case, rng, f)
+        want = fold(A, B, f, acc)
+        assert_bits_equal(emu.pam_matmul(A, B, f, acc), want, what=f"{f}/{acc} {case}")
+        assert_bits_equal(narrow(A, B, f, acc, True), want, what=f"{f}/{acc} {case} STICKY")
+
+
+def test_negative_zero_accumulator_matches_oracle():
+    """A negative sum that rounds to zero leaves -0 in the accumulator; a +0 product
+    then gives +0 (-0 + +0 = +0).  The fold used to skip ±0 products and kept -0."""
+    A = np.float32([[-2.0 ** -30, 0.0], [-2.0 ** -30, -0.0]])
+    B = np.float32([[1.0], [1.0]])
+    want = np.float32(R.pam_matmul(A.tolist(), B.tolist(), "bfloat16", "float16"))
+    assert np.signbit(want[1, 0]) and not np.signbit(want[0, 0])
+    for f in (fold, emu.pam_matmul):
+        assert_bits_equal(f(A, B, "bfloat16", "float16"), want, what=f.__name__)
+
+
+def test_wide_accumulator_keeps_the_fold(rng):
+    """p_acc = 23 (e8m22) is beyond round-to-odd in float32: the integer fold runs."""
+    assert not KA.fast_path(emu.format("e8m22")) and KA.fast_path(emu.format("e8m21"))
+    A = rng.standard_normal((9, 20)).astype(np.float32)
+    B = rng.standard_normal((20, 7)).astype(np.float32)
+    assert_bits_equal(emu.pam_matmul(A, B, "float32", "e8m22"), fold(A, B, "float32", "e8m22"))
+
+
+def test_batched_narrow(rng):
+    A = rng.standard_normal((3, 1, 10, 20)).astype(np.float32)
+    B = rng.standard_normal((2, 20, 9)).astype(np.float32)
+    C = emu.pam_matmul(A, B, "bfloat16", "bfloat16")
+    for i in range(3):
+        for j in range(2):
+            assert_bits_equal(C[i, j], fold(A[i, 0], B[j], "bfloat16", "bfloat16"))
