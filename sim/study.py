@@ -140,9 +140,9 @@ def cell(key: str, st: dict, base=True) -> str:
     return text
 
 
-def converged(key: str, base_runs, epochs: int = 2) -> dict:
+def converged(key: str, base_runs, epochs: int = 1) -> dict:
     """The native baseline's learning curve (mean over seeds per epoch) and how much it
-    changed over its last ``epochs`` epochs: the evidence that it has plateaued."""
+    changed over its last ``epochs`` epochs: the evidence whether it has plateaued."""
     n = min(len(r.evals) for r in base_runs)
     scale = 100 if key == "acc" else 1
     curve = [float(np.mean([scale * r.evals[i][key] for r in base_runs])) for i in range(n)]

@@ -103,8 +103,8 @@ def run(args) -> int:
         sections.append(
             f"### {title}: {label}\n\n"
             f"`{_spec_text(specs[0])}`, seeds 0..{len(specs) - 1}.  Native float32 per "
-            f"epoch (mean over seeds): {curve} (change over the last {conv['over_epochs']} "
-            f"epochs: {conv['last_change']:+.3g}).\n\n{md}\n\n![{args.table} {name}]"
+            f"epoch (mean over seeds): {curve} (change in the last epoch: "
+            f"{conv['last_change']:+.3g}).\n\n{md}\n\n![{args.table} {name}]"
             f"({png.name})\n")
         summary[name] = {"title": title, "spec": specs[0].__dict__, "metric": key,
                          "native_curve": conv, "rows": js,
