@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -349,20 +350,42 @@ def _global_mean(loss: torch.Tensor) -> float:
     return t.item() / dist.get_world_size()
 
 
+def run_key(spec: TrainSpec, config: tb.PAMConfig | None) -> str:
+    """A short hash of everything that determines a run: the spec and the config."""
+    cfg = None if config is None else [config.fmt.name, list(config._kinds),
+                                       sorted(config.ops), config.rounding, config.acc.name,
+                                       config.pa_fmt.name]
+    blob = json.dumps([spec.key(), cfg], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def cached_run(spec: TrainSpec, config: tb.PAMConfig | None, name: str, path: Path | None,
+               progress=True) -> tuple:
+    """The run of ``spec`` under ``config``: read from the JSON file ``path`` if it holds
+    this very run (same :func:`run_key`), else trained and stored there by rank 0 (written
+    to a temporary file and renamed, so an interrupted run leaves no partial file).
+    Returns (result, whether it came from the file)."""
+    key = run_key(spec, config)
+    if path is not None and path.exists():
+        stored = json.loads(path.read_text())
+        if stored.get("key") == key:
+            return RunResult.from_json(stored["run"]), True
+    res = train(spec, config, name, progress)
+    if path is not None and world()[0] == 0:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps({"key": key, "run": res.to_json()}))
+        tmp.replace(path)
+    return res, False
+
+
 def cached_baseline(spec: TrainSpec, cache_dir: Path | None, progress=True) -> tuple:
-    """The native float32 run of ``spec``: from ``cache_dir`` if present, else trained
-    (and stored by rank 0).  Returns (result, whether it came from the cache).  A
-    data-parallel baseline is cached apart from the 1-process one (different rounding)."""
-    rank, size = world()
+    """The native float32 run of ``spec``, cached in ``cache_dir`` (:func:`cached_run`).
+    A data-parallel baseline is cached apart from the 1-process one (different rounding)."""
+    size = world()[1]
     tag = f"-ddp{size}" if size > 1 else ""
     path = None if cache_dir is None else Path(cache_dir) / f"baseline-{spec.key()}{tag}.json"
-    if path is not None and path.exists():
-        return RunResult.from_json(json.loads(path.read_text())), True
-    res = train(spec, None, "float32", progress)
-    if path is not None and rank == 0:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(res.to_json()))
-    return res, False
+    return cached_run(spec, None, "float32", path, progress)
 
 
 # --- reporting -------------------------------------------------------------------------
@@ -420,46 +443,10 @@ def plot_runs(spec: TrainSpec, runs: list[RunResult], path: Path, title: str = "
     plt.close(fig)
 
 
-def mean_std(values) -> tuple[float, float]:
-    v = np.asarray(values, np.float64)
-    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
-
-
 def fmt_metric(key: str, run: RunResult) -> str:
     v = run.final.get(key, float("nan"))
     return f"{100 * v:.2f}%" if key == "acc" else f"{v:.4f}"
 
 
-def summary(key: str, runs: list[RunResult]) -> tuple[float, float]:
-    """Mean and std over seeds of the final headline metric (acc in %)."""
-    scale = 100 if key == "acc" else 1
-    return mean_std([scale * r.final.get(key, float("nan")) for r in runs])
-
-
 def higher_is_better(key: str) -> bool:
     return key == "acc"
-
-
-def cell(key: str, runs: list[RunResult], base: float | None = None) -> str:
-    """'mean ± std [change]' as in the paper's tables."""
-    m, s = summary(key, runs)
-    unit = "%" if key == "acc" else ""
-    text = f"{m:.2f}{unit} ± {s:.2f}" if key == "acc" else f"{m:.4f} ± {s:.4f}"
-    if base is not None:
-        text += f" [{m - base:+.2f}]" if key == "acc" else f" [{m - base:+.4f}]"
-    n_div = sum(r.diverged for r in runs)
-    return text + (f" ({n_div} diverged)" if n_div else "")
-
-
-def seed_table(spec: TrainSpec, rows) -> str:
-    """One line per (name, config, runs) row: the metric's mean ± std over seeds and its
-    change from the first row (the baseline)."""
-    key, label = metric_names(spec)
-    base = summary(key, rows[0][2])[0]
-    head = f"{'run':24}  {label + ' (mean ± std [change])':40}  {'seeds':>5}  {'time/run':>8}"
-    lines = [head, "-" * len(head)]
-    for i, (name, _, runs) in enumerate(rows):
-        t = float(np.mean([r.seconds for r in runs]))
-        lines.append(f"{name:24}  {cell(key, runs, None if i == 0 else base):40}  "
-                     f"{len(runs):5d}  {t:7.1f}s")
-    return "\n".join(lines)

@@ -174,12 +174,27 @@ def test_broadcast_gradients_are_reduced(rng):
 
 # --- composites: every PA node is emu's, the sums are float32 ------------------------
 
+def log2e(fmt):
+    return emu.quantize(np.float32(np.log2(np.e)), fmt)[()]
+
+
+def shifted_exp(X, fmt):
+    """The forward of the composites' exponentials: t = X ·̂ log2e - floor(max), paexp2(t)."""
+    y = emu.pam_mul(X, log2e(fmt), fmt)
+    t = y - np.floor(y.max(-1, keepdims=True))
+    return t, emu.pa_exp2(t, fmt)
+
+
+def fsum(v):
+    """float32 sums over the last axis as torch forms them."""
+    return torch.from_numpy(v).sum(-1, keepdim=True).numpy()
+
+
 def test_softmax_is_emus_composition(rng):
     X = rng.standard_normal((6, 11)).astype(np.float32) * 4
     X[0, 3] = -np.inf                                          # a masked logit
-    sh = X - X.max(-1, keepdims=True)
-    e = emu.pa_exp(sh, "bf16")
-    want = emu.pa_div(e, torch.from_numpy(e).sum(-1, keepdim=True).numpy(), "bf16")
+    _, e = shifted_exp(X, "bf16")
+    want = emu.pa_div(e, fsum(e), "bf16")
     got = tb.pa_softmax(t32(X), -1, "bf16")
     assert_bits_equal(npy(got), want)
     assert got[0, 3] == 0
@@ -204,9 +219,8 @@ def test_cross_entropy_is_emus_composition(smoothing, rng):
     Z = rng.standard_normal((7, 5)).astype(np.float32) * 2
     T = rng.integers(0, 5, 7)
     T[2] = -100                                                # ignored
-    sh = Z - Z.max(-1, keepdims=True)
-    S = torch.from_numpy(emu.pa_exp(sh)).sum(-1, keepdim=True).numpy()
-    nlogp = emu.pa_log(S) - sh
+    t, e = shifted_exp(Z, "float32")
+    nlogp = emu.pa_div(emu.pa_log2(fsum(e)) - t, log2e("float32"))
     loss = nlogp[np.arange(7), np.where(T < 0, 0, T)]
     if smoothing:
         loss = emu.pam_mul(loss, np.float32(0.9)) + emu.pam_mul(
@@ -239,6 +253,48 @@ def test_cross_entropy_variants_follow_torch(kind, rng):
     assert torch.isfinite(z.grad).all()
     with pytest.raises(ValueError, match="outside"):
         tb.pa_cross_entropy(z, t + 5)
+
+
+def _oracle(op, *args):
+    """emu.reference_grad's exact derivative of ``op`` elementwise (bf16 operands)."""
+    fn = getattr(RG, op)
+    out = [fn(*map(float, v), "bf16", "exact") for v in zip(*np.broadcast_arrays(*args))]
+    return np.asarray(out, np.float32)
+
+
+def test_exact_composite_derivatives_hold_the_shift_constant(rng):
+    """The exact derivative of pa_softmax / pa_cross_entropy is the chain of the oracle's
+    Table 1 derivatives through their PA graph with the shift k = floor(max(x ·̂ log2e))
+    a constant (docs/semantics.md): no gradient flows through the max.  Shapes keep every
+    float32 sum of gradients to two terms or one nonzero term, so the bits are defined."""
+    c = log2e("bf16")
+    # softmax over pairs, objective (p * V).sum()
+    X = (rng.standard_normal((40, 2)) * 3).astype(np.float32)
+    V = rng.standard_normal((40, 2)).astype(np.float32)
+    x = t32(X)
+    (tb.pa_softmax(x, -1, "bf16", backward="exact") * torch.from_numpy(V)).sum().backward()
+    t, e = shifted_exp(X, "bf16")
+    s = np.broadcast_to(fsum(e), e.shape)
+    d = _oracle("pa_div", e.ravel(), s.ravel(), V.ravel()).reshape(40, 2, 2)
+    de = d[..., 0] + (d[:, 0, 1] + d[:, 1, 1])[:, None]     # δ numerator + δ of the sum
+    dt = _oracle("pa_exp2", t.ravel(), de.ravel())
+    want = _oracle("pam_mul", X.ravel(), np.full(80, c), dt)[:, 0].reshape(40, 2)
+    assert_bits_equal(npy(x.grad), want)
+    # cross-entropy over 7 classes, reduction 'sum' (one nonzero -log p gradient per row)
+    Z = (rng.standard_normal((30, 7)) * 3).astype(np.float32)
+    T = rng.integers(0, 7, 30)
+    z = t32(Z)
+    tb.pa_cross_entropy(z, torch.from_numpy(T), reduction="sum", fmt="bf16",
+                        backward="exact").backward()
+    t, e = shifted_exp(Z, "bf16")
+    S = fsum(e)
+    num = emu.pa_log2(S, "bf16") - t
+    dnlogp = np.eye(7, dtype=np.float32)[T]
+    dnum = _oracle("pa_div", num.ravel(), np.full(210, c), dnlogp.ravel())[:, 0].reshape(30, 7)
+    dS = _oracle("pa_log2", S.ravel(), fsum(dnum).ravel())
+    dt = _oracle("pa_exp2", t.ravel(), np.repeat(dS, 7)).reshape(30, 7) + -dnum
+    want = _oracle("pam_mul", Z.ravel(), np.full(210, c), dt.ravel())[:, 0].reshape(30, 7)
+    assert_bits_equal(npy(z.grad), want)
 
 
 @pytest.mark.parametrize("op", ["softmax", "layernorm", "loss"])

@@ -100,7 +100,7 @@ def test_ablate_command(tmp_path, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     for op in ("matmul", "softmax", "layernorm", "loss", "optimizer"):
-        assert f"\n{op} " in out
+        assert f"\n| {op} | " in out
     js = json.loads((tmp_path / "ablate_digits_vit_float32.json").read_text())
     runs = js["runs"]
     assert {"baseline", "matmul exact", "matmul approx", "loss exact", "optimizer",
@@ -150,3 +150,47 @@ def test_torch_bench_quick(tmp_path, capsys):
     assert len(rows) == 7 and all(0 < r["seconds"] and 0 < r["ratio"] < 1e3 for r in rows)
     assert [r["target"] for r in rows].count(5.0) == 3
     assert "native fp32 step" in capsys.readouterr().out
+
+
+def test_study_command_caches_resumes_and_tests(tmp_path, capsys, monkeypatch):
+    """``pamsim study``: one JSON per (set-up, row, seed); a second invocation trains
+    nothing; a deleted run is retrained alone (resume); the report has Welch's p."""
+    from sim import study as S
+    argv = ["study", "table6", "--setups", "vision", "--mantissa", "23,3", "--seeds", "2",
+            "--quick", "--out", str(tmp_path), "--quiet"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    files = sorted((tmp_path / "runs" / "vision").glob("*.json"))
+    assert len(files) == 6                                  # native, m23, m3 x 2 seeds
+    md = (tmp_path / "table6_vision.md").read_text()
+    assert "| PAM e8m3 |" in md and "p=" in md and "Machine:" in md and "±" in out
+    assert (tmp_path / "table6_vision.png").read_bytes()[:4] == b"\x89PNG"
+    js = json.loads((tmp_path / "table6_vision.json").read_text())
+    assert len(js["vision"]["rows"]["PAM e8m3"]["values"]) == 2
+    trained = []
+    real = T.train
+    monkeypatch.setattr(T, "train", lambda spec, cfg, *a, **k: trained.append(
+        (spec.seed, cfg)) or real(spec, cfg, *a, **k))
+    files[0].unlink()
+    assert main(argv) == 0
+    assert len(trained) == 1                                # only the deleted run
+    assert main(argv) == 0 and len(trained) == 1            # everything cached now
+    assert S.Runs([T.TrainSpec(seed=1)], tmp_path).path(T.TrainSpec(seed=1), None).name \
+        .startswith("native-")
+
+
+def test_study_statistics():
+    from sim import study as S
+    assert S.welch_p([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]) == pytest.approx(1.0)
+    # Welch: t = -3/sqrt(2/3) = -3.674, df = 4
+    assert S.welch_p([0.0, 1.0, 2.0], [3.0, 4.0, 5.0]) == pytest.approx(0.02131, abs=1e-4)
+    assert S.welch_p([1.0, 1.0], [1.0, 1.0]) == 1.0
+    assert math.isnan(S.welch_p([1.0], [2.0, 3.0]))          # one value: undefined
+    runs = [T.RunResult("a", "c", s, evals=[{"acc": a}]) for s, a in enumerate((0.5, 0.7))]
+    base = [T.RunResult("b", "c", s, evals=[{"acc": a}]) for s, a in enumerate((0.6, 0.6))]
+    st = S.row_stats("acc", runs, base)
+    assert st["mean"] == pytest.approx(60) and st["delta"] == pytest.approx(0)
+    assert st["std"] == pytest.approx(14.1421, rel=1e-4) and st["values"] == [50.0, 70.0]
+    assert S.cell("acc", st) == "60.00 ± 14.14 [+0.00] p=1"
+    runs[1].diverged = True
+    assert np.isnan(S.row_stats("acc", runs, base)["mean"])

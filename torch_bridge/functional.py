@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch.nn import functional as F
 from torch.nn.modules.utils import _pair
@@ -179,22 +180,37 @@ del _op
 
 # --- composites ------------------------------------------------------------------------
 
-def _shift(x, dim, kind):
-    """x - max(x): the max is a constant for the approximate derivative (softmax is
-    shift invariant) and part of the graph for the exact one."""
-    m = x.amax(dim, keepdim=True)
-    return x - (m.detach() if kind == "approx" else m)
+def _log2e(fmt) -> float:
+    """log2(e) rounded to ``fmt``: the constant of eqs. 18-19."""
+    return float(np.uint32(fmt.consts.log2e32).view(np.float32))
+
+
+def _exp_shifted(x, dim, kw):
+    """``(paexp2(t), t)`` with ``t = x ·̂ log2e - k`` and ``k = floor(max(x ·̂ log2e))``:
+    paexp(x) scaled by the power of two 2^-k, which keeps it from overflowing.
+
+    The shift ``k`` is a constant of the PA function (docs/semantics.md, "Derivatives
+    of composites"), computed under no_grad as in Kosson & Jaggi's implementation.
+    Being an integer in the log2 domain, it scales every paexp2 by the same power of
+    two (``paexp2(y - k) = 2^-k paexp2(y)`` up to the rounding of ``y - k``) and leaves
+    the largest logit at a generic point of paexp2's segment [0, 1), not on its kink at
+    0 where ``x - max(x)`` would put it."""
+    y = pam_mul(x, _log2e(kw["fmt"]), **kw)
+    t = y - torch.floor(y.amax(dim, keepdim=True)).detach()
+    return pa_exp2(t, **kw), t
 
 
 def pa_softmax(x, dim=-1, fmt="float32", *, backward="approx", rounding="nearest_even"):
-    """Softmax with PA operations: ``paexp(x - max) ÷̂ Σ paexp(x - max)`` (section 2.3);
-    the sum is float32.  Rows that are entirely -inf give NaN, as torch.softmax."""
+    """Softmax with PA operations (section 2.3): ``e ÷̂ Σ e`` with
+    ``e = paexp2(x ·̂ log2e - k)``, ``k = floor(max(x ·̂ log2e))`` a constant (eq. 18
+    with the overflow shift as a power of two); the sum is float32.  Rows that are
+    entirely -inf give NaN, as torch.softmax."""
     check_tensor(x, "input")
     fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
     if x.numel() == 0:
         return x.clone()
     kw = dict(fmt=fmt, backward=kind, rounding=rounding)
-    e = pa_exp(_shift(x, dim, kind), **kw)
+    e = _exp_shifted(x, dim, kw)[0]
     return pa_div(e, e.sum(dim, keepdim=True), **kw)
 
 
@@ -224,7 +240,9 @@ def pa_cross_entropy(input, target, weight=None, ignore_index=-100, reduction="m
                      rounding="nearest_even"):
     """Cross-entropy with label smoothing, every multiply/divide/exp/log PA.
 
-    ``log p = (z - max) - palog(Σ paexp(z - max))``; with class-index targets the loss
+    ``-log p = (palog2(Σ e) - t) ÷̂ log2e`` with ``t = z ·̂ log2e - k``, ``e = paexp2(t)``
+    and the constant shift ``k = floor(max(z ·̂ log2e))`` (eqs. 10, 18, 19, as in
+    :func:`pa_softmax`); with class-index targets the loss
     of a sample is ``(1-ε) ·̂ w_y ·̂ (-log p_y) + (ε ÷̂ C) ·̂ Σ_c w_c ·̂ (-log p_c)``, with
     probability targets ``Σ_c w_c ·̂ q_c ·̂ (-log p_c)``, ``q = (1-ε) t + ε/C`` (torch's
     definitions).  ``reduction``: 'mean' (divided ÷̂ by the summed weights of the
@@ -267,8 +285,8 @@ def pa_cross_entropy(input, target, weight=None, ignore_index=-100, reduction="m
         check_tensor(weight, "weight")
         if weight.shape != (n_classes,):
             raise ValueError(f"weight.shape={tuple(weight.shape)}; expected ({n_classes},)")
-    sh = _shift(z, -1, kind)
-    nlogp = pa_log(pa_exp(sh, **kw).sum(-1, keepdim=True), **kw) - sh      # -log p
+    e, sh = _exp_shifted(z, -1, kw)                  # -log p = (palog2(S) - t) ÷̂ log2e
+    nlogp = pa_div(pa_log2(e.sum(-1, keepdim=True), **kw) - sh, _log2e(fmt), **kw)
     if weight is not None:
         nlogp_w = pam_mul(nlogp, weight, **kw)
     else:

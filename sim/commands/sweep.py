@@ -44,63 +44,30 @@ def run(args) -> int:
     from sim import train as T
     try:
         specs = [spec_from_args(args, seed=s) for s in range(args.seeds)]
+        for m in args.mantissa:                 # validates --exp-bits with each width
+            tb.PAMConfig(f"e{args.exp_bits}m{m}")
     except ValueError as exc:
         return fail(args, exc)
     set_threads(args)
-    fmts = [tb.PAMConfig(f"e{args.exp_bits}m{m}").fmt for m in args.mantissa]
+    from sim import study as S
     out = Path(args.out)
     spec0 = specs[0]
     key, label = T.metric_names(spec0)
     print(f"pamsim sweep: {spec0.label()}, {spec0.epochs} epochs, seeds 0..{args.seeds - 1}, "
           f"PAM on {'+'.join(sorted(args.ops))}, {args.backward} backward")
-    rows = [("float32 (native)", None, [])]
-    rows += [(f"PAM {f.name}", tb.PAMConfig(f, backward=args.backward, ops=args.ops), [])
-             for f in fmts]
-    for spec in specs:
-        rows[0][2].append(T.cached_baseline(spec, out / "cache", not args.quiet)[0])
-        for name, cfg, runs in rows[1:]:
-            runs.append(T.train(spec, cfg, name, progress=not args.quiet))
-            print(f"  seed {spec.seed} {name:24} {label} = {T.fmt_metric(key, runs[-1])}",
-                  flush=True)
-    print(T.seed_table(spec0, rows))
+    rows = S.table6(S.Runs(specs, out / "runs", not args.quiet), args.mantissa,
+                    args.exp_bits, args.ops, args.backward)
+    table, stats = S.table6_markdown(key, label, rows)
+    print(table)
     stem = f"sweep_{spec0.data}_{spec0.model}"
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(
         {"spec": spec0.__dict__, "seeds": args.seeds, "ops": sorted(args.ops),
-         "backward": args.backward,
+         "backward": args.backward, "stats": stats,
          "rows": [{"name": n, "config": c.describe() if c else "native float32",
                    "mantissa": c.fmt.man_bits if c else None,
                    "runs": [r.to_json() for r in runs]} for n, c, runs in rows]}, indent=1))
-    _plot(spec0, rows, out / f"{stem}.png")
+    S.plot_rows(spec0, [(n, r) for n, _, r in rows], out / f"{stem}.png",
+                f"{spec0.label()}: PAM mantissa width (cf. Table 6)")
     print(f"wrote {out / stem}.json and {out / stem}.png")
     return 0
-
-
-def _plot(spec, rows, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from sim import train as T
-    key, label = T.metric_names(spec)
-    scale = 100 if key == "acc" else 1
-    base = [scale * r.final.get(key, np.nan) for r in rows[0][2]]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    m, s = T.mean_std(base)
-    ax.axhspan(m - s, m + s, color="0.85", label="float32 native (mean ± std)")
-    ax.axhline(m, color="0.5")
-    xs = [c.fmt.man_bits for _, c, _ in rows[1:]]
-    stats = [T.mean_std([scale * r.final.get(key, np.nan) for r in runs])
-             for _, _, runs in rows[1:]]
-    ax.errorbar(xs, [a for a, _ in stats], [b for _, b in stats], marker="o", capsize=4,
-                label="PAM (mean ± std over seeds)")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(xs, [str(x) for x in xs])
-    ax.set_xlabel("mantissa bits of the PAM operands")
-    ax.set_ylabel(label + (" (%)" if key == "acc" else ""))
-    ax.set_title(f"{spec.label()}: PAM mantissa width (cf. Table 6)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -1,0 +1,148 @@
+"""``pamsim study table3|table6``: the paper's Tables 3 and 6 on two set-ups, over seeds,
+with Welch's t-test against native float32, plots and a markdown report (sim/study.py)."""
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import emu
+from sim.cli import format_arg
+from sim.commands.sweep import mantissas_arg
+
+#: set-up -> (title, TrainSpec keywords, quick TrainSpec keywords) per study.  Sizes
+#: were chosen so that the native baseline plateaus within the run (docs/studies.md
+#: shows its per-epoch curve) and a study fits about half an hour of this 2-core CPU.
+_LM = dict(data="text", model="charlm", dim=32, depth=1, seq_len=32, batch_size=32,
+           text_chars=100_000, steps_per_epoch=25, lr=1e-2, epochs=4)
+_VIT = dict(data="digits", model="vit", dim=32, depth=1, batch_size=32, lr=5e-3, epochs=3)
+_CNN = dict(data="digits", model="cnn", batch_size=32, lr=5e-3, epochs=3)
+_QUICK = dict(epochs=2, max_steps=4, batch_size=8)
+_QUICK_MODEL = {"charlm": dict(dim=8, seq_len=8, steps_per_epoch=2, text_chars=20_000),
+                "vit": dict(dim=8), "cnn": {}}
+SETUPS = {"table3": {"lm": ("char transformer LM on KJV", _LM),
+                     "vision": ("ViT on digits", _VIT)},
+          "table6": {"lm": ("char transformer LM on KJV", _LM),
+                     "vision": ("CNN on digits", _CNN)}}
+
+
+def _setups_arg(text):
+    import argparse
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names or set(names) - {"lm", "vision"}:
+        raise argparse.ArgumentTypeError(f"--setups {text!r}: expected lm, vision or both")
+    return names
+
+
+def register(sub):
+    p = sub.add_parser("study", help="the paper's Table 3 or Table 6 on a char LM and a "
+                                     "vision model, seeds, Welch's t-test, plots, markdown")
+    p.add_argument("table", choices=("table3", "table6"))
+    p.add_argument("--setups", type=_setups_arg, default=["lm", "vision"],
+                   help="comma-separated: lm (char transformer on KJV, val bits/char), "
+                        "vision (digits: ViT for table3, CNN for table6); default both")
+    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (default 3)")
+    p.add_argument("--fmt", type=format_arg, default=emu.float32,
+                   help="table3: format of the PAM matmul operands (default float32)")
+    p.add_argument("--mantissa", type=mantissas_arg, default=[23, 7, 4, 3, 2],
+                   help="table6: mantissa bits of the PAM operands (default 23,7,4,3,2)")
+    p.add_argument("--quick", action="store_true", help="tiny models and a few steps "
+                   "(tests; the numbers mean nothing)")
+    p.add_argument("--out", default="out/study",
+                   help="directory: runs/ (one JSON per run: resumes), <table>.md/.json/.png")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    import torch
+
+    from sim import study as S
+    from sim import train as T
+    try:
+        if args.seeds < 1:
+            raise ValueError(f"seeds must be >= 1, got {args.seeds}")
+        if args.threads < 0:
+            raise ValueError(f"threads must be >= 0, got {args.threads}")
+        setups = {}
+        for name in args.setups:
+            title, kw = SETUPS[args.table][name]
+            if args.quick:
+                kw = {**kw, **_QUICK, **_QUICK_MODEL[kw["model"]]}
+            setups[name] = (title, [T.TrainSpec(**kw, seed=s) for s in range(args.seeds)])
+    except ValueError as exc:
+        print(f"pamsim study: error: {exc}")
+        return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    t0 = time.perf_counter()
+    sections, summary, compute = [], {}, 0.0
+    for name, (title, specs) in setups.items():
+        key, label = T.metric_names(specs[0])
+        print(f"pamsim study {args.table}: {title} ({specs[0].label()}), "
+              f"{len(specs)} seeds; metric: {label}", flush=True)
+        runs = S.Runs(specs, out / "runs" / name, progress=not args.quiet)
+        if args.table == "table3":
+            got, best, cumulative = S.table3(runs, args.fmt, key)
+            md, js = S.table3_markdown(key, got, best, cumulative)
+            rows = [(n, got[n]) for n in got if not n.startswith("cumulative up to matmul")]
+        else:
+            got = S.table6(runs, args.mantissa)
+            md, js = S.table6_markdown(key, label, got)
+            rows = [(n, r) for n, _, r in got]
+        compute += sum(r.seconds for _, rs in rows for r in rs)
+        conv = S.converged(key, rows[0][1])
+        png = out / f"{args.table}_{name}.png"
+        S.plot_rows(specs[0], rows, png, f"{args.table}: {title}, {len(specs)} seeds")
+        curve = ", ".join(f"{v:.2f}" if key == "acc" else f"{v:.3f}" for v in conv["curve"])
+        sections.append(
+            f"### {title}: {label}\n\n"
+            f"`{_spec_text(specs[0])}`, seeds 0..{len(specs) - 1}.  Native float32 per "
+            f"epoch (mean over seeds): {curve} (change in the last epoch: "
+            f"{conv['last_change']:+.3g}).\n\n{md}\n\n![{args.table} {name}]"
+            f"({png.name})\n")
+        summary[name] = {"title": title, "spec": specs[0].__dict__, "metric": key,
+                         "native_curve": conv, "rows": js,
+                         **({"best": best} if args.table == "table3" else {})}
+    wall = time.perf_counter() - t0
+    command = (f"pamsim study {args.table} --setups {','.join(setups)} --seeds {args.seeds}"
+               + (f" --fmt {args.fmt.name}" if args.table == "table3" else
+                  f" --mantissa {','.join(map(str, args.mantissa))}")
+               + (" --quick" if args.quick else "") + f" --out {args.out}")
+    head = (f"## {'Table 3' if args.table == 'table3' else 'Table 6'} in miniature\n\n"
+            f"Command: `{command}`"
+            f"  \nMachine: {_machine()}; date {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
+            f"  \nRuntime: {wall / 60:.1f} min wall for this invocation; the runs took "
+            f"{compute / 60:.1f} min of training in all (cached runs count their own time)\n")
+    text = head + "\n" + "\n".join(sections)
+    stem = args.table if set(setups) == {"lm", "vision"} else f"{args.table}_{'_'.join(setups)}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.md").write_text(text)
+    (out / f"{stem}.json").write_text(json.dumps(summary, indent=1))
+    print(text)
+    print(f"wrote {out / stem}.md, .json and the PNGs")
+    return 0
+
+
+def _spec_text(spec) -> str:
+    keys = ("data", "model", "dim", "depth", "epochs", "batch_size", "lr", "seq_len",
+            "steps_per_epoch", "text_chars", "max_steps")
+    skip = {"seq_len", "steps_per_epoch", "text_chars"} if spec.data != "text" else set()
+    return " ".join(f"{k}={getattr(spec, k)}" for k in keys
+                    if k not in skip and getattr(spec, k) not in (0, ""))
+
+
+def _machine() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        model = next(ln.split(":", 1)[1].strip() for ln in out.splitlines()
+                     if ln.startswith("Model name"))
+    except (OSError, StopIteration, subprocess.SubprocessError):
+        model = platform.processor() or "unknown CPU"
+    import os
+    return f"{model}, {os.cpu_count()} logical CPUs"
