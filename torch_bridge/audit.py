@@ -18,13 +18,15 @@ reported.
 Work is counted FLOP-style in multiplies: multiply-adds for the matmul and
 convolution family (torch.utils.flop_counter's formulas, halved), otherwise the
 largest floating tensor the op reads or writes (one multiply per element).  The share
-of a row is its work over the multiply work of the same pass run natively (no config).
+of a row is its work over the multiply work of the same pass run natively (no config;
+for a converted model, on a copy converted back).
 The source line of a forward op is the innermost stack frame outside torch and
 torch_bridge (the model's own code); a backward op is attributed to the forward line
 that created its autograd node (recorded by anomaly mode, NaN checks off).
 """
 from __future__ import annotations
 
+import copy
 import os
 import re
 import sys
@@ -37,7 +39,7 @@ from torch.utils.flop_counter import flop_registry
 
 from .config import PAMConfig
 
-__all__ = ["audit", "AuditReport", "AuditRow", "MULTIPLY_FREE"]
+__all__ = ["audit", "AuditReport", "AuditRow", "MULTIPLY_FREE", "NATIVE_BY_DESIGN"]
 
 #: aten ops (overload packets, in-place ``_`` stripped) that multiply nothing
 MULTIPLY_FREE = frozenset("""
@@ -63,6 +65,13 @@ MULTIPLY_FREE = frozenset("""
     _has_compatible_shallow_copy_type alias_copy expand_copy permute_copy view_copy
     squeeze_copy unsqueeze_copy t_copy transpose_copy slice_copy select_copy
 """.split())
+
+#: multiply-bearing aten ops left native on purpose, with the reason; listed in the
+#: report but not counted as escaped
+NATIVE_BY_DESIGN = {
+    "cos": "rotary position tables: a function of integer positions, no PA definition",
+    "sin": "rotary position tables: a function of integer positions, no PA definition",
+}
 
 _ALPHA_OPS = {"add", "sub", "rsub"}             # multiply-free only with alpha == 1
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -95,12 +104,14 @@ class AuditReport:
 
     @property
     def escaped(self) -> int:
-        """Number of native multiply-bearing op calls (0: fully emulated)."""
-        return sum(r.count for r in self.rows)
+        """Native multiply-bearing op calls, those native by design excepted (0: fully
+        emulated)."""
+        return sum(r.count for r in self.rows if r.op not in NATIVE_BY_DESIGN)
 
     @property
     def share(self) -> float:
-        """Fraction of the native run's multiply work that stayed native."""
+        """Fraction of the native run's multiply work that stayed native (by design
+        included)."""
         return self.escaped_work / self.native_work if self.native_work else 0.0
 
     def to_dict(self) -> dict:
@@ -110,14 +121,17 @@ class AuditReport:
 
     def table(self) -> str:
         """A Markdown table of the rows, largest share first, and a summary line."""
-        head = (f"{self.escaped} native multiply-bearing op call(s), "
-                f"{100 * self.share:.2f} % of {self.native_work:,} multiplies "
+        design = sum(r.count for r in self.rows) - self.escaped
+        head = (f"{self.escaped} native multiply-bearing op call(s)"
+                + (f" (+{design} native by design)" if design else "")
+                + f", {100 * self.share:.2f} % of {self.native_work:,} multiplies "
                 f"({self.config})")
         if not self.rows:
             return head
         lines = [head, "", "| op | phase | count | share | source |", "|---|---|---|---|---|"]
         for r in self.rows:
-            lines.append(f"| {r.op} | {r.phase} | {r.count} | {100 * r.share:.2f} % | "
+            op = f"{r.op} (by design)" if r.op in NATIVE_BY_DESIGN else r.op
+            lines.append(f"| {op} | {r.phase} | {r.count} | {100 * r.share:.2f} % | "
                          f"{r.source} |")
         return "\n".join(lines)
 
@@ -268,6 +282,8 @@ def audit(model: torch.nn.Module, inputs, config: PAMConfig | None, *, loss_fn=N
     arguments.  The backward pass starts from ``loss_fn(output)`` if given, else the
     model's ``.loss`` if it returned one, else the sum of its floating outputs that
     require grad.  Parameter gradients and torch's RNG state are restored afterwards.
+    A model converted with :func:`torch_bridge.convert` is audited as it is; its native
+    multiply work is counted on a deep copy converted back to plain torch.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -276,8 +292,13 @@ def audit(model: torch.nn.Module, inputs, config: PAMConfig | None, *, loss_fn=N
                         f"{type(config).__name__}")
     if loss_fn is not None and not callable(loss_fn):
         raise TypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
-    native = _pass(model, inputs, None, loss_fn, backward)
-    pa = native if config is None else _pass(model, inputs, config, loss_fn, backward)
+    from .convert import convert
+    from .modules import _PAModule
+    converted = any(isinstance(m, _PAModule) for m in model.modules())
+    plain = convert(copy.deepcopy(model), None) if converted else model
+    native = _pass(plain, inputs, None, loss_fn, backward)
+    pa = native if config is None and not converted else \
+        _pass(model, inputs, config, loss_fn, backward)
     rows = [AuditRow(op, phase, source, count, work,
                      work / native.total if native.total else 0.0)
             for (op, phase, source), (count, work) in pa.calls.items()]
