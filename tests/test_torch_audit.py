@@ -105,3 +105,10 @@ def test_cli_audit(tmp_path, capsys):
     assert json.loads(js.read_text())["encoder"]["escaped"] == 0
     assert main(["audit", "nosuch"]) == 2
     assert "pamsim audit: error: unknown model(s) ['nosuch']" in capsys.readouterr().out
+
+
+def test_bench_tiny_models_quick():
+    from sim import bench
+    rows = bench.run(quick=True, only=["tiny-models"])
+    assert [r.name.split(":")[0] for r in rows] == ["encoder", "gru"]
+    assert all(r.seconds > 0 and r.baseline_seconds > 0 and r.target == 5.0 for r in rows)
