@@ -57,7 +57,7 @@ from numba.extending import intrinsic, register_jitable
 from . import _kernels as K
 from . import _scalar as S
 from . import _tiles
-from ._kernels import KG, MB, NB, PW, QR, _as_f32
+from ._kernels import KG, MB, NB, PW, QR, as_f32
 from ._numba_cache import drop_stale
 from ._tiles import CLEAN, GENERAL, tile_mode
 

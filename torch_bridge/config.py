@@ -9,8 +9,9 @@ from emu.ops import ROUNDING, _ROUNDING_ALIASES
 
 __all__ = ["OPS", "PAMConfig", "check_config"]
 
-#: The operation groups of the paper's Table 3, in its order.
-OPS = ("matmul", "softmax", "layernorm", "loss", "optimizer")
+#: The operation groups of the paper's Table 3, in its order, then "elementwise": the
+#: products, quotients, powers, exp/log/sqrt and activations of a model's own code.
+OPS = ("matmul", "softmax", "layernorm", "loss", "optimizer", "elementwise")
 _KINDS = ("approx", "exact")
 
 
@@ -37,8 +38,10 @@ class PAMConfig:
         to kind, e.g. ``{"loss": "exact"}`` (unlisted groups: approx).
     ops: the op groups that are piecewise affine: ``"matmul"``, ``"softmax"``
         (attention softmax, its scaling and the PAM gains that go with it),
-        ``"layernorm"``, ``"loss"`` (cross-entropy with label smoothing),
-        ``"optimizer"`` (PAAdamW / PASGD); the others stay native torch.
+        ``"layernorm"`` (layer and RMS norm), ``"loss"`` (cross-entropy with label
+        smoothing), ``"optimizer"`` (PAAdamW / PASGD), ``"elementwise"`` (under
+        pam_mode: a model's own ``*``, ``/``, powers, exp/log/sqrt/rsqrt, means and
+        activations); the others stay native torch.
     rounding: how operands are rounded into the formats: ``"nearest_even"``,
         ``"stochastic"`` (a fresh stream per call, drawn from torch's RNG, so
         ``torch.manual_seed`` makes runs reproducible) or ``"toward_zero"``.

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from torch import nn
 
 from .config import PAMConfig, check_config
-from .modules import DROP_INS, _PAModule
+from .modules import _PAModule, drop_ins
 
 __all__ = ["convert"]
 
@@ -25,7 +25,7 @@ def _target(module: nn.Module, config):
         return module
     if config is None:
         return module
-    for native, (drop_in, groups) in DROP_INS.items():
+    for native, (drop_in, groups) in drop_ins().items():
         if isinstance(module, native) and any(config.enabled(g) for g in groups):
             return drop_in.from_module(module, config)
     return module
@@ -34,8 +34,9 @@ def _target(module: nn.Module, config):
 def convert(model: nn.Module, config: PAMConfig | None = _KEEP, *, skip=(),
             fewbit: int | None = None, inverted: bool = False, pa: int | None = None,
             activation_weight: str = "uniform") -> nn.Module:
-    """Replace nn.Linear, nn.Conv2d, nn.LayerNorm, nn.MultiheadAttention, nn.Softmax and
-    nn.CrossEntropyLoss in ``model`` (in place) by the torch_bridge drop-ins for the op
+    """Replace nn.Linear, nn.Conv2d, nn.LayerNorm, nn.MultiheadAttention, nn.Softmax,
+    nn.CrossEntropyLoss and transformers' Conv1D (GPT-2) in ``model`` (in place) by the
+    torch_bridge drop-ins for the op
     groups ``config`` enables.  Parameters, buffers and hooks are shared, not copied,
     so optimizers built on the model keep working.
 

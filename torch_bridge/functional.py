@@ -331,10 +331,22 @@ def _pa_kw(config, op):
     return dict(fmt=config.pa_fmt, backward=config.kind(op), rounding=config.rounding)
 
 
+def autocast_operands(*ts):
+    """The operands as torch's CPU autocast hands them to a matmul-family op (linear,
+    matmul, convolution, attention are on its lower-precision list): floating tensors
+    cast to the autocast dtype when autocast is on, so PA results keep torch's dtypes."""
+    if not torch.is_autocast_enabled("cpu"):
+        return ts
+    dtype = torch.get_autocast_dtype("cpu")
+    return tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+                 for t in ts)
+
+
 def matmul(a, b, config: PAMConfig | None = None):
     """torch.matmul, as a PAM matmul when ``config`` enables 'matmul'."""
     if not _on(config, "matmul"):
         return torch.matmul(a, b)
+    a, b = autocast_operands(a, b)
     return pam_matmul(a, b, config.fmt, **_mm_kw(config))
 
 
@@ -342,6 +354,7 @@ def linear(x, weight, bias=None, config: PAMConfig | None = None):
     """F.linear, as a PAM linear layer when ``config`` enables 'matmul'."""
     if not _on(config, "matmul"):
         return F.linear(x, weight, bias)
+    x, weight, bias = autocast_operands(x, weight, bias)
     return pam_linear(x, weight, bias, config.fmt, **_mm_kw(config))
 
 
@@ -350,6 +363,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     """F.conv2d, as PAM matmuls when ``config`` enables 'matmul'."""
     if not _on(config, "matmul"):
         return F.conv2d(x, weight, bias, stride, padding, dilation, groups)
+    x, weight, bias = autocast_operands(x, weight, bias)
     return pam_conv2d(x, weight, bias, stride, padding, dilation, groups, config.fmt,
                       **_mm_kw(config))
 
@@ -384,10 +398,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                  config: PAMConfig | None = None):
     """F.scaled_dot_product_attention with PAM batched matmuls ('matmul') and a PA
     softmax whose logit scaling is a PAM ('softmax').  Dropout stays native (a
-    select and a constant scale)."""
+    select and a constant scale).  A query row whose keys are all masked gives 0, as
+    torch's attention does (not NaN, as a softmax of -inf would)."""
     if not (_on(config, "matmul") or _on(config, "softmax")):
         return F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p,
                                               is_causal, scale=scale, enable_gqa=enable_gqa)
+    query, key, value, attn_mask = autocast_operands(query, key, value, attn_mask)
     L, S = query.shape[-2], key.shape[-2]
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     if enable_gqa and key.shape[-3] != query.shape[-3]:
@@ -404,7 +420,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             s = s.masked_fill(~attn_mask, float("-inf"))
         else:
             s = s + attn_mask
-    p = softmax(s, -1, config)
+    # rows with every key masked: torch's attention gives 0 there (its safe softmax);
+    # softmax on zeros keeps NaN out of the forward and the backward, then the rows are 0
+    dead = (s == float("-inf")).all(-1, keepdim=True)
+    if dead.any():
+        p = softmax(s.masked_fill(dead, 0.0), -1, config).masked_fill(dead, 0.0)
+    else:
+        p = softmax(s, -1, config)
     if dropout_p > 0:
         p = F.dropout(p, dropout_p)
     return matmul(p, value, config)

@@ -7,6 +7,9 @@ module into the drop-in without copying its parameters (what :func:`convert` use
 """
 from __future__ import annotations
 
+import sys
+from functools import cache
+
 from torch import nn
 from torch.nn import functional as F
 
@@ -141,3 +144,29 @@ DROP_INS = {nn.Linear: (PAMLinear, {"matmul"}), nn.Conv2d: (PAMConv2d, {"matmul"
             nn.LayerNorm: (PALayerNorm, {"layernorm"}), nn.Softmax: (PASoftmax, {"softmax"}),
             nn.MultiheadAttention: (PAMultiheadAttention, {"matmul", "softmax"}),
             nn.CrossEntropyLoss: (PACrossEntropyLoss, {"loss"})}
+
+
+@cache
+def _hf_conv1d_drop_in(conv1d: type) -> type:
+    """The drop-in for transformers' Conv1D (GPT-2's linear layers: ``x @ W + b`` with
+    the weight stored (in, out)): a PAM linear layer on ``W.t()`` when 'matmul' is on."""
+    def forward(self, x):
+        return PF.linear(x, self.weight.t(), self.bias, self.config)
+
+    def extra_repr(self):
+        cfg = "native" if self.config is None else self.config.describe()
+        return f"nf={self.nf}, nx={self.nx}, config={cfg}"
+    return type("PAMConv1D", (_PAModule, conv1d), {
+        "_native": conv1d, "forward": forward, "extra_repr": extra_repr,
+        "__repr__": nn.Module.__repr__, "__module__": __name__,
+        "__doc__": _hf_conv1d_drop_in.__doc__})
+
+
+def drop_ins() -> dict:
+    """DROP_INS, plus transformers' Conv1D once transformers is imported (a model that
+    holds one has imported it)."""
+    hf = sys.modules.get("transformers.pytorch_utils")
+    conv1d = getattr(hf, "Conv1D", None)
+    if conv1d is None:
+        return DROP_INS
+    return {**DROP_INS, conv1d: (_hf_conv1d_drop_in(conv1d), {"matmul"})}

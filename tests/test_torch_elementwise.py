@@ -1,0 +1,245 @@
+"""The elementwise PA composites and the 'elementwise' op group of pam_mode."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import emu
+import torch_bridge as tb
+import torch_bridge.elementwise as PE
+from conftest import assert_bits_equal
+
+CFG = tb.PAMConfig("bf16")
+f32 = emu.float32
+
+
+def npy(t):
+    return t.detach().float().numpy()
+
+
+@pytest.fixture
+def x():
+    torch.manual_seed(0)
+    v = torch.randn(5, 7) * 3
+    v[0, :3] = torch.tensor([0.0, -30.0, 30.0])
+    return v
+
+
+def test_composites_are_their_emu_definitions(x):
+    X = npy(x)
+    one = np.float32(1)
+    exp_neg = emu.pa_exp(np.minimum(-X, 88), f32)
+    assert_bits_equal(npy(PE.pa_sigmoid(x)), emu.pa_div(one, one + exp_neg, f32))
+    s = emu.pa_div(one, one + emu.pa_exp(np.minimum(-(X + X), 88), f32), f32)
+    assert_bits_equal(npy(PE.pa_tanh(x)), s + s - one)
+    assert_bits_equal(npy(PE.pa_silu(x)), emu.pa_div(X, one + exp_neg, f32))
+    cube = emu.pam_mul(emu.pam_mul(X, X, f32), X, f32)
+    z2 = emu.pam_mul(X + emu.pam_mul(cube, np.float32(0.044715), f32),
+                     np.float32(2 * np.sqrt(2 / np.pi)), f32)
+    assert_bits_equal(npy(PE.pa_gelu(x)),
+                      emu.pa_div(X, one + emu.pa_exp(np.minimum(-z2, 88), f32), f32))
+    assert_bits_equal(npy(PE.pa_pow(x, 3)), cube)
+    assert_bits_equal(npy(PE.pa_pow(x, -2)), emu.pa_div(one, emu.pam_mul(X, X, f32), f32))
+    ax = np.abs(X)
+    assert_bits_equal(npy(PE.pa_pow(x.abs(), 0.5)), emu.pa_sqrt(ax, f32))
+    assert_bits_equal(npy(PE.pa_pow(x.abs(), 1.5)),
+                      emu.pa_exp2(emu.pam_mul(emu.pa_log2(ax, f32), np.float32(1.5), f32), f32))
+    assert_bits_equal(npy(PE.pa_rsqrt(x.abs())), emu.pa_div(one, emu.pa_sqrt(ax, f32), f32))
+    sp = emu.pa_log(one + emu.pa_exp(np.minimum(X, 20), f32), f32)
+    assert_bits_equal(npy(PE.pa_softplus(x)), np.where(X > 20, X, sp))
+    row_sum = npy(x.sum(-1, keepdim=True))
+    assert_bits_equal(npy(PE.pa_mean(x, -1, True)), emu.pa_div(row_sum, np.float32(7), f32))
+    w = torch.randn(7)
+    sq = torch.from_numpy(emu.pam_mul(X, X, f32)).sum(-1, keepdim=True).numpy()
+    ms = emu.pa_div(sq, np.float32(7), f32)
+    ref = emu.pam_mul(emu.pa_div(X, emu.pa_sqrt(ms + np.float32(1e-6), f32), f32), npy(w), f32)
+    assert_bits_equal(npy(PE.pa_rms_norm(x, 7, w, 1e-6)), ref)
+    assert torch.isfinite(PE.pa_tanh(x)).all() and PE.pa_tanh(x)[0, 1] == -1
+
+
+def test_pam_mode_routes_elementwise_calls(x):
+    y = torch.rand(5, 7) + 0.5
+    mask = (torch.rand(5, 7) > 0.5).long()
+    norm = nn.RMSNorm(7, eps=1e-5)
+    with tb.pam_mode(CFG):
+        got = [x * y, torch.mul(x, 3.0), 2.5 * x, x / y, 1 / y, x ** 2, 2 ** x, y.sqrt(),
+               torch.rsqrt(y), torch.exp(x), y.log(), torch.sigmoid(x), x.tanh(), F.gelu(x),
+               F.gelu(x, approximate="tanh"), F.silu(x), F.softplus(x), x.mean(-1),
+               torch.mean(x), F.rms_norm(x, (7,)), norm(x), mask * x, x.clone().mul_(y)]
+    kw = {}
+    want = [tb.pam_mul(x, y), tb.pam_mul(x, 3.0), tb.pam_mul(x, 2.5), tb.pa_div(x, y),
+            tb.pa_div(1.0, y), tb.pam_mul(x, x), tb.pa_exp2(x), tb.pa_sqrt(y), PE.pa_rsqrt(y),
+            tb.pa_exp(x), tb.pa_log(y), PE.pa_sigmoid(x), PE.pa_tanh(x), PE.pa_gelu(x),
+            PE.pa_gelu(x), PE.pa_silu(x), PE.pa_softplus(x), PE.pa_mean(x, -1),
+            PE.pa_mean(x), PE.pa_rms_norm(x, 7, **kw), PE.pa_rms_norm(x, 7, norm.weight, 1e-5),
+            tb.pam_mul(mask.float(), x), tb.pam_mul(x, y)]
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and torch.equal(g, w), i
+    off = tb.PAMConfig("bf16", ops=set(tb.OPS) - {"elementwise"})
+    with tb.pam_mode(off):
+        assert torch.equal(x * y, torch.mul(x, y)) and torch.equal(F.gelu(x), F.gelu(x))
+    with tb.pam_mode(CFG):                  # dtypes follow torch's promotion
+        assert (x.bfloat16() * 2.0).dtype == torch.bfloat16
+        assert (x.bfloat16() * torch.tensor(2.0)).dtype == torch.bfloat16
+        assert (torch.arange(3) * 2).dtype == torch.long          # integers: native
+        assert torch.equal(torch.div(x, 2, rounding_mode="floor"), torch.floor(x / 2))
+
+
+@pytest.mark.parametrize("kind", ["approx", "exact"])
+def test_elementwise_backward(x, kind):
+    cfg = tb.PAMConfig("bf16", backward=kind)
+    xs = x.clone().requires_grad_()
+    with tb.pam_mode(cfg):
+        loss = (F.gelu(xs) * torch.sigmoid(xs) + torch.tanh(xs) / (1 + xs ** 2)).sum()
+    loss.backward()
+    assert torch.isfinite(xs.grad).all()
+    ref = x.clone().requires_grad_()
+    (F.gelu(ref) * torch.sigmoid(ref) + torch.tanh(ref) / (1 + ref ** 2)).sum().backward()
+    assert not torch.equal(xs.grad, ref.grad)
+    assert F.cosine_similarity(xs.grad.flatten(), ref.grad.flatten(), 0) > 0.9
+
+
+def test_pow_and_gelu_arguments(x):
+    with pytest.raises(TypeError, match="exponent must be a number"):
+        PE.pa_pow(x, torch.tensor(2.0))
+    with pytest.raises(ValueError, match="approximate='fast'"):
+        PE.pa_gelu(x, "fast")
+    with pytest.raises(ValueError, match="rms_norm: normalized_shape"):
+        PE.pa_rms_norm(x, 5)
+    assert torch.equal(PE.pa_pow(x, 0), torch.ones_like(x))
+
+
+# --- products (einsum, conv1d) and norms (batch, group, instance) ------------------------
+
+def test_einsum_is_one_pam_matmul_per_pair():
+    from torch_bridge.contract import pam_einsum
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 3, 4, 5), torch.randn(2, 6, 4, 5)
+    attn = pam_einsum("bqhd,bkhd->bhqk", q, k, fmt="bf16")
+    assert torch.equal(attn, tb.pam_matmul(q.permute(0, 2, 1, 3), k.permute(0, 2, 3, 1), "bf16"))
+    a, b, c = torch.randn(2, 3, 4), torch.randn(4, 5), torch.randn(2, 5, 6)
+    for eq, ops in (("bij,jk,bkl->bli", (a, b, c)), ("bij,bij->b", (a, a)), ("i,j", (b[0], b[1])),
+                    ("bij,k->bik", (a, b[:, 0]))):
+        ref = torch.einsum(eq, *ops)
+        got = pam_einsum(eq, *ops)
+        assert got.shape == ref.shape and F.cosine_similarity(got.flatten(), ref.flatten(), 0) > 0.99
+    assert pam_einsum("...ij,jk", a, b) is None and pam_einsum("ii->i", a[0, :3, :3]) is None
+    with pytest.raises(ValueError, match="has 2 operand"):
+        pam_einsum("ij,jk", a)
+    with tb.pam_mode(CFG):
+        assert torch.equal(torch.einsum("bqhd,bkhd->bhqk", q, k), attn)
+        assert torch.equal(torch.einsum("ii->i", a[0, :3, :3]), a[0, :3, :3].diagonal())
+
+
+def test_conv1d_is_a_height_one_conv2d():
+    from torch_bridge.contract import pam_conv1d
+    torch.manual_seed(0)
+    x, w, bias = torch.randn(2, 4, 10), torch.randn(6, 2, 3), torch.randn(6)
+    for kw in ({"groups": 2}, {"stride": 2, "padding": 1, "groups": 2},
+               {"padding": "same", "dilation": 2, "groups": 2}):
+        ref = F.conv1d(x, w, bias, **kw)
+        got = pam_conv1d(x, w, bias, fmt="bf16", **kw)
+        assert got.shape == ref.shape and F.cosine_similarity(got.flatten(), ref.flatten(), 0) > 0.98
+    with tb.pam_mode(CFG):
+        assert torch.equal(nn.functional.conv1d(x, w, bias, groups=2),
+                           pam_conv1d(x, w, bias, groups=2, fmt="bf16"))
+        assert pam_conv1d(x[0], w, None, groups=2, fmt="bf16").shape == (6, 8)
+
+
+def test_batch_norm_train_and_eval():
+    from torch_bridge.norms import pa_batch_norm
+    torch.manual_seed(0)
+    bn, x = nn.BatchNorm2d(3), torch.randn(4, 3, 5, 5)
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5)
+    ref = bn(x)
+    native_stats = bn.running_mean.clone(), bn.running_var.clone()
+    bn.reset_running_stats()
+    with tb.pam_mode(CFG):
+        y = bn(x)
+    rm, rv = torch.zeros(3), torch.ones(3)
+    assert torch.equal(y, pa_batch_norm(x, rm, rv, bn.weight, bn.bias, True, 0.1, 1e-5))
+    assert torch.equal(bn.running_mean, rm) and torch.equal(bn.running_var, rv)
+    assert torch.allclose(rm, native_stats[0], atol=0.01) and torch.allclose(rv, native_stats[1],
+                                                                             atol=0.02)
+    assert F.cosine_similarity(y.flatten(), ref.flatten(), 0) > 0.99
+    bn.eval()
+    with tb.pam_mode(CFG):
+        y = bn(x)
+    sh = (1, 3, 1, 1)
+    want = tb.pam_mul(tb.pa_div(x - rm.reshape(sh), tb.pa_sqrt(rv.reshape(sh) + 1e-5)),
+                      bn.weight.reshape(sh)) + bn.bias.reshape(sh)
+    assert torch.equal(y, want)
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        pa_batch_norm(x[:1, :, :1, :1], rm, rv, training=True)
+
+
+def test_group_and_instance_norm_are_layer_norms_of_groups():
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 3, 3)
+    gn, inorm = nn.GroupNorm(2, 4), nn.InstanceNorm2d(4, affine=True)
+    with tb.pam_mode(CFG):
+        g, i = gn(x), inorm(x)
+    sh = (1, 4, 1, 1)
+    want = tb.pa_layer_norm(x.reshape(2, 2, -1), 18).reshape(x.shape)
+    assert torch.equal(g, tb.pam_mul(want, gn.weight.reshape(sh)) + gn.bias.reshape(sh))
+    want = tb.pa_layer_norm(x.reshape(2, 4, -1), 9).reshape(x.shape)
+    assert torch.equal(i, tb.pam_mul(want, inorm.weight.reshape(sh)) + inorm.bias.reshape(sh))
+
+
+@pytest.mark.parametrize("cls,mode,kw", [
+    (nn.GRU, "gru", {}), (nn.LSTM, "lstm", {"num_layers": 2, "bidirectional": True,
+                                             "batch_first": True}),
+    (nn.RNN, "rnn_tanh", {"num_layers": 2}), (nn.RNN, "rnn_relu", {"nonlinearity": "relu",
+                                                                   "bias": False})])
+def test_recurrent_layers(cls, mode, kw):
+    """The cells' structure: with both groups off, pa_recurrent is torch's layer up to
+    float rounding; under pam_mode the layer is pa_recurrent with the config."""
+    from torch_bridge.recurrent import pa_recurrent
+    torch.manual_seed(0)
+    m, x = cls(6, 5, **kw), torch.randn(3, 4, 6, requires_grad=True)
+    ref = m(x)
+    h0 = torch.zeros(m.num_layers * (2 if m.bidirectional else 1), 3 if m.batch_first else 4, 5)
+    hx = (h0, h0) if mode == "lstm" else h0
+    args = (mode, x, hx, m._flat_weights, m.bias, m.num_layers, 0.0, False, m.bidirectional,
+            m.batch_first)
+    off = pa_recurrent(*args, tb.PAMConfig("bf16", ops={"softmax"}))
+    assert torch.allclose(off[0], ref[0], atol=1e-6, rtol=0)
+    with tb.pam_mode(CFG):
+        y = m(x)
+    want = pa_recurrent(*args, CFG)
+    assert all(torch.equal(a, b) for a, b in zip(torch.utils._pytree.tree_leaves(y),
+                                                 torch.utils._pytree.tree_leaves(want)))
+    assert F.cosine_similarity(y[0].flatten(), ref[0].flatten(), 0) > 0.9
+    y[0].sum().backward()
+    assert torch.isfinite(x.grad).all()
+
+
+def test_small_products_losses_and_composites_are_routed():
+    from torch_bridge.losses import pa_log_softmax, pa_mse_loss, pa_nll_loss
+    torch.manual_seed(0)
+    a, b, m = torch.randn(5), torch.randn(5), torch.randn(3, 5)
+    x, t = torch.randn(4, 6), torch.randint(6, (4,))
+    A, B = torch.randn(2, 3, 4), torch.randn(3, 4, 5)
+    w = torch.rand(6)
+    with tb.pam_mode(CFG):
+        got = [torch.mv(m, a), torch.dot(a, b), torch.outer(a, b), torch.tensordot(A, B, 2),
+               torch.linalg.multi_dot([m.T, m, a]), F.log_softmax(x, -1),
+               F.nll_loss(x, t, weight=w, ignore_index=int(t[0])), F.mse_loss(x, x.flip(0)),
+               F.normalize(x, dim=-1), x.norm(dim=1), torch.inner(A, A[0, :2])]
+    mm = lambda p, q: tb.pam_matmul(p, q, "bf16")                  # noqa: E731
+    want = [mm(m, a), mm(a, b), mm(a[:, None], b[None]),
+            mm(A.reshape(2, 12), B.reshape(12, 5)), mm(mm(m.T, m), a[:, None]).squeeze(-1),
+            pa_log_softmax(x, -1), pa_nll_loss(x, t, w, int(t[0])), pa_mse_loss(x, x.flip(0)),
+            tb.pa_div(x, PE.pa_vector_norm(x, -1, True).clamp_min(1e-12).expand_as(x)),
+            PE.pa_vector_norm(x, 1), mm(A.reshape(6, 4), A[0, :2].T).reshape(2, 3, 2)]
+    for i, (g, e) in enumerate(zip(got, want)):
+        assert g.shape == e.shape and torch.equal(g, e), i
+    ref = [F.log_softmax(x, -1), F.nll_loss(x, t, weight=w, ignore_index=int(t[0])),
+           F.mse_loss(x, x.flip(0))]
+    for g, r in zip(got[5:8], ref):
+        assert F.cosine_similarity(g.flatten(), r.flatten(), 0) > 0.99 or \
+            abs(float(g) - float(r)) < 0.1 * abs(float(r))
+    with pytest.raises(ValueError, match="reduction='avg'"):
+        pa_nll_loss(x, t, reduction="avg")

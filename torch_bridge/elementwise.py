@@ -1,0 +1,157 @@
+"""Elementwise PA composites: powers, means, activations and RMS norm.
+
+Each is written with the PA primitives of :mod:`torch_bridge.functional` (``pam_mul``,
+``pa_div``, ``pa_exp``, ``pa_log``, ``pa_sqrt``, ``pa_exp2``, ``pa_log2``) and float32
+additions, negations and selections, so — like ``pa_softmax`` — its backward pass
+runs through the graph that defines it with the chosen derivative kind (approximate
+or exact, Table 1) at every node (Kosson & Jaggi, section 2.5).  Constants that fold
+several of the function's own constants (e.g. GELU's ``2·sqrt(2/pi)``) are host
+arithmetic, as the optimizer's per-step scalars.  docs/torch_bridge.md ("Elementwise
+composites") lists what each computes and in which order.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .functional import _numerics, pa_div, pa_exp, pa_exp2, pa_log, pa_log2, pa_sqrt, pam_mul
+
+__all__ = ["pa_reciprocal", "pa_rsqrt", "pa_pow", "pa_mean", "pa_vector_norm", "pa_sigmoid", "pa_tanh",
+           "pa_silu", "pa_gelu", "pa_softplus", "pa_rms_norm"]
+
+_GELU_K = 2.0 * math.sqrt(2.0 / math.pi)        # 2·sqrt(2/pi): GELU's tanh form via sigmoid
+_GELU_C = 0.044715
+#: paexp's argument is clamped here: float32 exp overflows beyond ~88.7, and 1/(1 + e^88)
+#: is below float32's smallest normal, so the functions lose nothing and neither pass
+#: sees an inf (whose derivative would be NaN)
+_EXP_MAX = 88.0
+
+
+def _kw(fmt, backward, rounding):
+    fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
+    return dict(fmt=fmt, backward=kind, rounding=rounding)
+
+
+def pa_reciprocal(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
+    """``1 ÷̂ x`` (eqs. 14-17)."""
+    return pa_div(1.0, x, **_kw(fmt, backward, rounding))
+
+
+def pa_rsqrt(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
+    """``1 ÷̂ pasqrt(x)`` (eqs. 14-17, 20)."""
+    kw = _kw(fmt, backward, rounding)
+    return pa_div(1.0, pa_sqrt(x, **kw), **kw)
+
+
+def pa_pow(x, exponent, fmt="float32", *, backward="approx", rounding="nearest_even"):
+    """``x ** exponent`` for a number ``exponent``: an integer power is a left fold of
+    PAMs ``((x ·̂ x) ·̂ x) ...`` (a negative one its PA reciprocal), ``0.5`` is
+    ``pasqrt``, ``-0.5`` ``1 ÷̂ pasqrt``, any other ``paexp2(e ·̂ palog2(x))``
+    (NaN for x < 0, as torch for a non-integer exponent)."""
+    if isinstance(exponent, bool) or not isinstance(exponent, (int, float)):
+        raise TypeError(f"exponent must be a number, got {type(exponent).__name__}")
+    kw = _kw(fmt, backward, rounding)
+    e = float(exponent)
+    if e == 0.5:
+        return pa_sqrt(x, **kw)
+    if e == -0.5:
+        return pa_rsqrt(x, **kw)
+    if e == int(e) and abs(e) <= 64:
+        n = abs(int(e))
+        if n == 0:
+            return torch.ones_like(x)
+        y = x
+        for _ in range(n - 1):
+            y = pam_mul(y, x, **kw)
+        return y if e > 0 else pa_div(1.0, y, **kw)
+    return pa_exp2(pam_mul(pa_log2(x, **kw), e, **kw), **kw)
+
+
+def pa_mean(x, dim=None, keepdim=False, fmt="float32", *, backward="approx",
+            rounding="nearest_even"):
+    """``Σx ÷̂ n`` over ``dim`` (all dimensions if None); the sum is float32."""
+    kw = _kw(fmt, backward, rounding)
+    if dim is None:
+        return pa_div(x.sum(), float(x.numel()), **kw)
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    n = math.prod(x.shape[d] for d in dims)
+    return pa_div(x.sum(dims, keepdim=keepdim), float(n), **kw)
+
+
+def _exp_neg(x, kw):
+    """``paexp(-x)``, its argument clamped at _EXP_MAX."""
+    return pa_exp((-x).clamp(max=_EXP_MAX), **kw)
+
+
+def pa_vector_norm(x, dim=None, keepdim=False, fmt="float32", *, backward="approx",
+                   rounding="nearest_even"):
+    """The 2-norm ``pasqrt(Σ x ·̂ x)`` over ``dim`` (all dimensions if None)."""
+    kw = _kw(fmt, backward, rounding)
+    sq = pam_mul(x, x, **kw)
+    s = sq.sum() if dim is None else sq.sum(dim, keepdim=keepdim)
+    return pa_sqrt(s, **kw)
+
+
+def pa_sigmoid(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
+    """``1 ÷̂ (1 + paexp(-x))`` (-x clamped at 88)."""
+    kw = _kw(fmt, backward, rounding)
+    return pa_div(1.0, 1.0 + _exp_neg(x, kw), **kw)
+
+
+def pa_tanh(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
+    """``2σ(2x) - 1`` as ``s + s - 1`` with ``s = pa_sigmoid(x + x)``: no multiply,
+    and ±1 (not NaN) where paexp overflows."""
+    s = pa_sigmoid(x + x, fmt, backward=backward, rounding=rounding)
+    return s + s - 1.0
+
+
+def pa_silu(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
+    """``x ÷̂ (1 + paexp(-x))`` (x·σ(x) with one PA division; -x clamped at 88)."""
+    kw = _kw(fmt, backward, rounding)
+    return pa_div(x, 1.0 + _exp_neg(x, kw), **kw)
+
+
+def pa_gelu(x, approximate="none", fmt="float32", *, backward="approx",
+            rounding="nearest_even"):
+    """GELU in its tanh form, ``0.5·x·(1 + tanh(z)) = x·σ(2z)``:
+    ``x ÷̂ (1 + paexp(-((x + 0.044715 ·̂ ((x ·̂ x) ·̂ x)) ·̂ 2·sqrt(2/pi))))``, the
+    argument of paexp clamped at 88.
+    ``approximate='none'`` (erf) uses the same form: erf has no PA definition and the
+    tanh form is its standard approximation (error < 5e-4 before the PA error)."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"approximate={approximate!r}; expected 'none' or 'tanh'")
+    kw = _kw(fmt, backward, rounding)
+    cube = pam_mul(pam_mul(x, x, **kw), x, **kw)
+    z2 = pam_mul(x + pam_mul(cube, _GELU_C, **kw), _GELU_K, **kw)
+    return pa_div(x, 1.0 + _exp_neg(z2, kw), **kw)
+
+
+def pa_softplus(x, beta=1.0, threshold=20.0, fmt="float32", *, backward="approx",
+                rounding="nearest_even"):
+    """``palog(1 + paexp(β ·̂ x)) ÷̂ β``, and ``x`` where ``β·x > threshold`` (torch's
+    definition; the PA branch sees the input clamped there, so no inf reaches it)."""
+    kw = _kw(fmt, backward, rounding)
+    bx = x if beta == 1 else pam_mul(x, float(beta), **kw)
+    y = pa_log(1.0 + pa_exp(bx.clamp(max=threshold), **kw), **kw)
+    if beta != 1:
+        y = pa_div(y, float(beta), **kw)
+    return torch.where(bx > threshold, x, y)
+
+
+def pa_rms_norm(x, normalized_shape, weight=None, eps=None, fmt="float32", *,
+                backward="approx", rounding="nearest_even"):
+    """RMS norm (F.rms_norm): ``x ÷̂ pasqrt(Σ (x ·̂ x) ÷̂ n + eps)`` over the trailing
+    ``normalized_shape``, then a PAM gain; ``eps=None``: the dtype's machine epsilon,
+    as torch."""
+    kw = _kw(fmt, backward, rounding)
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if len(shape) > x.dim() or tuple(x.shape[x.dim() - len(shape):]) != shape:
+        raise ValueError(f"rms_norm: normalized_shape={shape} does not match the trailing "
+                         f"dimensions of input.shape={tuple(x.shape)}")
+    if eps is None:
+        eps = torch.finfo(x.dtype).eps
+    dims = tuple(range(-len(shape), 0))
+    ms = pa_div(pam_mul(x, x, **kw).sum(dims, keepdim=True), float(math.prod(shape)), **kw)
+    y = pa_div(x, pa_sqrt(ms + eps, **kw), **kw)
+    return y if weight is None else pam_mul(y, weight, **kw)

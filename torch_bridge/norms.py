@@ -1,0 +1,69 @@
+"""Batch, group and instance norm with PA operations (op group 'layernorm').
+
+Built like :func:`torch_bridge.functional.pa_layer_norm` (section 2.3): mean
+``Σx ÷̂ n``, variance ``Σ (x-μ) ·̂ (x-μ) ÷̂ n``, ``(x-μ) ÷̂ pasqrt(var + eps)``, PAM gain,
+float32 bias; sums are float32.  The backward runs through that graph with the chosen
+derivative kind at every node (section 2.5).
+"""
+from __future__ import annotations
+
+import torch
+
+from .functional import _numerics, pa_div, pa_layer_norm, pa_sqrt, pam_mul
+
+__all__ = ["pa_batch_norm", "pa_group_norm"]
+
+
+def _affine(y, weight, bias, shape, kw):
+    if weight is not None:
+        y = pam_mul(y, weight.reshape(shape), **kw)
+    return y if bias is None else y + bias.reshape(shape)
+
+
+def pa_batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None,
+                  training=False, momentum=0.1, eps=1e-5, fmt="float32", *,
+                  backward="approx", rounding="nearest_even"):
+    """F.batch_norm: statistics per channel (dim 1) over the batch and spatial dims in
+    training (or without running statistics), else the running ones.  Training also
+    updates the running statistics in place, in increment form as the PA optimizers
+    (``r += m ·̂ (stat - r)``), the variance's unbiased ``Σ (x-μ)² ÷̂ (n-1)``."""
+    fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
+    kw = dict(fmt=fmt, backward=kind, rounding=rounding)
+    if x.dim() < 2:
+        raise ValueError(f"batch_norm: input.shape={tuple(x.shape)} needs a channel dim 1")
+    shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
+    if not training and running_mean is not None and running_var is not None:
+        y = pa_div(x - running_mean.reshape(shape),
+                   pa_sqrt(running_var.reshape(shape) + eps, **kw), **kw)
+        return _affine(y, weight, bias, shape, kw)
+    dims = [0] + list(range(2, x.dim()))
+    n = x.numel() // x.shape[1]
+    if training and n <= 1:
+        raise ValueError(f"batch_norm: expected more than 1 value per channel when "
+                         f"training, got input.shape={tuple(x.shape)}")
+    mu = pa_div(x.sum(dims, keepdim=True), float(n), **kw)
+    xc = x - mu
+    ss = pam_mul(xc, xc, **kw).sum(dims, keepdim=True)
+    y = pa_div(xc, pa_sqrt(pa_div(ss, float(n), **kw) + eps, **kw), **kw)
+    if training and running_mean is not None and running_var is not None:
+        with torch.no_grad():
+            unbiased = pa_div(ss.reshape(-1), float(n - 1), **kw)
+            running_mean += pam_mul(mu.reshape(-1).to(running_mean.dtype) - running_mean,
+                                    float(momentum), **kw)
+            running_var += pam_mul(unbiased.to(running_var.dtype) - running_var,
+                                   float(momentum), **kw)
+    return _affine(y, weight, bias, shape, kw)
+
+
+def pa_group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, fmt="float32", *,
+                  backward="approx", rounding="nearest_even"):
+    """F.group_norm: :func:`pa_layer_norm` over each group's (channels, spatial) entries,
+    then a per-channel PAM gain and float32 bias.  Instance norm is ``num_groups = C``."""
+    fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
+    kw = dict(fmt=fmt, backward=kind, rounding=rounding)
+    if x.dim() < 2 or x.shape[1] % num_groups:
+        raise ValueError(f"group_norm: input.shape={tuple(x.shape)} does not split into "
+                         f"num_groups={num_groups}")
+    g = x.reshape(x.shape[0], num_groups, -1)
+    y = pa_layer_norm(g, (g.shape[-1],), None, None, eps, **kw).reshape(x.shape)
+    return _affine(y, weight, bias, [1, x.shape[1]] + [1] * (x.dim() - 2), kw)

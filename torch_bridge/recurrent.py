@@ -1,0 +1,105 @@
+"""GRU, LSTM and Elman RNN layers with PAM gate matmuls and PA gate functions.
+
+torch's cells, with torch's gate order and parameters (``_flat_weights``): the input
+projection of every time step is one PAM linear over the whole sequence, the hidden
+projection one PAM linear per step ('matmul' group); the gate functions are
+:func:`~torch_bridge.elementwise.pa_sigmoid` / ``pa_tanh`` and the gate products PAMs
+('elementwise' group); a group that is off runs torch's op.  Per step:
+
+* GRU: ``r = σ(gi_r + gh_r)``, ``z = σ(gi_z + gh_z)``, ``n = tanh(gi_n + r ·̂ gh_n)``,
+  ``h' = n + z ·̂ (h - n)`` (torch's ``(1-z)·n + z·h`` in increment form, one PAM);
+* LSTM: ``i, f, o = σ(.)``, ``g = tanh(.)``, ``c' = f ·̂ c + i ·̂ g``, ``h' = o ·̂ tanh(c')``;
+* RNN: ``h' = tanh(gi + gh)`` or ``relu(gi + gh)``.
+
+Layers run in order, each direction over its time steps; dropout between layers is
+torch's (a select and a constant scale).
+"""
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+from . import elementwise as PE
+from . import functional as PF
+
+__all__ = ["pa_recurrent"]
+
+_GATES = {"gru": 3, "lstm": 4, "rnn_tanh": 1, "rnn_relu": 1}
+
+
+class _Ops:
+    """The cell's operations under ``config`` (PA where the group is on)."""
+
+    def __init__(self, config):
+        self.config = config
+        self.pa = config.enabled("elementwise")
+        self.kw = dict(fmt=config.pa_fmt, backward=config.kind("elementwise"),
+                       rounding=config.rounding)
+
+    def linear(self, x, w, b):
+        return PF.linear(x, w, b, self.config)
+
+    def sigmoid(self, x):
+        return PE.pa_sigmoid(x, **self.kw) if self.pa else torch.sigmoid(x)
+
+    def tanh(self, x):
+        return PE.pa_tanh(x, **self.kw) if self.pa else torch.tanh(x)
+
+    def mul(self, a, b):
+        return PF.pam_mul(a, b, **self.kw) if self.pa else a * b
+
+
+def _cell(mode, ops, gi, h, c, w_hh, b_hh):
+    gh = ops.linear(h, w_hh, b_hh)
+    if mode == "gru":
+        (ir, iz, in_), (hr, hz, hn) = gi.chunk(3, -1), gh.chunk(3, -1)
+        r, z = ops.sigmoid(ir + hr), ops.sigmoid(iz + hz)
+        n = ops.tanh(in_ + ops.mul(r, hn))
+        return n + ops.mul(z, h - n), None
+    if mode == "lstm":
+        i, f, g, o = (gi + gh).chunk(4, -1)
+        c = ops.mul(ops.sigmoid(f), c) + ops.mul(ops.sigmoid(i), ops.tanh(g))
+        return ops.mul(ops.sigmoid(o), ops.tanh(c)), c
+    pre = gi + gh
+    return (ops.tanh(pre) if mode == "rnn_tanh" else torch.relu(pre)), None
+
+
+def pa_recurrent(mode, input, hx, params, has_biases, num_layers, dropout, train,
+                 bidirectional, batch_first, config):
+    """torch.gru / torch.lstm / torch.rnn_tanh / torch.rnn_relu (the padded-input form
+    nn.GRU, nn.LSTM and nn.RNN call) under ``config``: ``(output, h_n)``, for the LSTM
+    ``(output, h_n, c_n)``.  No projections (LSTM ``proj_size``)."""
+    if mode not in _GATES:
+        raise ValueError(f"mode={mode!r}; expected one of {sorted(_GATES)}")
+    ops = _Ops(config)
+    dirs = 2 if bidirectional else 1
+    per = 4 if has_biases else 2
+    if len(params) != num_layers * dirs * per:
+        raise ValueError(f"{mode}: {len(params)} parameters do not fit {num_layers} layer(s), "
+                         f"{dirs} direction(s), bias={has_biases} (projections unsupported)")
+    x = input.transpose(0, 1) if batch_first else input                   # (T, N, H)
+    h0, c0 = (hx[0], hx[1]) if mode == "lstm" else (hx, None)
+    hs, cs = [], []
+    for layer in range(num_layers):
+        outs = []
+        for d in range(dirs):
+            k = (layer * dirs + d) * per
+            w_ih, w_hh = params[k], params[k + 1]
+            b_ih, b_hh = (params[k + 2], params[k + 3]) if has_biases else (None, None)
+            gi = ops.linear(x, w_ih, b_ih)                     # every step at once
+            h, c = h0[layer * dirs + d], None if c0 is None else c0[layer * dirs + d]
+            steps = range(x.shape[0] - 1, -1, -1) if d else range(x.shape[0])
+            ys = [None] * x.shape[0]
+            for t in steps:
+                h, c = _cell(mode, ops, gi[t], h, c, w_hh, b_hh)
+                ys[t] = h
+            outs.append(torch.stack(ys))
+            hs.append(h)
+            cs.append(c)
+        x = torch.cat(outs, -1) if dirs == 2 else outs[0]
+        if dropout and train and layer < num_layers - 1:
+            x = F.dropout(x, dropout, True)
+    out = x.transpose(0, 1) if batch_first else x
+    if mode == "lstm":
+        return out, torch.stack(hs), torch.stack(cs)
+    return out, torch.stack(hs)
