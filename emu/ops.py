@@ -22,6 +22,7 @@ import numpy as np
 from . import _kernels as K
 from . import _scalar as S
 from . import device
+from . import mx as _mx
 from .formats import Format, format, float32
 
 __all__ = ["quantize", "to_bits", "from_bits", "pam_mul", "pa_div", "pa_exp2",
@@ -32,7 +33,8 @@ _ROUNDING_ALIASES = {"rne": "nearest_even", "nearest": "nearest_even",
                      "rtz": "toward_zero", "truncate": "toward_zero", "sr": "stochastic"}
 _ML_FLOATS = {np.dtype(getattr(ml_dtypes, n)) for n in (
     "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2fnuz",
-    "float8_e4m3b11fnuz") if hasattr(ml_dtypes, n)}
+    "float8_e4m3b11fnuz", "float8_e4m3", "float8_e3m4", "float8_e8m0fnu", "float6_e3m2fn",
+    "float6_e2m3fn", "float4_e2m1fn") if hasattr(ml_dtypes, n)}
 
 
 def as_float32(x, name: str) -> np.ndarray:
@@ -94,6 +96,8 @@ def quantize(x, fmt, rounding="nearest_even", subnormals=True, overflow=None, se
     A CUDA ``x`` runs on the device (same random stream), on ``stream`` if given.
     """
     fmt = format(fmt)
+    if not fmt.signed:                          # the E8M0 scale type
+        return _mx.e8m0_op("quantize", x, rounding, subnormals, overflow, seed)
     mode = rounding_mode(rounding)
     if overflow not in (None, "saturate"):
         raise ValueError(f"overflow={overflow!r}; expected None (format default: inf for "
@@ -116,6 +120,8 @@ def quantize(x, fmt, rounding="nearest_even", subnormals=True, overflow=None, se
 def to_bits(x, fmt, *, stream=None) -> np.ndarray:
     """Encoding of ``x`` in ``fmt`` (rounded RNE first) as uint32, in the low ``width`` bits."""
     fmt = format(fmt)
+    if not fmt.signed:
+        return _mx.e8m0_op("to_bits", x)
     gpu = device.prepare(stream, x=x)
     if gpu is not None:
         return gpu.to_bits(x, fmt.consts)
@@ -132,6 +138,8 @@ def from_bits(bits, fmt, *, stream=None):
     On CUDA the range check reads one flag back, so this call waits for ``stream``.
     """
     fmt = format(fmt)
+    if not fmt.signed:
+        return _mx.e8m0_op("from_bits", bits)
     gpu = device.prepare(stream, bits=bits)
     if gpu is not None:
         return gpu.from_bits(bits, fmt)
