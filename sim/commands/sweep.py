@@ -19,6 +19,18 @@ def mantissas_arg(text: str) -> list[int]:
     return ms
 
 
+def mx_arg(text: str) -> list[str]:
+    """Comma-separated OCP MX types (emu.mx), e.g. mxfp8_e4m3,mxfp6_e3m2,mxfp4."""
+    import argparse
+
+    import emu.mx
+    try:
+        return [emu.mx.mx_format(t.strip(), argname="--mx").name
+                for t in text.split(",") if t.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def register(sub):
     p = sub.add_parser("sweep", help="train with PAM at several mantissa widths, several seeds "
                                      "(Table 6 of the paper)")
@@ -28,6 +40,9 @@ def register(sub):
                    help="mantissa bits of the PAM operands (default 23,7,4,3,2; 23 with 8 "
                         "exponent bits is float32)")
     p.add_argument("--exp-bits", type=int, default=8, help="exponent bits (default 8)")
+    p.add_argument("--mx", type=mx_arg, default=[],
+                   help="OCP MX operand types to add as rows next to the eXmY rows, e.g. "
+                        "mxfp8_e4m3,mxfp6_e3m2,mxfp4 (blocks of 32 along K; default none)")
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (default 3)")
     p.add_argument("--ops", type=ops_arg, default=frozenset({"matmul"}),
                    help="op groups made PA (default matmul: Appendix D narrows only the "
@@ -44,7 +59,8 @@ def run(args) -> int:
     try:
         set_threads(args)
         specs = [spec_from_args(args, seed=s) for s in range(args.seeds)]
-        fmts = [tb.PAMConfig(f"e{args.exp_bits}m{m}").fmt for m in args.mantissa]
+        fmts = [tb.PAMConfig(f).fmt for f in [f"e{args.exp_bits}m{m}" for m in args.mantissa]
+                + args.mx]
         if args.seeds < 1:
             raise ValueError(f"seeds must be >= 1, got {args.seeds}")
     except ValueError as exc:
@@ -71,7 +87,7 @@ def run(args) -> int:
         {"spec": spec0.__dict__, "seeds": args.seeds, "ops": sorted(args.ops),
          "backward": args.backward,
          "rows": [{"name": n, "config": c.describe() if c else "native float32",
-                   "mantissa": c.fmt.man_bits if c else None,
+                   "mantissa": getattr(c.fmt, "man_bits", None) if c else None,
                    "runs": [r.to_json() for r in runs]} for n, c, runs in rows]}, indent=1))
     _plot(spec0, rows, out / f"{stem}.png")
     print(f"wrote {out / stem}.json and {out / stem}.png")
@@ -92,9 +108,14 @@ def _plot(spec, rows, path):
     m, s = T.mean_std(base)
     ax.axhspan(m - s, m + s, color="0.85", label="float32 native (mean ± std)")
     ax.axhline(m, color="0.5")
-    xs = [c.fmt.man_bits for _, c, _ in rows[1:]]
+    mx = [(c.fmt.name, runs) for _, c, runs in rows[1:] if not hasattr(c.fmt, "man_bits")]
+    for i, (name, runs) in enumerate(mx):                  # MX rows: one level each
+        ax.axhline(T.mean_std([scale * r.final.get(key, np.nan) for r in runs])[0],
+                   ls="--", color=f"C{i + 1}", label=f"PAM {name} (mean)")
+    rows = [row for row in rows[1:] if hasattr(row[1].fmt, "man_bits")]
+    xs = [c.fmt.man_bits for _, c, _ in rows]
     stats = [T.mean_std([scale * r.final.get(key, np.nan) for r in runs])
-             for _, _, runs in rows[1:]]
+             for _, _, runs in rows]
     ax.errorbar(xs, [a for a, _ in stats], [b for _, b in stats], marker="o", capsize=4,
                 label="PAM (mean ± std over seeds)")
     ax.set_xscale("log", base=2)
