@@ -4,8 +4,8 @@ Number formats as data (:mod:`emu.formats`), rounding (:func:`quantize`), the
 piecewise affine operations of Kosson & Jaggi (PAM multiply, PA division,
 paexp2/palog2/paexp/palog/pasqrt), IEEE addition/multiplication into any format,
 and PAM matmul with a defined accumulation order; OCP MX block formats
-(:mod:`emu.mx`: ``mx_quantize``, ``mx_dequantize``, ``mx_pam_matmul``).  Each operation has one scalar
-definition on bit patterns (``emu._scalar``) compiled by Numba into CPU kernels,
+(:mod:`emu.mx`: ``mx_quantize``, ``mx_dequantize``, ``mx_pam_matmul``).  Each
+operation has one scalar definition on bit patterns (``emu._scalar``) compiled by Numba into CPU kernels,
 and an independent exact oracle in :mod:`emu.reference`.  The rules are written
 down in docs/semantics.md.
 """

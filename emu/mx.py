@@ -28,8 +28,8 @@ import numpy as np
 from .formats import (Format, float4_e2m1fn, float6_e2m3fn, float6_e3m2fn, float8_e4m3fn,
                       float8_e5m2, format)
 
-__all__ = ["MX_TYPES", "MXFormat", "mx_format", "mx_type", "mx_quantize", "mx_dequantize", "mx_pam_matmul",
-           "e8m0_quantize", "e8m0_decode", "e8m0_op"]
+__all__ = ["MX_TYPES", "MXFormat", "mx_format", "mx_type", "mx_quantize", "mx_dequantize",
+           "mx_pam_matmul", "e8m0_quantize", "e8m0_decode", "e8m0_op"]
 
 #: MX type name -> element: a Format, or "int8" (two's complement, implicit scale 2^-6)
 MX_TYPES: dict[str, Format | str] = {
