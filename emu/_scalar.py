@@ -23,6 +23,12 @@ QNAN32 = 0x7FC00000        # the canonical NaN every emu op returns
 ONE32 = 0x3F800000         # pattern of 1.0 == bias << 23, the PAM offset
 M32 = 0xFFFFFFFF
 
+# NaN policies (emu.formats.NAN_POLICIES, FmtConsts.nan_kind)
+NAN_IEEE = 0               # every all-ones-exponent code with a non-zero mantissa
+NAN_FN = 1                 # one per sign: exponent and mantissa all ones
+NAN_FNUZ = 2               # the single code where -0 would be
+NAN_NONE = 3               # no NaN (and no inf): overflow saturates
+
 # rounding modes
 RNE = 0                    # round to nearest, ties to even
 RTZ = 0 + 1                # toward zero (truncation)
@@ -95,12 +101,13 @@ def round_to_fmt(sign, sig, exp, fc, mode, subnormals, saturate, u):
     is a uniform 32-bit integer and the magnitude rounds up iff
     ``u + floor(frac * 2^32) >= 2^32`` (frac = discarded fraction of a quantum).
     Then, in order: a result beyond the largest finite magnitude becomes ±max if
-    ``saturate`` or mode is RTZ (IEEE 754 §7.4), else ±inf (IEEE formats) or the
-    canonical NaN (fn formats); with ``subnormals`` false a result below the
-    smallest normal becomes ±0.
+    ``saturate`` or mode is RTZ (IEEE 754 §7.4) or the format has neither inf nor NaN,
+    else ±inf (IEEE formats) or the canonical NaN (fn, fnuz formats); with
+    ``subnormals`` false a result below the smallest normal becomes ±0.  A zero
+    result is +0 where the format has no -0 (fnuz).
     """
     if sig == 0:
-        return sign << 31
+        return (sign << 31) & fc.negzero32
     man = fc.man_bits
     top = exp + bitlen(sig) - 1                  # exponent of the leading bit
     qe = max(top, fc.emin) - man                 # exponent of one quantum here
@@ -129,17 +136,17 @@ def round_to_fmt(sign, sig, exp, fc, mode, subnormals, saturate, u):
             if u + frac >= (np.int64(1) << 32):
                 n += 1
     if n == 0:
-        return sign << 31
+        return (sign << 31) & fc.negzero32
     # n * 2^qe as a magnitude encoding; n == 2^(M+1) carries into the exponent
     enc = n + ((qe - fc.emin + man) << man)
     if enc > fc.maxenc:
-        if saturate or mode == RTZ:
+        if saturate or mode == RTZ or fc.nan_kind == NAN_NONE:
             return (sign << 31) | fc.max32
         if fc.has_inf:
             return (sign << 31) | INF32
         return np.int64(QNAN32)
     if not subnormals and enc < (1 << man):
-        return sign << 31
+        return (sign << 31) & fc.negzero32
     return (sign << 31) | enc_to_f32(enc, fc)
 
 
@@ -150,11 +157,13 @@ def quantize(x, fc, mode, subnormals, saturate, key, idx):
     sign = (x >> 31) & 1
     a = x & ABS32
     if a > INF32:
+        if fc.nan_kind == NAN_NONE:
+            return (sign ^ 1) << 31               # ml_dtypes: zero of the other sign
         return np.int64(QNAN32)
     if a == INF32:
         if fc.has_inf:
             return (sign << 31) | INF32
-        if saturate:
+        if saturate or fc.nan_kind == NAN_NONE:
             return (sign << 31) | fc.max32
         return np.int64(QNAN32)
     sh = 23 - fc.man_bits
@@ -205,9 +214,7 @@ def f32_to_bits(x, fc):
     a = x & ABS32
     top = ((np.int64(1) << fc.exp_bits) - 1) << man
     if a > INF32:
-        if fc.has_inf:
-            return top | (np.int64(1) << (man - 1))
-        return top | ((np.int64(1) << man) - 1)
+        return np.int64(fc.nanenc)
     if a == INF32:
         enc = top
     elif a >= 0x800000:
@@ -223,20 +230,27 @@ def f32_to_bits(x, fc):
 
 @register_jitable
 def bits_to_f32(b, fc):
-    """Float32 pattern of the format encoding ``b`` (NaNs become the canonical NaN)."""
+    """Float32 pattern of the format encoding ``b`` (NaNs become the canonical NaN).
+
+    NaN codes by policy: IEEE all-ones exponent with mantissa != 0; fn all ones;
+    fnuz the sign bit alone (the code of -0)."""
     b = np.int64(b)
     man = fc.man_bits
     nbits = fc.exp_bits + man
     sign = (b >> nbits) & 1
     mag = b & ((np.int64(1) << nbits) - 1)
     top = ((np.int64(1) << fc.exp_bits) - 1) << man
-    if fc.has_inf:
+    if fc.nan_kind == NAN_IEEE:
         if mag == top:
             return (sign << 31) | INF32
         if mag > top:
             return np.int64(QNAN32)
-    elif mag == (np.int64(1) << nbits) - 1:
-        return np.int64(QNAN32)
+    elif fc.nan_kind == NAN_FN:
+        if mag == (np.int64(1) << nbits) - 1:
+            return np.int64(QNAN32)
+    elif fc.nan_kind == NAN_FNUZ:
+        if b == np.int64(1) << nbits:
+            return np.int64(QNAN32)
     return (sign << 31) | enc_to_f32(mag, fc)
 
 
@@ -245,6 +259,9 @@ def bits_to_f32(b, fc):
 @register_jitable
 def pam_mul(a, b, fc):
     """PAM, eqs. (5)-(8): add the magnitudes' bit patterns, subtract the bias.
+
+    The pattern sum does not depend on the format's bias or NaN policy: values are
+    values; the policy enters through the thresholds and the special results in ``fc``.
 
     In float32-pattern space ``|a| + |b| - ONE32`` equals the format-encoding sum
     ``|a|bits + |b|bits - (bias << M)`` mapped to float32 (docs/semantics.md).
@@ -255,16 +272,16 @@ def pam_mul(a, b, fc):
     ua = a & ABS32
     ub = b & ABS32
     if ua > INF32 or ub > INF32:
-        return np.int64(QNAN32)
+        return np.int64(fc.nan32)
     if ua == INF32 or ub == INF32:
         if ua < fc.minnorm32 or ub < fc.minnorm32:
-            return np.int64(QNAN32)
+            return np.int64(fc.nan32)
         return s | INF32
     if ua < fc.minnorm32 or ub < fc.minnorm32:   # zero or subnormal: DAZ
-        return s
+        return s & fc.negzero32
     r = ua + ub - ONE32
     if r < fc.minnorm32:                          # flush, no subnormal results
-        return s
+        return s & fc.negzero32
     if r > fc.max32:
         return s | fc.ovf32
     return s | r
@@ -279,24 +296,25 @@ def pa_div(a, b, fc):
     ua = a & ABS32
     ub = b & ABS32
     if ua > INF32 or ub > INF32:
-        return np.int64(QNAN32)
+        return np.int64(fc.nan32)
     a_zero = ua < fc.minnorm32
     b_zero = ub < fc.minnorm32
     if ua == INF32:
         if ub == INF32:
-            return np.int64(QNAN32)
+            return np.int64(fc.nan32)
         return s | INF32
     if ub == INF32:
-        return s
+        return s & fc.negzero32
     if b_zero:
-        if a_zero or not fc.has_inf:
-            return np.int64(QNAN32)
-        return s | INF32
+        # x/0 is the overflow value: inf, or max where there is neither inf nor NaN
+        if a_zero or fc.nan_kind == NAN_FN or fc.nan_kind == NAN_FNUZ:
+            return np.int64(fc.nan32)
+        return s | fc.ovf32
     if a_zero:
-        return s
+        return s & fc.negzero32
     r = ua - ub + ONE32
     if r < fc.minnorm32:
-        return s
+        return s & fc.negzero32
     if r > fc.max32:
         return s | fc.ovf32
     return s | r
@@ -318,7 +336,7 @@ def pa_exp2(x, fc):
     ux = x & ABS32
     neg = (x >> 31) & 1
     if ux > INF32:
-        return np.int64(QNAN32)
+        return np.int64(fc.nan32)
     if ux < fc.minnorm32 or ux < fc.tiny_exp2_32:
         # zero and (DAZ) subnormals give 2^0 = 1; so does |x| < 2^-(M+2), where
         # 1 + x and (2 - |x|) / 2 both round to exactly 1.0 (docs/semantics.md)
@@ -340,11 +358,11 @@ def pa_log2(x, fc):
     x = np.int64(x)
     ux = x & ABS32
     if ux > INF32:
-        return np.int64(QNAN32)
+        return np.int64(fc.nan32)
     if ux < fc.minnorm32:                         # ±0 and (DAZ) subnormals
         return SIGN32 | fc.ovf32
     if (x >> 31) & 1:
-        return np.int64(QNAN32)
+        return np.int64(fc.nan32)
     if ux == INF32:
         return np.int64(INF32)
     t = ux - ONE32
@@ -359,11 +377,11 @@ def pa_sqrt(x, fc):
     x = np.int64(x)
     ux = x & ABS32
     if ux > INF32:
-        return np.int64(QNAN32)
+        return np.int64(fc.nan32)
     if ux < fc.minnorm32:                         # ±0 and (DAZ) subnormals keep their sign
-        return x & SIGN32
+        return x & fc.negzero32
     if (x >> 31) & 1:
-        return np.int64(QNAN32)
+        return np.int64(fc.nan32)
     if ux == INF32:
         return np.int64(INF32)
     # palog2(x) = (ux - ONE32) * 2^-23, so half of it is (ux - ONE32) * 2^-24
@@ -404,10 +422,10 @@ def fp_add(a, b, fc):
     ua = a & ABS32
     ub = b & ABS32
     if ua > INF32 or ub > INF32:
-        return np.int64(QNAN32)
+        return np.int64(fc.nan32)
     if ua == INF32 or ub == INF32:
         if ua == INF32 and ub == INF32 and ((a ^ b) & SIGN32):
-            return np.int64(QNAN32)                # inf - inf
+            return np.int64(fc.nan32)                # inf - inf
         big = a if ua == INF32 else b
         return quantize(big, fc, RNE, True, False, 0, 0)
     if ua < ub:                                   # make |a| >= |b|
@@ -416,7 +434,7 @@ def fp_add(a, b, fc):
     sa = (a >> 31) & 1
     if ub == 0:
         if ua == 0:
-            return a & b & SIGN32                 # -0 only for (-0) + (-0)
+            return a & b & fc.negzero32           # -0 only for (-0) + (-0)
         return quantize(a, fc, RNE, True, False, 0, 0)
     siga, expa = _unpack(ua)
     sigb, expb = _unpack(ub)
@@ -453,14 +471,14 @@ def fp_mul(a, b, fc, subnormals):
     ua = a & ABS32
     ub = b & ABS32
     if ua > INF32 or ub > INF32:
-        return np.int64(QNAN32)
+        return np.int64(fc.nan32)
     zlim = 1 if subnormals else fc.minnorm32     # zero, or zero-or-subnormal under DAZ
     if ua == INF32 or ub == INF32:
         if ua < zlim or ub < zlim:
-            return np.int64(QNAN32)
+            return np.int64(fc.nan32)
         return quantize(s | INF32, fc, RNE, True, False, 0, 0)
     if ua < zlim or ub < zlim:
-        return s
+        return s & fc.negzero32
     siga, expa = _unpack(ua)
     sigb, expb = _unpack(ub)
     return round_to_fmt(s >> 31, siga * sigb, expa + expb, fc, RNE, subnormals, False, 0)

@@ -1,17 +1,24 @@
-"""Number formats as frozen data: a catalog of named formats and an ``eXmY`` parser.
+"""Number formats as frozen data: an encoding policy, a catalog of named formats, a parser.
 
-Every format is a sign bit, ``E`` exponent bits and ``M`` mantissa bits with an
-IEEE-style bias ``2^(E-1) - 1``; exponent field 0 holds zero and subnormals.  Two
-families exist:
+A format is a sign bit (unless unsigned), ``E`` exponent bits, ``M`` mantissa bits, a
+bias and an **encoding policy** (in the manner of gfloat's ``FormatInfo``):
 
-* IEEE-style (``has_inf=True``): all-ones exponent with mantissa 0 is ±inf, with a
-  non-zero mantissa NaN (float32, bfloat16, float16, float8_e5m2, any ``eXmY``).
-* ``fn`` ("finite, NaN") formats (``has_inf=False``) in the style of OCP FP8
-  E4M3 / ``ml_dtypes.float8_e4m3fn``: no infinity, the single NaN encoding per sign
-  is all-ones exponent *and* mantissa, every other all-ones-exponent code is finite.
+* ``has_inf`` — whether all-ones exponent with mantissa 0 is ±inf;
+* ``nan`` — how many NaN codes there are and where:
+  ``"ieee"``: every all-ones-exponent code with a non-zero mantissa (``2 (2^M - 1)`` codes);
+  ``"fn"``: one per sign, exponent and mantissa all ones (``ml_dtypes.float8_e4m3fn``);
+  ``"fnuz"``: the single code ``1 << (width - 1)``, where −0 would be (so no −0);
+  ``"none"``: no NaN at all (the OCP MX element types ``float4_e2m1fn``, ``float6_*``);
+* ``bias`` — ``2^(E-1) - 1`` unless given (fnuz formats default to ``2^(E-1)``, as
+  ml_dtypes; ``float8_e4m3b11fnuz`` has bias 11);
+* ``signed`` — False only for the MX scale type ``float8_e8m0fnu`` (no sign bit, no
+  mantissa, no zero, every code ``2^(code-127)`` except the NaN 0xFF).
 
-With ``2 <= E <= 8`` and ``1 <= M <= 23`` every value of every format is a float32
-value, which is why emu works on float32 arrays throughout (docs/semantics.md).
+Derived: ``has_neg_zero`` (not fnuz, signed) and ``saturates`` (no inf and no NaN:
+overflow can only give ±max).  Exponent field 0 holds zero and subnormals (except
+for the unsigned scale type).  Every value of every format is a float32 value (checked
+at construction), which is why emu works on float32 arrays throughout
+(docs/semantics.md §1 and §7).
 """
 from __future__ import annotations
 
@@ -21,60 +28,116 @@ from functools import cached_property
 from fractions import Fraction
 from typing import NamedTuple
 
-__all__ = ["Format", "format", "FORMATS", "float32", "bfloat16", "float16",
-           "float8_e5m2", "float8_e4m3fn"]
+__all__ = ["Format", "format", "FORMATS", "NAN_POLICIES", "float32", "bfloat16", "float16",
+           "float8_e5m2", "float8_e5m2fnuz", "float8_e4m3", "float8_e4m3fn",
+           "float8_e4m3fnuz", "float8_e4m3b11fnuz", "float8_e3m4", "float8_e8m0fnu",
+           "float6_e3m2fn", "float6_e2m3fn", "float4_e2m1fn"]
 
 _ONE32 = 0x3F800000
 _INF32 = 0x7F800000
+_QNAN32 = 0x7FC00000
+_SIGN32 = 0x80000000
+
+#: NaN policies (see the module docstring); the index is ``FmtConsts.nan_kind``.
+NAN_POLICIES = ("ieee", "fn", "fnuz", "none")
+_SUFFIX = {"ieee": "", "fn": "fn", "fnuz": "fnuz", "none": "sat"}
 
 
 class FmtConsts(NamedTuple):
     """Integer constants of a format handed to the Numba scalar kernels.
 
     ``*32`` fields are float32 bit patterns of the named value of the format.
+    Fields are only ever appended (other kernels index them by name).
     """
     exp_bits: int
     man_bits: int
-    has_inf: int      # 1 for IEEE-style formats, 0 for fn formats
+    has_inf: int      # 1 for IEEE-style formats, 0 for fn/fnuz/saturating formats
     emin: int         # exponent of the smallest normal, 1 - bias
     minnorm32: int    # smallest normal magnitude
     max32: int        # largest finite magnitude
     maxenc: int       # largest finite magnitude as a format encoding
-    ovf32: int        # what a PA op returns on overflow: inf (IEEE) or max (fn)
+    ovf32: int        # what a PA op returns on overflow: inf (IEEE) or max (no inf)
     tiny_exp2_32: int  # 2^-(M+2): below it pa_exp2(x) rounds to exactly 1
     log2e32: int      # log2(e) rounded (RNE) to the format: the constant of eqs. (18)-(19)
+    nan_kind: int     # index into NAN_POLICIES: 0 ieee, 1 fn, 2 fnuz, 3 none
+    negzero32: int    # pattern a -0 result takes: 0x80000000, or 0 where there is no -0 (fnuz)
+    nan32: int        # what an invalid operation returns: canonical NaN, or -0 without NaN
+    nanenc: int       # encoding of the canonical NaN (0 where there is none)
+
+
+def _default_bias(exp_bits: int, nan: str) -> int:
+    half = 1 << (exp_bits - 1)
+    return half if nan == "fnuz" else half - 1
 
 
 @dataclass(frozen=True)
 class Format:
-    """A binary floating-point format: 1 sign bit, ``exp_bits`` E, ``man_bits`` M.
+    """A binary floating-point format with an explicit encoding policy.
 
-    Attributes mirror :class:`numpy.finfo`: ``max``, ``smallest_normal`` (alias
-    ``tiny``), ``smallest_subnormal``, ``eps``, ``bits``, ``bias``.
+    ``Format(exp_bits, man_bits, has_inf=True, nan=None, bias=None, signed=True)``;
+    ``nan`` defaults to ``"ieee"`` with inf and ``"fn"`` without, ``bias`` to
+    ``2^(E-1) - 1`` (``2^(E-1)`` for fnuz).  Attributes mirror :class:`numpy.finfo`:
+    ``max``, ``smallest_normal`` (alias ``tiny``), ``smallest_subnormal``, ``eps``,
+    ``bits``, ``bias``.
     """
     exp_bits: int
     man_bits: int
     has_inf: bool = True
+    nan: str | None = None
+    bias: int | None = None
+    signed: bool = True
 
     def __post_init__(self):
         if not isinstance(self.exp_bits, int) or not 2 <= self.exp_bits <= 8:
             raise ValueError(f"exp_bits must be an int in [2, 8], got {self.exp_bits!r}")
-        if not isinstance(self.man_bits, int) or not 1 <= self.man_bits <= 23:
-            raise ValueError(f"man_bits must be an int in [1, 23], got {self.man_bits!r}")
+        if not isinstance(self.signed, bool):
+            raise ValueError(f"signed must be a bool, got {self.signed!r}")
+        lo = 1 if self.signed else 0
+        if not isinstance(self.man_bits, int) or not lo <= self.man_bits <= 23:
+            raise ValueError(f"man_bits must be an int in [{lo}, 23], got {self.man_bits!r}")
         if not isinstance(self.has_inf, bool):
             raise ValueError(f"has_inf must be a bool, got {self.has_inf!r}")
-        if not self.has_inf and self.exp_bits == 8:
-            # emax would be 128: such a format is no longer a subset of float32.
-            raise ValueError("fn formats (has_inf=False) need exp_bits <= 7, got 8")
+        if self.nan is None:
+            object.__setattr__(self, "nan", "ieee" if self.has_inf else "fn")
+        if self.nan not in NAN_POLICIES:
+            raise ValueError(f"nan must be one of {NAN_POLICIES}, got {self.nan!r}")
+        if self.has_inf != (self.nan == "ieee"):
+            raise ValueError(f"has_inf={self.has_inf} needs nan='ieee' and nan={self.nan!r} "
+                             "needs has_inf=False (inf only with IEEE NaNs)")
+        if not self.signed and (self.man_bits != 0 or self.nan != "fn"):
+            raise ValueError("an unsigned format is an E8M0-style scale: man_bits=0, "
+                             f"nan='fn', has_inf=False; got man_bits={self.man_bits}, "
+                             f"nan={self.nan!r}")
+        if self.bias is None:
+            object.__setattr__(self, "bias", _default_bias(self.exp_bits, self.nan))
+        if isinstance(self.bias, bool) or not isinstance(self.bias, int):
+            raise ValueError(f"bias must be an int, got {self.bias!r}")
+        # every value must be a float32 value: emu's arrays are float32
+        if self.emax > 127 or self.emin - self.man_bits < -149:
+            raise ValueError(f"{self.name} spans 2^{self.emin - self.man_bits}..2^{self.emax}, "
+                             "beyond float32's 2^-149..2^127 (fn formats need exp_bits <= 7)")
+
+    # -- the policy ---------------------------------------------------------------
+    @property
+    def has_neg_zero(self) -> bool:
+        """Whether −0 exists (fnuz formats put their NaN there; unsigned has no zero)."""
+        return self.signed and self.nan != "fnuz"
+
+    @property
+    def saturates(self) -> bool:
+        """Whether overflow gives ±max by default: neither inf nor NaN to give."""
+        return self.nan == "none"
+
+    @property
+    def nan_codes(self) -> int:
+        """How many encodings are NaN."""
+        return {"ieee": 2 * ((1 << self.man_bits) - 1), "fn": 2 if self.signed else 1,
+                "fnuz": 1, "none": 0}[self.nan]
 
     # -- derived integer facts ------------------------------------------------
     @property
-    def bias(self) -> int:
-        return (1 << (self.exp_bits - 1)) - 1
-
-    @property
     def width(self) -> int:
-        return 1 + self.exp_bits + self.man_bits
+        return int(self.signed) + self.exp_bits + self.man_bits
 
     @property
     def bits(self) -> int:
@@ -83,42 +146,51 @@ class Format:
 
     @property
     def emin(self) -> int:
-        """Unbiased exponent of the smallest normal number."""
-        return 1 - self.bias
+        """Unbiased exponent of the smallest normal number (exponent field 1; 0 unsigned)."""
+        return (1 if self.signed else 0) - self.bias
+
+    @property
+    def _top_finite_field(self) -> int:
+        top = (1 << self.exp_bits) - 1          # all-ones exponent field
+        return top - 1 if self.has_inf or self.man_bits == 0 else top
 
     @property
     def emax(self) -> int:
         """Unbiased exponent of the largest finite number."""
-        top = (1 << self.exp_bits) - 1          # all-ones exponent field
-        return (top - 1 if self.has_inf else top) - self.bias
+        return self._top_finite_field - self.bias
 
     @property
     def max_encoding(self) -> int:
         """Encoding (sign 0) of the largest finite magnitude."""
-        top = (1 << self.exp_bits) - 1
-        if self.has_inf:
-            return ((top - 1) << self.man_bits) | ((1 << self.man_bits) - 1)
-        return (top << self.man_bits) | ((1 << self.man_bits) - 2)
+        ones = (1 << self.man_bits) - 1
+        man = ones - 1 if (self.nan == "fn" and self.man_bits) else ones
+        return (self._top_finite_field << self.man_bits) | man
 
     @property
     def inf_encoding(self) -> int | None:
-        """Encoding of +inf, or None for fn formats."""
+        """Encoding of +inf, or None for formats without inf."""
         if not self.has_inf:
             return None
         return ((1 << self.exp_bits) - 1) << self.man_bits
 
     @property
-    def nan_encoding(self) -> int:
-        """The canonical NaN emu produces: sign 0; IEEE: quiet bit set; fn: all ones."""
+    def nan_encoding(self) -> int | None:
+        """The canonical NaN emu produces: IEEE: sign 0, quiet bit set; fn: all ones
+        (sign 0); fnuz: the −0 code; None for formats without NaN."""
         top = ((1 << self.exp_bits) - 1) << self.man_bits
-        if self.has_inf:
+        if self.nan == "ieee":
             return top | (1 << (self.man_bits - 1))
-        return top | ((1 << self.man_bits) - 1)
+        if self.nan == "fn":
+            return top | ((1 << self.man_bits) - 1)
+        if self.nan == "fnuz":
+            return 1 << (self.width - 1)
+        return None
 
     # -- numpy.finfo-like values ----------------------------------------------
     @cached_property
     def max(self) -> float:
-        return float(Fraction((1 << (self.man_bits + 1)) - (1 if self.has_inf else 2))
+        man = self.max_encoding & ((1 << self.man_bits) - 1)
+        return float(Fraction((1 << self.man_bits) + man)
                      * Fraction(2) ** (self.emax - self.man_bits))
 
     @cached_property
@@ -132,7 +204,7 @@ class Format:
 
     @cached_property
     def smallest_subnormal(self) -> float:
-        return float(Fraction(2) ** (self.emin - self.man_bits))
+        return float(Fraction(2) ** (self.emin - (self.man_bits if self.signed else 0)))
 
     @cached_property
     def eps(self) -> float:
@@ -144,7 +216,9 @@ class Format:
         for name, fmt in FORMATS.items():
             if fmt == self:
                 return name
-        return f"e{self.exp_bits}m{self.man_bits}" + ("" if self.has_inf else "fn")
+        bias = "" if self.bias == _default_bias(self.exp_bits, self.nan) else f"b{self.bias}"
+        suffix = _SUFFIX[self.nan] if self.signed else "fnu"
+        return f"e{self.exp_bits}m{self.man_bits}{bias}{suffix}"
 
     def __str__(self) -> str:
         return self.name
@@ -154,7 +228,15 @@ class Format:
 
     @property
     def consts(self) -> FmtConsts:
-        """Integer constants for the scalar kernels (see emu/_scalar.py)."""
+        """Integer constants for the scalar kernels (see emu/_scalar.py).
+
+        Raises ValueError for the unsigned scale type, which has no arithmetic:
+        emu quantizes, encodes and decodes it (docs/semantics.md §7).
+        """
+        if not self.signed:
+            raise ValueError(f"fmt={self.name} is a scale format without sign, mantissa or "
+                             "zero: only quantize, to_bits, from_bits and the MX functions "
+                             "accept it")
         return _consts(self)
 
 
@@ -191,7 +273,11 @@ def _consts(fmt: Format) -> FmtConsts:
             emin=fmt.emin, minnorm32=minnorm32, max32=max32,
             maxenc=fmt.max_encoding, ovf32=_INF32 if fmt.has_inf else max32,
             tiny_exp2_32=_f32_pattern(Fraction(2) ** -(fmt.man_bits + 2)),
-            log2e32=_f32_pattern(_round_nearest_even(_LOG2E, fmt.man_bits)))
+            log2e32=_f32_pattern(_round_nearest_even(_LOG2E, fmt.man_bits)),
+            nan_kind=NAN_POLICIES.index(fmt.nan),
+            negzero32=_SIGN32 if fmt.has_neg_zero else 0,
+            nan32=_SIGN32 if fmt.nan == "none" else _QNAN32,
+            nanenc=fmt.nan_encoding or 0)
         _CONSTS_CACHE[fmt] = c
     return c
 
@@ -200,15 +286,35 @@ float32 = Format(8, 23)
 bfloat16 = Format(8, 7)
 float16 = Format(5, 10)
 float8_e5m2 = Format(5, 2)
+float8_e5m2fnuz = Format(5, 2, False, "fnuz")
+float8_e4m3 = Format(4, 3)
 float8_e4m3fn = Format(4, 3, has_inf=False)
+float8_e4m3fnuz = Format(4, 3, False, "fnuz")
+float8_e4m3b11fnuz = Format(4, 3, False, "fnuz", bias=11)
+float8_e3m4 = Format(3, 4)
+float8_e8m0fnu = Format(8, 0, False, "fn", signed=False)
+float6_e3m2fn = Format(3, 2, False, "none")
+float6_e2m3fn = Format(2, 3, False, "none")
+float4_e2m1fn = Format(2, 1, False, "none")
 
-#: The catalog: canonical name -> Format.  ``Format.name`` reports these names.
+#: The catalog: every ml_dtypes float type under its ml_dtypes name (canonical name ->
+#: Format).  ``Format.name`` reports these names.  Note ml_dtypes' "fn" means "no inf":
+#: float8_e4m3fn has a NaN per sign, the MX element types float6_*fn / float4_e2m1fn none.
 FORMATS: dict[str, Format] = {
     "float32": float32,
     "bfloat16": bfloat16,
     "float16": float16,
     "float8_e5m2": float8_e5m2,
+    "float8_e5m2fnuz": float8_e5m2fnuz,
+    "float8_e4m3": float8_e4m3,
     "float8_e4m3fn": float8_e4m3fn,
+    "float8_e4m3fnuz": float8_e4m3fnuz,
+    "float8_e4m3b11fnuz": float8_e4m3b11fnuz,
+    "float8_e3m4": float8_e3m4,
+    "float8_e8m0fnu": float8_e8m0fnu,
+    "float6_e3m2fn": float6_e3m2fn,
+    "float6_e2m3fn": float6_e2m3fn,
+    "float4_e2m1fn": float4_e2m1fn,
 }
 
 _ALIASES = {
@@ -219,15 +325,23 @@ _ALIASES = {
     "fp8_e4m3fn": "float8_e4m3fn",
 }
 
-_EXMY = re.compile(r"e(\d+)m(\d+)(fn)?")
+# [floatN_]eXmY[bB][fn|fnuz|sat|fnu]: N (if given) must be the width
+_EXMY = re.compile(r"(?:float(\d+)_)?e(\d+)m(\d+)(?:b(\d+))?(fnuz|fnu|fn|sat)?")
+_POLICY = {None: (True, "ieee", True), "fn": (False, "fn", True),
+           "fnuz": (False, "fnuz", True), "sat": (False, "none", True),
+           "fnu": (False, "fn", False)}
 
 _ACCEPTED = ("a Format, a catalog name (" + ", ".join(FORMATS) + "), an alias ("
-             + ", ".join(_ALIASES) + "), or 'eXmY' with 2 <= X <= 8, 1 <= Y <= 23 "
-             "(e.g. 'e8m4') or 'eXmYfn' with 2 <= X <= 7 (e.g. 'e4m3fn')")
+             + ", ".join(_ALIASES) + "), or '[floatN_]eXmY[bB][fn|fnuz|sat]' with "
+             "2 <= X <= 8, 1 <= Y <= 23, optional bias B: IEEE (e.g. 'e8m4'), 'fn' = no inf, "
+             "one NaN per sign (e.g. 'e4m3fn', X <= 7), 'fnuz' = no inf, the NaN at -0 "
+             "(e.g. 'e5m2fnuz'), 'sat' = no inf, no NaN, saturating (e.g. 'e2m1sat'), "
+             "or the unsigned scale 'e8m0fnu'")
 
 
 def format(spec, *, argname: str = "fmt") -> Format:  # noqa: A001 - mirrors emu.format in the spec
-    """Parse a format spec: a :class:`Format`, ``"bfloat16"``, ``"bf16"``, ``"e8m4"``, ``"e4m3fn"``.
+    """Parse a format spec: a :class:`Format`, ``"bfloat16"``, ``"bf16"``, ``"e8m4"``,
+    ``"e4m3fn"``, ``"e4m3b11fnuz"``, ``"e2m1sat"``, ``"float6_e2m3fn"``.
 
     Raises ``ValueError`` naming ``argname`` and the accepted forms otherwise.
     """
@@ -240,8 +354,13 @@ def format(spec, *, argname: str = "fmt") -> Format:  # noqa: A001 - mirrors emu
             return FORMATS[key]
         m = _EXMY.fullmatch(key)
         if m:
-            e, mant = int(m.group(1)), int(m.group(2))
-            fn = m.group(3) is not None
-            if 2 <= e <= (7 if fn else 8) and 1 <= mant <= 23:
-                return Format(e, mant, has_inf=not fn)
+            width, e, mant, bias, suffix = m.groups()
+            has_inf, nan, signed = _POLICY[suffix]
+            try:
+                fmt = Format(int(e), int(mant), has_inf, nan,
+                             None if bias is None else int(bias), signed)
+            except ValueError:
+                fmt = None
+            if fmt is not None and (width is None or int(width) == fmt.width):
+                return fmt
     raise ValueError(f"{argname}={spec!r} is not a format; expected {_ACCEPTED}")

@@ -11,7 +11,8 @@ __all__ = ["as_float32", "flat_u32", "finish", "alloc"]
 
 _ML_FLOATS = {np.dtype(getattr(ml_dtypes, n)) for n in (
     "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2fnuz",
-    "float8_e4m3b11fnuz") if hasattr(ml_dtypes, n)}
+    "float8_e4m3b11fnuz", "float8_e4m3", "float8_e3m4", "float8_e8m0fnu", "float6_e3m2fn",
+    "float6_e2m3fn", "float4_e2m1fn") if hasattr(ml_dtypes, n)}
 
 
 def as_float32(x, name: str) -> np.ndarray:

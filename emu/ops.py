@@ -21,6 +21,7 @@ import numpy as np
 from . import _kernels as K
 from . import _scalar as S
 from . import cuda_backend
+from . import mx as _mx
 from .formats import Format, format, float32
 from .host import alloc, as_float32, finish, flat_u32
 from .registry import ops
@@ -66,6 +67,8 @@ def quantize(x, fmt, rounding="nearest_even", subnormals=True, overflow=None, se
     A CUDA ``x`` runs on the device (same random stream), on ``stream`` if given.
     """
     fmt = format(fmt)
+    if not fmt.signed:                          # the E8M0 scale type
+        return _mx.e8m0_op("quantize", x, rounding, subnormals, overflow, seed)
     mode = rounding_mode(rounding)
     if overflow not in (None, "saturate"):
         raise ValueError(f"overflow={overflow!r}; expected None (format default: inf for "
@@ -88,6 +91,8 @@ def quantize(x, fmt, rounding="nearest_even", subnormals=True, overflow=None, se
 def to_bits(x, fmt, *, stream=None) -> np.ndarray:
     """Encoding of ``x`` in ``fmt`` (rounded RNE first) as uint32, in the low ``width`` bits."""
     fmt = format(fmt)
+    if not fmt.signed:
+        return _mx.e8m0_op("to_bits", x)
     gpu = cuda_backend.prepare(stream, x=x)
     if gpu is not None:
         return gpu.to_bits(x, fmt.consts)
@@ -104,6 +109,8 @@ def from_bits(bits, fmt, *, stream=None):
     On CUDA the range check reads one flag back, so this call waits for ``stream``.
     """
     fmt = format(fmt)
+    if not fmt.signed:
+        return _mx.e8m0_op("from_bits", bits)
     gpu = cuda_backend.prepare(stream, bits=bits)
     if gpu is not None:
         return gpu.from_bits(bits, fmt)

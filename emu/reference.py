@@ -13,6 +13,7 @@ hence a Python float exactly); ``nan``, ``±inf`` and ``-0.0`` are themselves.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import struct
 from fractions import Fraction
@@ -21,7 +22,8 @@ from .formats import Format, format
 
 __all__ = ["quantize", "pam_mul", "pa_div", "pa_exp2", "pa_log2", "pa_exp", "pa_log",
            "pa_sqrt", "fp_add", "fp_mul", "pam_matmul", "rand32", "palog2_exact",
-           "paexp2_exact", "pam_mul_vec", "pa_div_vec"]
+           "paexp2_exact", "pam_mul_vec", "pa_div_vec", "mx_quantize", "mx_dequantize",
+           "mx_pam_matmul"]
 
 NAN = float("nan")
 INF = float("inf")
@@ -88,7 +90,7 @@ def _round(v: Fraction, fmt: Format, mode: str = "nearest_even", subnormals: boo
         raise ValueError(mode)
     r = n * quantum
     if r > Fraction(fmt.max):
-        if saturate or mode == "toward_zero":
+        if saturate or mode == "toward_zero" or fmt.saturates:
             return Fraction(fmt.max)
         return INF if fmt.has_inf else NAN
     if not subnormals and 0 < r < _pow2(fmt.emin):
@@ -101,6 +103,28 @@ def _round_signed(sign: int, v: Fraction, fmt: Format, **kw) -> float:
     if isinstance(r, float) and math.isnan(r):
         return NAN
     return _signed(sign, r)
+
+
+def _policy(v: float, fmt: Format) -> float:
+    """A result under the format's encoding policy: without NaN codes an invalid result
+    is -0 (what quantize makes of the canonical NaN); without -0, -0 is +0."""
+    if math.isnan(v):
+        return -0.0 if fmt.nan == "none" else NAN
+    if v == 0 and not fmt.has_neg_zero:
+        return 0.0
+    return v
+
+
+def _policed(op):
+    """Apply :func:`_policy` to the result of an operation with a ``fmt`` argument."""
+    sig = inspect.signature(op)
+
+    @functools.wraps(op)
+    def wrapped(*args, **kw):
+        bound = sig.bind(*args, **kw)
+        bound.apply_defaults()
+        return _policy(op(*args, **kw), format(bound.arguments["fmt"]))
+    return wrapped
 
 
 def _pa_round(sign: int, v: Fraction, fmt: Format) -> float:
@@ -158,15 +182,17 @@ def _quantize(xbits: bytes, fmt: Format, rounding, subnormals, overflow, u) -> f
     (x,) = struct.unpack("<d", xbits)
     saturate = overflow == "saturate"
     if math.isnan(x):
-        return NAN
+        # no NaN code: ml_dtypes gives the zero of the other sign
+        return math.copysign(0.0, -math.copysign(1.0, x)) if fmt.saturates else NAN
     if math.isinf(x):
         if fmt.has_inf:
             return x
-        return math.copysign(fmt.max, x) if saturate else NAN
-    return _round_signed(_sign(x), abs(Fraction(x)), fmt, mode=rounding,
-                         subnormals=subnormals, saturate=saturate, u=u)
+        return math.copysign(fmt.max, x) if saturate or fmt.saturates else NAN
+    return _policy(_round_signed(_sign(x), abs(Fraction(x)), fmt, mode=rounding,
+                                 subnormals=subnormals, saturate=saturate, u=u), fmt)
 
 
+@_policed
 def pam_mul(a: float, b: float, fmt="float32") -> float:
     """a ·̂ b = ±paexp2(palog2|a| + palog2|b|) (eqs. 1, 5-8, 11-13)."""
     fmt = format(fmt)
@@ -183,6 +209,7 @@ def pam_mul(a: float, b: float, fmt="float32") -> float:
     return _pa_range(s, v, fmt)
 
 
+@_policed
 def pa_div(a: float, b: float, fmt="float32") -> float:
     """a ÷̂ b = ±paexp2(palog2|a| - palog2|b|) (eqs. 14-17)."""
     fmt = format(fmt)
@@ -195,14 +222,17 @@ def pa_div(a: float, b: float, fmt="float32") -> float:
         return NAN if math.isinf(b) else _signed(s, INF)
     if math.isinf(b):
         return _signed(s, 0)
-    if zb:
-        return NAN if (za or not fmt.has_inf) else _signed(s, INF)
+    if zb:   # x/0 overflows: inf, or max where there is neither inf nor NaN
+        if za or not (fmt.has_inf or fmt.saturates):
+            return NAN
+        return _signed(s, INF if fmt.has_inf else fmt.max)
     if za:
         return _signed(s, 0)
     v = paexp2_exact(palog2_exact(abs(Fraction(a))) - palog2_exact(abs(Fraction(b))))
     return _pa_range(s, v, fmt)
 
 
+@_policed
 def pa_exp2(x: float, fmt="float32") -> float:
     """paexp2(x) (eq. 9), rounded once into fmt."""
     fmt = format(fmt)
@@ -221,6 +251,7 @@ def pa_exp2(x: float, fmt="float32") -> float:
     return _pa_round(0, paexp2_exact(v), fmt)
 
 
+@_policed
 def pa_log2(x: float, fmt="float32") -> float:
     """palog2(x) (eq. 10), rounded once into fmt; log of zero is -inf (fn: -max)."""
     fmt = format(fmt)
@@ -237,6 +268,7 @@ def pa_log2(x: float, fmt="float32") -> float:
     return _pa_round(1 if v < 0 else 0, abs(v), fmt)
 
 
+@_policed
 def pa_sqrt(x: float, fmt="float32") -> float:
     """pasqrt(x) = paexp2(palog2(x) / 2) (eq. 20), rounded once into fmt."""
     fmt = format(fmt)
@@ -283,12 +315,14 @@ def _add_exact(a: float, b: float, fmt: Format) -> float:
     return _round_signed(1 if s < 0 else 0, abs(s), fmt)
 
 
+@_policed
 def fp_add(a: float, b: float, fmt="float32") -> float:
     """IEEE addition of a and b rounded into fmt (operands rounded to fmt first)."""
     fmt = format(fmt)
     return _add_exact(quantize(a, fmt), quantize(b, fmt), fmt)
 
 
+@_policed
 def fp_mul(a: float, b: float, fmt="float32", subnormals: bool = True) -> float:
     """IEEE multiplication rounded into fmt; without subnormals: DAZ operands, FTZ result."""
     fmt = format(fmt)
@@ -377,14 +411,20 @@ def _np_pa_binary(a, b, fmt, sub: bool):
     v = np.where(over, np.inf if fmt.has_inf else fmt.max, v)
     if sub:   # division: specials in the order of the definition
         v = np.where(za, 0.0, v)
-        v = np.where(zb, np.where(za | (not fmt.has_inf), np.nan, np.inf), v)
+        x0 = np.inf if fmt.has_inf else (fmt.max if fmt.saturates else np.nan)
+        v = np.where(zb, np.where(za, np.nan, x0), v)
         v = np.where(ib, np.where(ia, np.nan, 0.0), v)
         v = np.where(ia & ~ib, np.inf, v)
     else:
         v = np.where(za | zb, 0.0, v)
         v = np.where(ia | ib, np.where(za | zb, np.nan, np.inf), v)
     v = np.where(np.isnan(a) | np.isnan(b), np.nan, v)
-    return np.where(sign, -v, v).astype(np.float32)
+    v = np.where(sign, -v, v)
+    if fmt.saturates:          # invalid results are -0, quantize's image of the NaN
+        v = np.where(np.isnan(v), -0.0, v)
+    if not fmt.has_neg_zero:
+        v = np.where(v == 0, 0.0, v)
+    return v.astype(np.float32)
 
 
 def pam_mul_vec(a, b, fmt="float32"):
@@ -395,3 +435,53 @@ def pam_mul_vec(a, b, fmt="float32"):
 def pa_div_vec(a, b, fmt="float32"):
     """Vectorised :func:`pa_div` for arrays of values of ``fmt`` (float64 arithmetic, exact)."""
     return _np_pa_binary(a, b, fmt, sub=True)
+
+
+# --- MX block formats (docs/semantics.md, "MX block formats") ----------------------
+
+_MX_ELEMENTS = {"mxfp8_e4m3": ("float8_e4m3fn", 8), "mxfp8_e5m2": ("float8_e5m2", 15),
+                "mxfp6_e3m2": ("float6_e3m2fn", 4), "mxfp6_e2m3": ("float6_e2m3fn", 2),
+                "mxfp4_e2m1": ("float4_e2m1fn", 2), "mxint8": ("int8", 0)}
+
+
+def mx_quantize(values, mx: str, block: int = 32):
+    """One row of floats in, ``(elements, scale codes)`` out, block by block from the
+    definition: s = floor(log2 amax) - emax (>= -127), P = x / 2^s rounded RNE and
+    saturated (int8: to k/64, |k| <= 127); NaN/inf blocks get code 0xFF and +0."""
+    elem, emax = _MX_ELEMENTS[mx]
+    elements, codes = [], []
+    for start in range(0, len(values), block):
+        xs = values[start:start + block]
+        if any(math.isnan(v) or math.isinf(v) for v in xs):
+            elements += [0.0] * len(xs)
+            codes.append(0xFF)
+            continue
+        amax = max(abs(Fraction(v)) for v in xs)
+        s = max(_floor_log2(amax) - emax, -127) if amax else -127
+        for v in xs:
+            q = v * 2.0 ** -s                  # exact in double precision, keeps -0
+            if elem == "int8":
+                k = max(-127, min(127, round(Fraction(q) * 64)))   # round(): half to even
+                elements.append(k / 64)        # an integer code: no -0
+            else:
+                elements.append(quantize(q, elem, overflow="saturate"))
+        codes.append(s + 127)
+    return elements, codes
+
+
+def mx_dequantize(elements, codes, block: int = 32):
+    """P_i 2^(code - 127), rounded RNE to float32; NaN for code 0xFF."""
+    out = []
+    for i, p in enumerate(elements):
+        c = codes[i // block]
+        # p 2^(c-127) is exact in double precision (and keeps -0)
+        out.append(NAN if c == 0xFF else quantize(p * 2.0 ** (c - 127), "float32"))
+    return out
+
+
+def mx_pam_matmul(A, B, mx: str, block: int = 32, acc="float32"):
+    """Nested lists: rows of A and columns of B MX-quantized along K, then the PAM fold
+    of :func:`pam_matmul` on the dequantized operands."""
+    rows = [mx_dequantize(*mx_quantize(row, mx, block), block) for row in A]
+    cols = [mx_dequantize(*mx_quantize(list(col), mx, block), block) for col in zip(*B)]
+    return pam_matmul(rows, [list(r) for r in zip(*cols)], "float32", acc)

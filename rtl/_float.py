@@ -19,8 +19,13 @@ __all__ = ["FloatLayout", "Decoded", "FloatOp", "UnaryOp", "BinaryOp", "lzc", "r
 
 
 def as_format(spec, argname: str) -> emu.Format:
-    """``emu.format`` with the argument name in the error message."""
-    return emu.format(spec, argname=argname)
+    """``emu.format`` with the argument name in the error message; the units implement
+    the ``ieee`` and ``fn`` encoding policies only (ValueError otherwise)."""
+    fmt = emu.format(spec, argname=argname)
+    if fmt.nan not in ("ieee", "fn"):
+        raise ValueError(f"{argname}={fmt.name} has the {fmt.nan!r} NaN policy; the RTL "
+                         "units implement the 'ieee' and 'fn' policies only")
+    return fmt
 
 
 class FloatLayout(data.StructLayout):

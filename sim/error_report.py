@@ -67,8 +67,8 @@ def error_report(fmt) -> list[ErrorStats]:
 def format_report(fmt, rows: list[ErrorStats]) -> str:
     fmt = emu.format(fmt)
     side = mantissa_grid(fmt).size
-    lines = [f"Piecewise-affine error report: {fmt.name} (e{fmt.exp_bits}m{fmt.man_bits}"
-             f"{'' if fmt.has_inf else 'fn'}); pam_mul/pa_div over {side}x{side} = "
+    lines = [f"Piecewise-affine error report: {fmt.name} (e{fmt.exp_bits}m{fmt.man_bits}, "
+             f"bias {fmt.bias}, NaN policy {fmt.nan}); pam_mul/pa_div over {side}x{side} = "
              f"{side * side:,} operand pairs in [1,2)^2,",
              "exp2/exp over [-8, 8], log2/log/sqrt over [2^-8, 2^8] (40,001 points each)", "",
              f"{'op':9} {'error':5} {'min':>10} {'max':>10} {'mean(bias)':>11} {'mean|e|':>10} "

@@ -88,14 +88,15 @@ def table3(runs, fmt=emu.float32, key="acc") -> tuple[dict, dict, dict]:
 
 
 def table6(runs, mantissas=MANTISSAS, exp_bits=8, ops=frozenset({"matmul"}),
-           backward="approx") -> list:
+           backward="approx", mx=()) -> list:
     """Table 6's rows through ``runs``: [(name, config, runs)], native float32 first, then
     PAM with ``e<exp_bits>m<m>`` operands for each mantissa width (Appendix D: matmuls
-    only, approximate derivatives, float32 accumulation)."""
+    only, approximate derivatives, float32 accumulation), then PAM with each OCP MX
+    operand type in ``mx`` (e.g. "mxfp8_e4m3"; emu.mx)."""
     import torch_bridge as tb
     rows = [("float32 (native)", None, runs("float32 (native)", None))]
-    for m in mantissas:
-        cfg = tb.PAMConfig(f"e{exp_bits}m{m}", backward=backward, ops=ops)
+    for f in [f"e{exp_bits}m{m}" for m in mantissas] + list(mx):
+        cfg = tb.PAMConfig(f, backward=backward, ops=ops)
         rows.append((f"PAM {cfg.fmt.name}", cfg, runs(f"PAM {cfg.fmt.name}", cfg)))
     return rows
 

@@ -5,6 +5,12 @@ import pytest
 import emu
 
 FP8 = ["float8_e5m2", "float8_e4m3fn", "e4m3"]     # e4m3: the IEEE-style twin of e4m3fn
+#: the other encoding policies, exhaustive in tests/test_ops.py: fnuz (an 8-bit one and a
+#: 6-bit one with a non-default bias) and the saturating MX element types in CI; the
+#: remaining catalog formats of 8 bits (same policies, other E/M/bias) marked slow
+POLICIES = ["float8_e4m3fnuz", "e3m2b5fnuz", "float6_e3m2fn", "float6_e2m3fn", "float4_e2m1fn",
+            *(pytest.param(f, marks=pytest.mark.slow)
+              for f in ("float8_e5m2fnuz", "float8_e4m3b11fnuz", "float8_e3m4"))]
 
 
 def same_bits(actual, expected) -> np.ndarray:

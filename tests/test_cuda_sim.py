@@ -119,7 +119,8 @@ else:
         rnd = rng.standard_normal(n // 2).astype(np.float32) * np.float32(4.0)
         return np.concatenate([c, f32, near, nan_payload, rnd, f32_patterns(rng, n // 2)])
 
-    FORMATS = ["float32", "bfloat16", "float16", "float8_e5m2", "float8_e4m3fn", "e3m2"]
+    FORMATS = ["float32", "bfloat16", "float16", "float8_e5m2", "float8_e4m3fn", "e3m2",
+               "float8_e4m3fnuz"]
     UNARY = [op.name for op in ops(1)]
     BINARY = [op.name for op in ops(2)]      # fp_mul_daz: fp_mul(subnormals=False)
 
@@ -146,7 +147,7 @@ else:
         assert (got != other).any()
         assert 0.2 < (got > 1).mean() < 0.3
 
-    @pytest.mark.parametrize("fmt", FP8 + ["float16", "e3m2fn"])
+    @pytest.mark.parametrize("fmt", FP8 + ["float16", "e3m2fn", "float8_e4m3fnuz", "float4_e2m1fn"])
     def test_elementwise_bits_round_trip(fmt, rng):
         f = emu.format(fmt)
         codes = np.arange(1 << f.width, dtype=np.uint32)

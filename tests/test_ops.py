@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 import emu
 import emu.reference as R
-from conftest import FP8, all_values, assert_bits_equal, corner_values
+from conftest import FP8, POLICIES, all_values, assert_bits_equal, corner_values
 
 # every public op of the registry (fp_mul_daz is fp_mul(subnormals=False), tested below)
 BINARY = [op.name for op in emu.registry.ops(2, public=True)]
@@ -30,7 +30,7 @@ def all_pairs(fmt):
     return a.ravel(), b.ravel()
 
 
-@pytest.mark.parametrize("fmt", FP8)
+@pytest.mark.parametrize("fmt", FP8 + POLICIES)
 @pytest.mark.parametrize("op", BINARY)
 def test_binary_exhaustive_8bit(fmt, op):
     a, b = all_pairs(fmt)
@@ -38,7 +38,7 @@ def test_binary_exhaustive_8bit(fmt, op):
                       what=f"{op} {fmt}")
 
 
-@pytest.mark.parametrize("fmt", FP8)
+@pytest.mark.parametrize("fmt", FP8 + POLICIES)
 def test_fp_mul_without_subnormals_exhaustive_8bit(fmt):
     a, b = all_pairs(fmt)
     want = np.array([R.fp_mul(float(x), float(y), fmt, subnormals=False) for x, y in zip(a, b)],
@@ -46,7 +46,7 @@ def test_fp_mul_without_subnormals_exhaustive_8bit(fmt):
     assert_bits_equal(emu.fp_mul(a, b, fmt, subnormals=False), want, a, b, what="fp_mul DAZ/FTZ")
 
 
-@pytest.mark.parametrize("fmt", FP8 + ["e2m1", "e3m2fn", "e5m3", "e4m6"])
+@pytest.mark.parametrize("fmt", FP8 + POLICIES + ["e2m1", "e3m2fn", "e5m3", "e4m6", "e3m3sat"])
 @pytest.mark.parametrize("op", UNARY)
 def test_unary_exhaustive_small_formats(fmt, op):
     x = all_values(fmt)
@@ -114,7 +114,7 @@ def test_float32_add_mul_match_numpy(rng):
 
 def test_vectorised_oracle_matches_fraction_oracle(rng):
     """The float64 oracle used for the bfloat16 sweeps agrees with the Fraction oracle."""
-    for fmt in FP8:
+    for fmt in FP8 + ["e3m2b5fnuz", "float4_e2m1fn"]:        # + the fnuz and none policies
         a, b = all_pairs(fmt)
         for op in ("pam_mul", "pa_div"):
             assert_bits_equal(getattr(R, op + "_vec")(a, b, fmt), oracle(op, fmt, a, b),

@@ -9,8 +9,12 @@ import emu
 import emu.reference as R
 from conftest import FP8, all_values, assert_bits_equal, corner_values
 
+#: every ml_dtypes float type emu computes with (the unsigned E8M0 scale: tests/test_mx.py)
 ML = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16,
-      "float8_e5m2": ml_dtypes.float8_e5m2, "float8_e4m3fn": ml_dtypes.float8_e4m3fn}
+      **{name: getattr(ml_dtypes, name) for name in (
+          "float8_e5m2", "float8_e5m2fnuz", "float8_e4m3", "float8_e4m3fn", "float8_e4m3fnuz",
+          "float8_e4m3b11fnuz", "float8_e3m4", "float6_e3m2fn", "float6_e2m3fn",
+          "float4_e2m1fn")}}
 
 
 def ml_round(x, fmt):
@@ -32,8 +36,10 @@ def boundary_inputs(fmt) -> np.ndarray:
     assert np.all(pts.astype(np.float32).astype(np.float64) == pts)       # exact
     pts = pts.astype(np.float32)
     near = np.concatenate([pts, np.nextafter(pts, np.float32(np.inf)),
-                           np.nextafter(pts, np.float32(0))])
-    return np.concatenate([near, -near, np.float32([np.inf, -np.inf, np.nan])])
+                           np.nextafter(pts, np.float32(0)), np.float32([1e30, 3.4e38])])
+    # NaNs of both signs, quiet and signalling: formats without NaN map them by sign
+    nans = np.uint32([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFFFFFFFF]).view(np.float32)
+    return np.concatenate([near, -near, np.float32([np.inf, -np.inf]), nans])
 
 
 @pytest.mark.parametrize("fmt", list(ML))
@@ -51,7 +57,7 @@ def test_rne_matches_ml_dtypes_on_random_patterns(fmt, rng):
 @pytest.mark.parametrize("fmt", list(ML))
 def test_bits_match_ml_dtypes(fmt):
     x = boundary_inputs(fmt)
-    x = x[~np.isnan(x)]
+    x = x[~np.isnan(x) | (emu.format(fmt).nan == "none")]
     with np.errstate(all="ignore"):
         want = x.astype(ML[fmt])
     want = want.view(np.uint16 if want.itemsize == 2 else np.uint8).astype(np.uint32)
@@ -63,7 +69,8 @@ def test_bits_match_ml_dtypes(fmt):
     assert np.isnan(emu.from_bits(got[nan], fmt)).all()
 
 
-@pytest.mark.parametrize("fmt", list(ML) + ["e4m3", "e2m1", "e3m2fn", "e5m7", "e8m3"])
+@pytest.mark.parametrize("fmt", list(ML) + ["e2m1", "e3m2fn", "e5m7", "e8m3", "e3m3fnuz",
+                                              "e5m2b13fnuz", "e3m3sat", "e4m2b5"])
 def test_to_from_bits_roundtrip_exhaustive(fmt):
     f = emu.format(fmt)
     codes = np.arange(1 << f.width, dtype=np.uint32)
@@ -80,7 +87,8 @@ def test_to_from_bits_roundtrip_exhaustive(fmt):
     assert_bits_equal(emu.quantize(vals, f), vals, what="values are fixed points")
 
 
-@pytest.mark.parametrize("fmt", FP8 + ["bfloat16", "float16", "e8m4", "e5m7", "e2m1", "e3m2fn"])
+@pytest.mark.parametrize("fmt", FP8 + ["bfloat16", "float16", "e8m4", "e5m7", "e2m1", "e3m2fn",
+                                 "float8_e4m3b11fnuz", "float6_e3m2fn", "float4_e2m1fn"])
 @pytest.mark.parametrize("rounding", ["nearest_even", "toward_zero"])
 @pytest.mark.parametrize("subnormals", [True, False])
 @pytest.mark.parametrize("overflow", [None, "saturate"])

@@ -47,6 +47,8 @@ def test_verilog_module_name_and_options():
     (lambda: rtl.make_unit("mul", "bf16", stages=2), "takes no stages option"),
     (lambda: rtl.make_unit("mac", "bf16", rows=2), "takes no rows option"),
     (lambda: rtl.make_unit("mul", "bf17"), "fmt='bf17' is not a format"),
+    (lambda: rtl.make_unit("mul", "float8_e4m3fnuz"), "'fnuz' NaN policy"),
+    (lambda: rtl.PAMMac("float4_e2m1fn"), "in_fmt=float4_e2m1fn has the 'none' NaN policy"),
     (lambda: rtl.PAMMac("bf16", "nope"), "acc_fmt='nope'"),
     (lambda: rtl.PAMMac("bf16", stages=0), r"stages=0: expected an int in \[1, 3\]"),
     (lambda: rtl.PAMMac("bf16", stages=True), "stages=True"),

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 import emu
+import emu.mx
 import emu.grad as G
 import emu.reference_grad as RG
 import torch_bridge as tb
@@ -41,6 +42,27 @@ def test_pam_matmul_forward_and_backward_are_emus(sa, sb, fmt, kind, rng):
     da, db = G.pam_matmul(A, B, dY, fmt, kind=kind)
     assert_bits_equal(npy(a.grad), da, what="dA")
     assert_bits_equal(npy(b.grad), db, what="dB")
+
+
+@pytest.mark.parametrize("sa,sb", [((6, 40), (40, 5)), ((2, 3, 40), (40,))])
+@pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxfp4/16"])
+def test_mx_matmul_forward_and_backward_are_emus(sa, sb, fmt, rng):
+    """fmt="mxfp8_e4m3": the forward is emu.mx_pam_matmul; backward the float32 PAM
+    gradients of the MX operands with dY MX-quantized along its last axis."""
+    A = rng.standard_normal(sa).astype(np.float32)
+    B = rng.standard_normal(sb).astype(np.float32)
+    a, b = t32(A), t32(B)
+    mx = emu.mx.mx_format(fmt)
+    y = tb.pam_matmul(a, b, fmt)
+    assert_bits_equal(npy(y), emu.mx_pam_matmul(A, B, mx.mx, mx.block), what="forward")
+    dY = rng.standard_normal(y.shape).astype(np.float32)
+    y.backward(torch.from_numpy(dY))
+    da, db = G.pam_matmul(mx.round(A, -1), mx.round(B, -2 if B.ndim > 1 else -1),
+                          mx.round(dY, -1), "float32")
+    assert_bits_equal(npy(a.grad), da, what="dA")
+    assert_bits_equal(npy(b.grad), db, what="dB")
+    with pytest.raises(ValueError, match="nearest even only"):
+        tb.PAMConfig(fmt, rounding="stochastic")
 
 
 def test_exact_matmul_grads_are_the_table1_derivatives(rng):

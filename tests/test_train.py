@@ -70,6 +70,14 @@ def test_exact_derivatives_train_too():
     assert not run.diverged and losses_fall(run)
 
 
+@pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxfp4"])
+def test_mx_operands_train(fmt):
+    """PAM training with OCP MX matmul operands (blocks of 32 along K) learns."""
+    spec = T.TrainSpec(epochs=2, max_steps=40)            # digits: 23 batches an epoch
+    run = T.train(spec, tb.PAMConfig(fmt, ops={"matmul"}), progress=False)
+    assert run.steps == 40 and not run.diverged and losses_fall(run)
+
+
 def test_stochastic_rounding_and_sgd_train():
     # digits has 23 batches an epoch; measured: loss 2.22 -> 1.61, test acc 68 % after 40
     spec = T.TrainSpec(epochs=2, max_steps=40, optimizer="sgd", lr=0.2)
@@ -93,6 +101,17 @@ def test_sweep_command(tmp_path, capsys):
     assert (tmp_path / "sweep_digits_mlp.png").stat().st_size > 10_000
 
 
+def test_sweep_command_mx_rows(tmp_path, capsys):
+    argv = ["sweep", "--data", "digits", "--model", "mlp", "--mantissa", "3", "--mx",
+            "mxfp8_e4m3,mxfp6,mxfp4", "--seeds", "1", "--epochs", "1", "--max-steps", "5",
+            "--out", str(tmp_path), "--quiet"]
+    assert main(argv) == 0
+    assert "PAM mxfp6_e3m2" in capsys.readouterr().out
+    js = json.loads((tmp_path / "sweep_digits_mlp.json").read_text())
+    assert [r["name"] for r in js["rows"]][1:] == ["PAM e8m3", "PAM mxfp8_e4m3",
+                                                   "PAM mxfp6_e3m2", "PAM mxfp4_e2m1"]
+
+
 def test_ablate_command(tmp_path, capsys):
     argv = ["ablate", "--data", "digits", "--model", "vit", "--dim", "16", "--depth", "1",
             "--seeds", "1", "--epochs", "1", "--max-steps", "6", "--out", str(tmp_path),
@@ -113,7 +132,8 @@ def test_ablate_command(tmp_path, capsys):
 @pytest.mark.parametrize("argv,msg", [
     (["train", "--ops", "gelu"], "unknown op group"),
     (["train", "--fmt", "bf17"], "fmt='bf17' is not a format"),
-    (["sweep", "--mantissa", "0,7"], "expected comma-separated integers in [1, 23]")])
+    (["sweep", "--mantissa", "0,7"], "expected comma-separated integers in [1, 23]"),
+    (["sweep", "--mx", "mxfp5"], "--mx='mxfp5' is not an MX element type")])
 def test_bad_arguments(argv, msg, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 import emu
+import emu.mx
 import emu.grad as G
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -121,8 +122,12 @@ def next_seed() -> int:
     return int(torch.randint(0, 2 ** 62, ()).item())
 
 
-def round_to(x: torch.Tensor, fmt: emu.Format, rounding: str) -> torch.Tensor:
-    """The float32 tensor ``x`` rounded into ``fmt`` (``x`` itself when nothing changes)."""
+def round_to(x: torch.Tensor, fmt: emu.Format, rounding: str, axis: int = -1) -> torch.Tensor:
+    """The float32 tensor ``x`` rounded into ``fmt`` (``x`` itself when nothing changes);
+    an MX ``fmt`` (emu.mx.MXFormat) blocks along ``axis``."""
+    if isinstance(fmt, emu.mx.MXFormat):
+        # emu.mx has numpy kernels only: a CUDA tensor makes a round trip to the host
+        return from_emu(fmt.round(x.detach().cpu().numpy(), axis)).to(x.device)
     if fmt == emu.float32:          # every mode is the identity (NaNs are canonicalised by emu)
         return x
     if rounding == "stochastic":
@@ -172,19 +177,21 @@ def emu_threads(work: int):
 
 
 def kernel_fmt(fmt: emu.Format) -> emu.Format:
-    """The format to hand emu's matmul kernels once operands are values of ``fmt``."""
-    return emu.float32 if fmt.exp_bits == 8 else fmt
+    """The format to hand emu's matmul kernels once operands are values of ``fmt``
+    (MX values are PAM-multiplied as float32: emu.mx_pam_matmul)."""
+    return emu.float32 if isinstance(fmt, emu.mx.MXFormat) or fmt.exp_bits == 8 else fmt
 
 
-def _rounded(ctx, tensors, fmt, rounding):
-    """Round each input into ``fmt`` and save the results for backward.  An input that
-    rounding leaves alone is saved as the tensor itself (autograd then notices later
-    in-place changes); rounded copies are saved as new tensors."""
+def _rounded(ctx, tensors, fmt, rounding, axes=None):
+    """Round each input into ``fmt`` (MX: in blocks along ``axes[i]``) and save the
+    results for backward.  An input that rounding leaves alone is saved as the tensor
+    itself (autograd then notices later in-place changes); rounded copies are saved as
+    new tensors."""
     same_device(**{f"operand {i}": t for i, t in enumerate(tensors)})
     rounded, saved = [], []
-    for t in tensors:
+    for t, axis in zip(tensors, axes or (-1,) * len(tensors)):
         x = as_float32(t)
-        r = round_to(x, fmt, rounding)
+        r = round_to(x, fmt, rounding, axis)
         rounded.append(r)
         saved.append(t if r is x and t.dtype == torch.float32 else r)
     ctx.save_for_backward(*saved)
@@ -216,7 +223,8 @@ class PAMMatmul(torch.autograd.Function):
     def forward(ctx, a, b, fmt, acc, kind, rounding):
         work = _matmul_work(a, b)
         with emu_threads(work):
-            A, B = _rounded(ctx, (a, b), fmt, rounding)
+            # MX blocks run along the contraction axis of each operand
+            A, B = _rounded(ctx, (a, b), fmt, rounding, (-1, -2 if b.dim() > 1 else -1))
             C = emu_call(emu.pam_matmul, A, B, kernel_fmt(fmt), acc)
         ctx.meta = (fmt, acc, kind, rounding, work)
         return C.to(torch.promote_types(a.dtype, b.dtype))

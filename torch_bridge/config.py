@@ -5,6 +5,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 import emu
+import emu.mx
 from emu.ops import ROUNDING, _ROUNDING_ALIASES
 
 __all__ = ["OPS", "PAMConfig", "check_config"]
@@ -26,13 +27,24 @@ def _fmt(value, name, allow_none=False):
         raise
 
 
+def _operand_fmt(value):
+    """The matmul operand format: an emu format, an MX type (emu.mx) or None."""
+    if isinstance(value, (str, emu.mx.MXFormat)) and str(value).strip().lower().startswith("mx"):
+        return emu.mx.mx_format(value, argname="fmt")
+    return _fmt(value, "fmt", allow_none=True)
+
+
 @dataclass(frozen=True)
 class PAMConfig:
     """How a model runs on emulated piecewise-affine hardware (Kosson & Jaggi).
 
     fmt: number format of the PAM matmul operands — linear, convolution and the
         attention batched matmuls, forward and backward (``"bf16"``, ``"e8m4"``,
-        ``"float32"``, any ``emu.format``).  ``None``: no change at all, every op native.
+        ``"float32"``, any ``emu.format``), or an OCP MX type (``"mxfp8_e4m3"``,
+        ``"mxfp6_e2m3"``, ``"mxfp4"``, ``"mxint8"``; ``"mxfp4/16"`` for blocks of 16):
+        operands MX-quantized in blocks along the contraction axis, gradients along
+        their last axis, round to nearest only (docs/semantics.md, "MX block
+        formats").  ``None``: no change at all, every op native.
     backward: ``"approx"`` (the paper's approximate/mimic derivative) or ``"exact"``
         (the true piecewise-constant derivative, Table 1), or a mapping from op group
         to kind, e.g. ``{"loss": "exact"}`` (unlisted groups: approx).
@@ -60,7 +72,7 @@ class PAMConfig:
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)     # noqa: E731 (frozen)
-        set_("fmt", _fmt(self.fmt, "fmt", allow_none=True))
+        set_("fmt", _operand_fmt(self.fmt))
         set_("acc", _fmt(self.acc, "acc"))
         set_("pa_fmt", _fmt(self.pa_fmt, "pa_fmt"))
         ops = [self.ops] if isinstance(self.ops, str) else self.ops
@@ -94,6 +106,9 @@ class PAMConfig:
             raise ValueError(f"rounding={self.rounding!r}; expected one of {sorted(ROUNDING)} "
                              f"(aliases {sorted(_ROUNDING_ALIASES)})")
         set_("rounding", key)
+        if isinstance(self.fmt, emu.mx.MXFormat) and key != "nearest_even":
+            raise ValueError(f"rounding={self.rounding!r} with fmt={self.fmt.name}: MX "
+                             "quantization rounds to nearest even only")
 
     def enabled(self, op: str) -> bool:
         """Whether op group ``op`` runs piecewise affine under this config."""
