@@ -320,9 +320,11 @@ def nan_positions(x: torch.Tensor) -> list[torch.Tensor]:
     """``[flat indices of the NaNs in x]`` to save for backward next to the packed codes
     (a code cannot say NaN, every one names an interval), or ``[]`` when there are none,
     so that nothing more is saved.  The sum, one fast pass, is NaN whenever x holds a
-    NaN (and for +inf with -inf)."""
+    NaN (and for +inf with -inf); numpy's on the CPU, a serial loop (torch's parallel
+    region would wait for the threads Numba's kernels just used)."""
     x = x.detach()
-    if not torch.isnan(x.sum()):
+    cpu = x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
+    if not (np.isnan(x.numpy().sum()) if cpu else torch.isnan(x.sum())):
         return []
     nans = torch.isnan(x).reshape(-1).nonzero().view(-1)
     return [nans] if nans.numel() else []
