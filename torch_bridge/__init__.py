@@ -36,7 +36,8 @@ from .modules import (PACrossEntropyLoss, PALayerNorm, PAMConv2d, PAMLinear,
                       PAMultiheadAttention, PASoftmax)
 from .optim import PAAdamW, PASGD, make_optimizer
 
-__all__ = ["PAMConfig", "OPS", "convert", "pam_mode", "audit", "AuditReport", "functional", "memory", "pam_matmul",
+__all__ = ["PAMConfig", "OPS", "convert", "pam_mode", "audit", "AuditReport", "functional",
+           "memory", "pam_matmul",
            "pam_linear", "pam_conv2d", "pam_mul", "pa_div", "pa_exp2", "pa_log2", "pa_exp",
            "pa_log", "pa_sqrt", "pa_softmax", "pa_layer_norm", "pa_cross_entropy",
            "PAMLinear", "PAMConv2d", "PALayerNorm", "PASoftmax", "PAMultiheadAttention",
