@@ -123,7 +123,8 @@ def test_einsum_is_one_pam_matmul_per_pair():
                     ("bij,k->bik", (a, b[:, 0]))):
         ref = torch.einsum(eq, *ops)
         got = pam_einsum(eq, *ops)
-        assert got.shape == ref.shape and F.cosine_similarity(got.flatten(), ref.flatten(), 0) > 0.99
+        assert got.shape == ref.shape
+        assert F.cosine_similarity(got.flatten(), ref.flatten(), 0) > 0.99
     assert pam_einsum("...ij,jk", a, b) is None and pam_einsum("ii->i", a[0, :3, :3]) is None
     with pytest.raises(ValueError, match="has 2 operand"):
         pam_einsum("ij,jk", a)
@@ -140,7 +141,8 @@ def test_conv1d_is_a_height_one_conv2d():
                {"padding": "same", "dilation": 2, "groups": 2}):
         ref = F.conv1d(x, w, bias, **kw)
         got = pam_conv1d(x, w, bias, fmt="bf16", **kw)
-        assert got.shape == ref.shape and F.cosine_similarity(got.flatten(), ref.flatten(), 0) > 0.98
+        assert got.shape == ref.shape
+        assert F.cosine_similarity(got.flatten(), ref.flatten(), 0) > 0.98
     with tb.pam_mode(CFG):
         assert torch.equal(nn.functional.conv1d(x, w, bias, groups=2),
                            pam_conv1d(x, w, bias, groups=2, fmt="bf16"))

@@ -17,8 +17,8 @@ import torch
 
 from .functional import _numerics, pa_div, pa_exp, pa_exp2, pa_log, pa_log2, pa_sqrt, pam_mul
 
-__all__ = ["pa_reciprocal", "pa_rsqrt", "pa_pow", "pa_mean", "pa_vector_norm", "pa_sigmoid", "pa_tanh",
-           "pa_silu", "pa_gelu", "pa_softplus", "pa_rms_norm"]
+__all__ = ["pa_reciprocal", "pa_rsqrt", "pa_pow", "pa_mean", "pa_vector_norm", "pa_sigmoid",
+           "pa_tanh", "pa_silu", "pa_gelu", "pa_softplus", "pa_rms_norm"]
 
 _GELU_K = 2.0 * math.sqrt(2.0 / math.pi)        # 2·sqrt(2/pi): GELU's tanh form via sigmoid
 _GELU_C = 0.044715

@@ -459,11 +459,10 @@ _HANDLERS = {
     F.batch_norm: _batch_norm, F.group_norm: _group_norm, F.instance_norm: _instance_norm,
     **_ELEMENTWISE,
 }
-_GROUP = {_conv1d: "matmul", _einsum: "matmul", _outer: "matmul", _tensordot: "matmul",
-          _inner: "matmul",
-          _multi_dot: "matmul", _log_softmax: "softmax", _nll_loss: "loss", _mse_loss: "loss", _layer_norm: "layernorm",
-          _rms_norm: "layernorm", _batch_norm: "layernorm", _group_norm: "layernorm",
-          _instance_norm: "layernorm", _cross_entropy: "loss",
+_GROUP = {**{h: "matmul" for h in (_conv1d, _einsum, _outer, _tensordot, _inner, _multi_dot)},
+          **{h: "layernorm" for h in (_layer_norm, _rms_norm, _batch_norm, _group_norm,
+                                      _instance_norm)},
+          _log_softmax: "softmax", _cross_entropy: "loss", _nll_loss: "loss", _mse_loss: "loss",
           **{h: "elementwise" for h in _ELEMENTWISE.values()}}
 
 
