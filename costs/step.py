@@ -31,7 +31,7 @@ import emu
 from . import analytic
 
 __all__ = ["StepCounts", "count_step", "Scenario", "scenarios", "step_energy", "StepEnergy",
-           "model_step", "MODELS", "KINDS"]
+           "model_step", "step_models", "KINDS"]
 
 #: Arithmetic classes of primitive ops.  "mul"/"div"/"add" are priced; "special"
 #: (exp, log, sqrt, erf, tanh, ...) and "compare" (max, where, comparisons, abs, neg)
@@ -339,27 +339,32 @@ def step_energy(counts: StepCounts, scenario: Scenario, *, rule: str = "paper",
 
 # -- the reference models -------------------------------------------------------------------
 
-MODELS = ("mlp", "cnn", "vit", "charlm", "minilm")
+def step_models() -> tuple[str, ...]:
+    """The models :func:`model_step` knows: the trainable workloads
+    (``workloads.models.MODELS``, imported on use: it needs torch) and the pretrained
+    "minilm"."""
+    from workloads.models import MODELS
+    return (*MODELS, "minilm")
 
 
 def model_step(name: str, batch_size: int = 32, seq_len: int = 64):
     """(model, loss_fn) of a training step of a reference model.
 
-    "mlp", "cnn", "vit", "charlm": sim.models with ``example_inputs`` and cross-entropy;
-    "minilm": all-MiniLM-L6-v2 (sim.data.load_minilm) on ``batch_size`` pairs of
-    consecutive KJV verses (truncated to ``seq_len`` tokens) with the in-batch-negatives
-    contrastive loss it was trained with (scale 20).
+    "mlp", "cnn", "vit", "charlm": workloads.models with ``example_inputs`` and
+    cross-entropy; "minilm": all-MiniLM-L6-v2 (workloads.data.load_minilm) on
+    ``batch_size`` pairs of consecutive KJV verses (truncated to ``seq_len`` tokens)
+    with the in-batch-negatives contrastive loss it was trained with (scale 20).
     """
     import torch
     from torch.nn import functional as F
 
-    if name not in MODELS:
-        raise ValueError(f"model={name!r}; expected one of {list(MODELS)}")
+    if name not in step_models():
+        raise ValueError(f"model={name!r}; expected one of {list(step_models())}")
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     torch.manual_seed(0)
     if name == "minilm":
-        from sim.data import kjv_text, load_minilm
+        from workloads.data import kjv_text, load_minilm
         model = load_minilm()
         model.max_seq_length = seq_len
         model.train()
@@ -371,7 +376,7 @@ def model_step(name: str, batch_size: int = 32, seq_len: int = 64):
             return F.cross_entropy(20 * a @ b.T, torch.arange(len(a)))
         return model, loss_fn
 
-    from sim.models import build_model, example_inputs
+    from workloads.models import build_model, example_inputs
     model = build_model(name)
     model.train()
     x, y = example_inputs(model, batch_size)

@@ -1,12 +1,10 @@
 """The rtl/ units by name, their synthesis, and the PAM-vs-float sweep (``pamsim fpga``).
 
 Units are built by ``rtl.make_unit`` and emitted by ``rtl.verilog`` (issue 3's Python
-API); ``rtl`` is imported only when a unit is built, so costs/ works without it.
-Names follow ``pamsim verilog --unit``: ``mul`` (PAM multiplier), ``div`` (PA divider),
-``add`` (IEEE adder), ``fmul`` (IEEE multiplier, the baseline), ``mac`` (pipelined PAM
-MAC), ``array`` (grid of PAM MACs), plus ``fmac``: the same MAC with the IEEE
-multiplier, the float baseline of ``mac`` (:func:`float_mac`:
-``rtl.PAMMac(..., multiplier="float")``).
+API); ``rtl`` is imported only when a unit is needed, so costs/ works without it.
+Names are those of rtl's registry (``rtl.UNITS``, as ``pamsim verilog --unit``), plus
+the :data:`BASELINES` costs/ adds: ``fmac``, the same MAC with the IEEE multiplier, the
+float baseline of ``mac`` (:func:`float_mac`: ``rtl.PAMMac(..., multiplier="float")``).
 """
 from __future__ import annotations
 
@@ -14,17 +12,12 @@ import emu
 
 from .fpga import TARGETS, Design, SynthResult, _check_target, fit, synthesize
 
-__all__ = ["UNITS", "unit_design", "synthesize_unit", "sweep", "SWEEP_UNITS", "SWEEP_FORMATS",
-           "FMAX_TARGETS", "compare", "float_mac"]
+__all__ = ["BASELINES", "catalog", "unit_design", "synthesize_unit", "sweep", "SWEEP_UNITS",
+           "SWEEP_FORMATS", "FMAX_TARGETS", "compare", "float_mac"]
 
-UNITS = {
-    "mul": "PAM multiplier (rtl.PAMMultiplier, combinational)",
-    "div": "PA divider (rtl.PADivider, combinational)",
-    "add": "IEEE adder (rtl.FloatAdder, combinational)",
-    "fmul": "IEEE multiplier, subnormals flushed (rtl.FloatMultiplier, combinational)",
-    "mac": "pipelined PAM multiply-accumulate (rtl.PAMMac)",
+#: units costs/ adds to rtl's registry: float baselines that are no rtl unit of their own
+BASELINES = {
     "fmac": "pipelined float multiply-accumulate (rtl.PAMMac with the IEEE multiplier)",
-    "array": "rows x cols grid of PAM MACs (rtl.PAMDotArray)",
 }
 SWEEP_UNITS = ("mul", "fmul", "add", "mac", "fmac")
 # smallest first, so a cut-short sweep has the cheap formats complete
@@ -44,9 +37,17 @@ def _rtl():
     return rtl
 
 
+def catalog() -> dict[str, str]:
+    """Every unit name costs/ synthesizes -> its description: rtl's registry
+    (``rtl.UNITS``, class named) and :data:`BASELINES`."""
+    return {**{n: f"{u.description}, rtl.{u.cls.__name__}" for n, u in _rtl().UNITS.items()},
+            **BASELINES}
+
+
 def _check_unit(unit: str) -> str:
-    if unit not in UNITS:
-        raise ValueError(f"unit={unit!r}; expected one of {list(UNITS)}")
+    names = catalog()
+    if unit not in names:
+        raise ValueError(f"unit={unit!r}; expected one of {list(names)}")
     return unit
 
 

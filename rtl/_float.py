@@ -14,7 +14,8 @@ from amaranth.lib.wiring import In, Out
 
 import emu
 
-__all__ = ["FloatLayout", "Decoded", "BinaryOp", "lzc", "round_pack", "as_format"]
+__all__ = ["FloatLayout", "Decoded", "FloatOp", "UnaryOp", "BinaryOp", "lzc", "round_pack",
+           "as_format"]
 
 
 def as_format(spec, argname: str) -> emu.Format:
@@ -72,20 +73,31 @@ class Decoded:
         m.d.comb += self.sig.eq(Cat(view.man, view.exp != 0))
 
 
-class BinaryOp(wiring.Component):
-    """A combinational two-operand float unit of ``fmt``: ports ``a``, ``b`` and ``y``
+class FloatOp(wiring.Component):
+    """A combinational float unit of ``fmt``: input ports ``operands`` and output ``y``
     (:class:`FloatLayout`), Verilog module ``{kind}_{fmt}``."""
 
     kind = ""
+    operands = ("a", "b")
 
     def __init__(self, fmt):
         self.fmt = as_format(fmt, "fmt")
         layout = FloatLayout(self.fmt)
-        super().__init__({"a": In(layout), "b": In(layout), "y": Out(layout)})
+        super().__init__({**{p: In(layout) for p in self.operands}, "y": Out(layout)})
 
     @property
     def module_name(self) -> str:
         return f"{self.kind}_{self.fmt.name}"
+
+
+class UnaryOp(FloatOp):
+    """A combinational one-operand float unit: ports ``a`` and ``y``."""
+
+    operands = ("a",)
+
+
+class BinaryOp(FloatOp):
+    """A combinational two-operand float unit: ports ``a``, ``b`` and ``y``."""
 
     def _operands(self, m: Module):
         """The decoded operands and the result sign ``a.sign ^ b.sign``."""

@@ -1,49 +1,33 @@
-"""Build units by name and emit synthesizable Verilog (``pamsim verilog``)."""
+"""Build units by name (rtl/registry.py) and emit synthesizable Verilog (``pamsim verilog``)."""
 from __future__ import annotations
 
 from amaranth.back import verilog as _verilog
 from amaranth.hdl import Const
 
 from ._float import as_format
-from .ieee import FloatAdder, FloatMultiplier
-from .mac import PAMDotArray, PAMMac
-from .pa import PADivider, PAMMultiplier
+from .registry import UNITS
 
-__all__ = ["UNITS", "make_unit", "verilog"]
-
-#: CLI name -> (class, one-line description)
-UNITS = {
-    "mul": (PAMMultiplier, "PAM multiplier (combinational)"),
-    "div": (PADivider, "PA divider (combinational)"),
-    "add": (FloatAdder, "IEEE adder, RNE, subnormals kept (combinational)"),
-    "fmul": (FloatMultiplier, "IEEE multiplier, RNE, subnormals flushed (combinational)"),
-    "mac": (PAMMac, "pipelined PAM multiply-accumulate (stream in/out)"),
-    "array": (PAMDotArray, "rows x cols grid of PAM MACs computing a tile of A.B"),
-}
+__all__ = ["make_unit", "verilog"]
 
 
-def make_unit(unit: str, fmt, *, acc=None, stages=None, rows=None, cols=None):
-    """The component named ``unit`` (a key of :data:`UNITS`) for format ``fmt``.
+def make_unit(unit: str, fmt, **options):
+    """The component named ``unit`` (a key of :data:`rtl.UNITS`) for format ``fmt``.
 
-    ``acc`` (accumulation format, default float32), ``stages`` (default 2) apply to
-    ``mac`` and ``array``; ``rows``/``cols`` (default 4) to ``array`` only.
-    Options that do not apply to ``unit`` are rejected, not ignored.
+    ``options`` are the unit's registry options (``mac``: ``acc``, default float32, and
+    ``stages``, default 2; ``array``: also ``rows``/``cols``, default 4); ``None``
+    means the default.  Options that do not apply to ``unit`` are rejected, not ignored.
     """
     if unit not in UNITS:
         raise ValueError(f"unit={unit!r}: expected one of {sorted(UNITS)}")
     fmt = as_format(fmt, "fmt")
-    given = {k for k, v in (("acc", acc), ("stages", stages), ("rows", rows), ("cols", cols))
-             if v is not None}
-    allowed = {"mac": {"acc", "stages"}, "array": {"acc", "stages", "rows", "cols"}}.get(unit, set())
-    if given - allowed:
-        raise ValueError(f"unit={unit!r} takes no {'/'.join(sorted(given - allowed))} option; "
-                         f"{'it takes ' + '/'.join(sorted(allowed)) if allowed else 'only fmt'}")
-    if unit == "mac":
-        return PAMMac(fmt, "float32" if acc is None else acc, 2 if stages is None else stages)
-    if unit == "array":
-        return PAMDotArray(4 if rows is None else rows, 4 if cols is None else cols, fmt,
-                           "float32" if acc is None else acc, 2 if stages is None else stages)
-    return UNITS[unit][0](fmt)
+    u = UNITS[unit]
+    given = {k: v for k, v in options.items() if v is not None}
+    extra = sorted(set(given) - set(u.options))
+    if extra:
+        allowed = "/".join(sorted(u.options))
+        raise ValueError(f"unit={unit!r} takes no {'/'.join(extra)} option; "
+                         f"{'it takes ' + allowed if allowed else 'only fmt'}")
+    return u.make(fmt, **given)
 
 
 def verilog(component, name: str | None = None) -> str:

@@ -41,6 +41,8 @@ class FloatAdder(wiring.Component):
     not finer than 4 window units below ``fmt``'s — checked at construction.
     """
 
+    kind = "fp_add"
+
     def __init__(self, fmt, *, b_fmt=None, b_daz: bool = False):
         self.fmt = as_format(fmt, "fmt")
         self.b_fmt = self.fmt if b_fmt is None else as_format(b_fmt, "b_fmt")
@@ -61,8 +63,8 @@ class FloatAdder(wiring.Component):
     @property
     def module_name(self) -> str:
         if self.b_fmt == self.fmt:
-            return f"fp_add_{self.fmt.name}"
-        return f"fp_add_{self.fmt.name}_{self.b_fmt.name}" + ("_daz" if self.b_daz else "")
+            return f"{self.kind}_{self.fmt.name}"
+        return f"{self.kind}_{self.fmt.name}_{self.b_fmt.name}" + ("_daz" if self.b_daz else "")
 
     def elaborate(self, platform):
         m = Module()

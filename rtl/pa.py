@@ -1,17 +1,18 @@
-"""Piecewise-affine multiplier and divider: one integer adder each (Kosson & Jaggi).
+"""Piecewise-affine multiplier, divider and square root: one integer adder each
+(Kosson & Jaggi).
 
-Both are combinational ``wiring.Component``s with ports ``a``, ``b`` (inputs) and
-``y`` (output), each a :class:`~rtl.FloatLayout` of the format, i.e. ``width`` bits
-holding the format encoding.  The rules are docs/semantics.md §3; the golden model is
-``emu.pam_mul`` / ``emu.pa_div`` (emu/_scalar.py).
+All are combinational ``wiring.Component``s with inputs ``a``, ``b`` (the square
+root: ``a`` only) and output ``y``, each a :class:`~rtl.FloatLayout` of the format,
+i.e. ``width`` bits holding the format encoding.  The rules are docs/semantics.md §3;
+the golden models are ``emu.pam_mul`` / ``emu.pa_div`` / ``emu.pa_sqrt`` (emu/_scalar.py).
 """
 from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal, signed
 
-from ._float import BinaryOp
+from ._float import BinaryOp, Decoded, UnaryOp
 
-__all__ = ["PAMMultiplier", "PADivider"]
+__all__ = ["PAMMultiplier", "PADivider", "PASqrt"]
 
 
 class _PABinary(BinaryOp):
@@ -93,4 +94,36 @@ class PADivider(_PABinary):
             m.d.comb += y.eq(signed_zero)
         with m.Else():
             self._pack(m, r, s, y)
+        return m
+
+
+class PASqrt(UnaryOp):
+    """PA square root ``y = pasqrt(a) = paexp2(palog2(a) / 2)`` (eq. 20); exactly
+    ``emu.pa_sqrt(a, fmt)``.
+
+    On the encodings the root is ``(bias << M) + (|a| - (bias << M)) / 2``, i.e.
+    ``(|a| + (bias << M)) / 2``: one adder and a shift.  An odd sum leaves exactly half
+    an ulp, rounded to the even result (RNE).  NaN, or a negative operand other than
+    ±0 → NaN; ±0 and subnormals (DAZ) → ±0; +inf → +inf.  The root of a normal
+    number is normal and finite, so nothing flushes or overflows.
+    """
+
+    kind = "pa_sqrt"
+
+    def elaborate(self, platform):
+        m = Module()
+        f = self.fmt
+        a = Decoded(m, self.a, f, "a")
+        y = self.y.as_value()
+        total = Signal(f.width)                           # |a| + (bias << M) < 2^width
+        m.d.comb += total.eq(a.mag + (f.bias << f.man_bits))
+        half = total[1:]
+        with m.If(a.is_nan | (a.sign & ~a.is_sub)):
+            m.d.comb += y.eq(f.nan_encoding)
+        with m.Elif(a.is_sub):
+            m.d.comb += y.eq(a.sign << (f.width - 1))
+        with m.Elif(a.is_inf):                           # +inf; never true in fn formats
+            m.d.comb += y.eq(f.inf_encoding or 0)
+        with m.Else():
+            m.d.comb += y.eq(half + (total[0] & half[0]))
         return m

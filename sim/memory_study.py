@@ -134,7 +134,7 @@ def saved_memory(model: nn.Module, make_input, variants=VARIANTS) -> dict:
 def minilm_case(batch: int = 8, seq: int = 128):
     """(the BERT encoder of all-MiniLM-L6-v2, input maker): KJV verses tokenised to
     ``seq`` tokens.  Its GELUs are transformers' GELUActivation (F.gelu)."""
-    from sim.data import kjv_text, load_minilm
+    from workloads.data import kjv_text, load_minilm
     st = load_minilm()
     bert = st[0].auto_model
     verses = kjv_text().splitlines()[:batch * 4:4]
@@ -186,7 +186,7 @@ def train_mlp(variant: dict, seed: int, epochs: int = 30, data: str = "digits",
 
 
 def _train_mlp(variant, seed, epochs, data, batch, lr):
-    from sim import data as datasets
+    from workloads import data as datasets
     if data not in DATASETS:
         raise ValueError(f"data={data!r}; expected one of {list(DATASETS)}")
     data = getattr(datasets, data)(seed=0)

@@ -36,10 +36,9 @@ import emu
 __all__ = ["SIMULATORS", "Harness", "RTLVerificationError", "RTLHarnessError",
            "MAX_VECTORS", "default_simulator", "build",
            "ci_harnesses", "prebuild",
-           "run_cocotb", "rtl_matmul", "verify_unit", "verify_matmul", "COMB_UNITS"]
+           "run_cocotb", "rtl_matmul", "verify_unit", "verify_matmul"]
 
 SIMULATORS = ("verilator", "icarus")
-COMB_UNITS = ("mul", "div", "add", "fmul")
 COMB_SLOTS = 1024
 COMB_LANES = 8
 STREAM_SLOTS = 256
@@ -96,8 +95,9 @@ def check_simulator(sim) -> str:
 class Harness:
     """One parameter set: which unit(s), formats, and how many *slots* per step.
 
-    ``kind``: ``"comb"`` (one of each combinational unit in ``units`` for ``fmt``),
-    ``"mac"`` (one PAMMac) or ``"array"`` (one ``rows x cols`` PAMDotArray).
+    ``kind``: ``"comb"`` (one of each combinational unit in ``units`` for ``fmt``,
+    rtl.UNITS names), ``"mac"`` (one PAMMac) or ``"array"`` (one ``rows x cols``
+    PAMDotArray).
 
     The harness top (:meth:`top_verilog`) holds ``slots`` operand sets in wide input
     ports and a free-running slot counter: in each clock cycle the unit gets slot
@@ -116,15 +116,18 @@ class Harness:
     lanes: int = 1
 
     @classmethod
-    def comb(cls, fmt, slots: int = COMB_SLOTS, units=COMB_UNITS,
+    def comb(cls, fmt, slots: int = COMB_SLOTS, units=None,
              lanes: int = COMB_LANES) -> "Harness":
-        bad = set(units) - set(COMB_UNITS)
-        if bad or not units:
-            raise ValueError(f"units={list(units)}: expected a non-empty subset of {COMB_UNITS}")
+        """Every combinational unit of the registry (rtl.UNITS), or those in ``units``."""
+        from rtl.registry import comb_units
+        every = comb_units()
+        units = every if units is None else units
+        if set(units) - set(every) or not units:
+            raise ValueError(f"units={list(units)}: expected a non-empty subset of {every}")
         if _positive(slots, "slots") % _positive(lanes, "lanes"):
             raise ValueError(f"slots={slots} must be a multiple of lanes={lanes}")
         return cls("comb", emu.format(fmt).name, slots=slots, lanes=lanes,
-                   units=tuple(u for u in COMB_UNITS if u in units))
+                   units=tuple(u for u in every if u in units))
 
     @classmethod
     def mac(cls, fmt, acc="float32", stages: int = 2, slots: int = STREAM_SLOTS) -> "Harness":
@@ -177,10 +180,12 @@ class Harness:
         return {"unit": rtl.PAMDotArray(self.rows, self.cols, self.fmt, self.acc, self.stages)}
 
     def module_names(self) -> dict:
-        """Verilog module name of each unit, without elaborating it."""
+        """Verilog module name of each unit, without constructing it (an Amaranth
+        component that is never elaborated warns): ``{kind}_{fmt}`` for a
+        combinational unit, with ``kind`` its class's."""
         if self.kind == "comb":
-            kinds = {"mul": "pam_mul", "div": "pa_div", "add": "fp_add", "fmul": "fp_mul"}
-            return {u: f"{kinds[u]}_{self.fmt}" for u in self.units}
+            from rtl.registry import UNITS
+            return {u: f"{UNITS[u].cls.kind}_{self.fmt}" for u in self.units}
         if self.kind == "mac":
             return {"unit": f"pam_mac_{self.fmt}_{self.acc}_s{self.stages}"}
         return {"unit": f"pam_dot_array_{self.rows}x{self.cols}_{self.fmt}_{self.acc}_s{self.stages}"}
@@ -242,18 +247,20 @@ class Harness:
             return b
 
         if self.kind == "comb":
+            from rtl.registry import OPERANDS, UNITS
             w = emu.format(self.fmt).width
             for u in self.units:
+                ops = OPERANDS[:UNITS[u].arity]
                 ports.append(f"input wire {u}_en")
                 body += [f"  wire {u}_clk = clk & {u}_en;"]
-                for l, (pa, pb, py) in enumerate(zip(self.lane_ports(f"{u}_a"),
-                                                     self.lane_ports(f"{u}_b"),
-                                                     self.lane_ports(f"{u}_y"))):
+                for l in range(self.lanes):
                     t = f"{u}{l}"
-                    body += lane(f"{u}_clk", [(f"{t}_a", pa, w), (f"{t}_b", pb, w)],
+                    conns = ", ".join(f".{o}({t}_{o})" for o in (*ops, "y"))
+                    body += lane(f"{u}_clk",
+                                 [(f"{t}_{o}", self.lane_ports(f"{u}_{o}")[l], w) for o in ops],
                                  [f"  wire [{w - 1}:0] {t}_y;",
-                                  f"  {module_names[u]} {t} (.a({t}_a), .b({t}_b), .y({t}_y));"],
-                                 [(py, w, f"{t}_y")])
+                                  f"  {module_names[u]} {t} ({conns});"],
+                                 [(self.lane_ports(f"{u}_y")[l], w, f"{t}_y")])
         else:
             iw, ow = self.in_width, self.out_width
             ports.append("input wire rst")
@@ -293,7 +300,8 @@ def _digest(h: Harness, sim: str) -> str:
     d.update(f"{sim} {VERILATOR_ARGS} {_versions()}\n".encode())
     d.update(h.top_verilog(h.module_names()).encode())
     for p in sorted((_REPO / "rtl").glob("*.py")):
-        d.update(p.name.encode() + p.read_bytes())
+        if p.name != "vectors.py":                     # test stimuli, not hardware
+            d.update(p.name.encode() + p.read_bytes())
     return d.hexdigest()
 
 
@@ -506,10 +514,12 @@ def _operand(x, name: str) -> np.ndarray:
 
 def _matmul_job(A, B, fmt, acc, unit, sim, rows, cols, stages):
     """Shared by rtl_matmul and verify_matmul: returns (C, stats)."""
+    from rtl.registry import UNITS
     fmt = emu.format(fmt, argname="fmt")
     acc = emu.format(acc, argname="acc")
-    if unit not in ("mac", "array"):
-        raise ValueError(f"unit={unit!r}: expected 'mac' (PAMMac) or 'array' (PAMDotArray)")
+    streams = [n for n, u in UNITS.items() if u.kind == "stream"]
+    if unit not in streams:
+        raise ValueError(f"unit={unit!r}: expected a stream unit, one of {streams}")
     for v, name in ((rows, "rows"), (cols, "cols"), (stages, "stages")):
         _positive(v, name)
     a, b = _operand(A, "A"), _operand(B, "B")
@@ -541,8 +551,8 @@ def _matmul_job(A, B, fmt, acc, unit, sim, rows, cols, stages):
         with tempfile.TemporaryDirectory(prefix="pamsim-matmul-") as tmp:
             job = Path(tmp) / "job.npz"
             np.savez(job, a=aq, b=bq)
-            module = "sim.tb.test_pam_mac" if unit == "mac" else "sim.tb.test_pam_dot_array"
-            reports = run_cocotb(h, module, {}, sim=sim, testcase="matmul_job", job=job)
+            reports = run_cocotb(h, UNITS[unit].bench, {}, sim=sim, testcase="matmul_job",
+                                 job=job)
             cbits = np.load(Path(tmp) / "result.npy")
         stats["seconds"] = time.perf_counter() - t0
         stats["sim_seconds"] = reports[0]["seconds"]
@@ -572,22 +582,21 @@ def rtl_matmul(A, B, fmt="float32", acc="float32", *, unit: str = "mac", sim: st
 
 # --- pamsim verify ----------------------------------------------------------------------
 
-COMB_MODULES = {"mul": "sim.tb.test_pam_multiplier", "div": "sim.tb.test_pa_divider",
-                "add": "sim.tb.test_float_adder", "fmul": "sim.tb.test_float_multiplier"}
-
-
 def verify_unit(unit: str | list[str], fmt, vectors: int, *, sim: str | None = None,
                 seed: int = 0, slots: int = COMB_SLOTS) -> list[dict]:
     """Check ``vectors`` (1 to :data:`MAX_VECTORS`) random + corner + boundary vectors
-    (exhaustive pairs for 8-bit formats) of a combinational unit against emu; per-kind
-    reports.  A list of units runs each one's bench in a single simulator process."""
+    (every operand set for 8-bit formats) of a combinational unit against emu; per-kind
+    reports.  A list of units runs each one's bench (rtl.UNITS) in a single simulator
+    process."""
+    from rtl.registry import UNITS, comb_units
     units = [unit] if isinstance(unit, str) else list(unit)
-    if not units or set(units) - set(COMB_MODULES):
-        raise ValueError(f"unit={unit!r}: expected one of {sorted(COMB_MODULES)} or a list of them")
+    if not units or set(units) - set(comb_units()):
+        raise ValueError(f"unit={unit!r}: expected one of {list(comb_units())} or a list of "
+                         "them")
     _positive(vectors, "vectors", MAX_VECTORS)
     _nonneg_seed(seed)
     h = Harness.comb(fmt, slots)
-    return run_cocotb(h, [COMB_MODULES[u] for u in units],
+    return run_cocotb(h, [UNITS[u].bench for u in units],
                       {"vectors": int(vectors), "seed": int(seed)}, sim=sim)
 
 
@@ -607,7 +616,7 @@ def verify_matmul(fmt, acc, vectors: int, *, unit: str = "mac", sim: str | None 
     differ), ``seconds`` (end to end: build check, simulator start, run) and
     ``sim_seconds`` (the cocotb streaming loop alone).
     """
-    from sim.tb.vectors import random_values
+    from rtl.vectors import random_values
     _positive(vectors, "vectors", MAX_VECTORS)
     _positive(k, "k")
     _nonneg_seed(seed)

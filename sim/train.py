@@ -7,7 +7,7 @@ piecewise affine, at a given mantissa width and with exact or approximate deriva
 baseline share the seed, so they start from the same weights and see the same batches.
 Every PA number comes from torch_bridge (hence emu).
 
-Data (offline, sim.data): ``digits`` (sklearn 8x8), ``mnist`` (5,000-image subset),
+Data (offline, workloads.data): ``digits`` (sklearn 8x8), ``mnist`` (5,000-image subset),
 ``text`` (KJV characters, a causal character-level transformer).  Metrics are computed
 natively on the model's logits, so PAM and baseline are measured the same way:
 classification — test cross-entropy and accuracy; text — validation bits per
@@ -27,10 +27,9 @@ import torch
 import torch.nn.functional as F
 
 import torch_bridge as tb
-from sim.models import HEADS, build_model
+from workloads.models import HEADS, MODELS, build_model
 
 DATASETS = ("digits", "mnist", "text")
-MODELS = ("mlp", "cnn", "vit", "charlm")
 DEFAULT_MODEL = {"digits": "mlp", "mnist": "vit", "text": "charlm"}
 #: bounds of a TrainSpec beyond which a run cannot fit this machine (or the seed the RNGs)
 MAX_BATCH, MAX_DIM, MAX_DEPTH, MAX_SEED = 1 << 16, 4096, 64, 2 ** 32 - 1
@@ -62,7 +61,7 @@ class TrainSpec:
             raise ValueError(f"data={self.data!r}; expected one of {DATASETS}")
         model = self.model or DEFAULT_MODEL[self.data]
         if model not in MODELS:
-            raise ValueError(f"model={model!r}; expected one of {MODELS}")
+            raise ValueError(f"model={model!r}; expected one of {tuple(MODELS)}")
         if (self.data == "text") != (model == "charlm"):
             raise ValueError(f"model={model!r} does not fit data={self.data!r}: the text data "
                              "trains the charlm model, images train mlp, cnn or vit")
@@ -131,7 +130,7 @@ class RunResult:
 
 class _Images:
     def __init__(self, spec: TrainSpec):
-        from sim import data
+        from workloads import data
         split = data.digits(spec.seed) if spec.data == "digits" else data.mnist(spec.seed)
         x_train, y_train = split.x_train, split.y_train
         if spec.train_subset:
@@ -168,7 +167,7 @@ class _Images:
 
 class _Text:
     def __init__(self, spec: TrainSpec):
-        from sim import data
+        from workloads import data
         corpus = data.kjv_chars(spec.text_chars)
         self.vocab = len(corpus.vocab)
         self.train = torch.from_numpy(corpus.train)

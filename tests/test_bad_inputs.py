@@ -280,7 +280,7 @@ WORK = [("sim.train.train", None), ("sim.train.cached_baseline", None),
         ("sim.memory_study.derivative_errors", None), ("sim.memory_study.saved_memory", None),
         ("sim.error_report.error_report", None), ("sim.rtl_sim.run_cocotb", None),
         ("sim.rtl_sim.build", None), ("sim.rtl_sim.prebuild", None),
-        ("sim.data.load_minilm", None), ("costs.step.count_step", "cli"),
+        ("workloads.data.load_minilm", None), ("costs.step.count_step", "cli"),
         ("costs.fpga.synthesize", "cli"), ("costs.units.sweep", "cli"),
         ("torch_bridge.memory.tables.generate_fewbit", None),
         ("torch_bridge.memory.pa.generate_pa", None)]

@@ -63,7 +63,7 @@ def test_cost_charlm_sram(capsys, tmp_path):
     (["cost", "--model", "resnet"], "invalid choice: 'resnet'"),
     (["cost", "--rule", "cheap"], "invalid choice: 'cheap'"),
     (["fpga", "--target", "vivado"], "invalid choice: 'vivado'"),
-    (["fpga", "--unit", "sqrt"], "invalid choice: 'sqrt'"),
+    (["fpga", "--unit", "nosuch"], "invalid choice: 'nosuch'"),
 ])
 def test_bad_arguments(argv, msg, capsys):
     with pytest.raises(SystemExit):

@@ -1,7 +1,7 @@
 """The offline datasets and model loader."""
 import numpy as np
 
-from sim import data
+from workloads import data
 
 
 def test_digits_and_mnist_splits():

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from sim.models import build_model, example_inputs
+from workloads.models import build_model, example_inputs
 
 
 @pytest.mark.parametrize("name,kw,out", [("mlp", {}, (3, 10)), ("cnn", {}, (3, 10)),

@@ -9,8 +9,9 @@ from amaranth.sim import Simulator
 
 import emu
 import rtl
+from rtl import registry
+from rtl import vectors as V
 from sim.cli import main
-from sim.tb import vectors as V
 from sim.tb.driver import same_encoding
 
 FORMATS = ["float8_e4m3fn", "float8_e5m2", "bfloat16", "float16", "float32"]
@@ -26,7 +27,8 @@ def test_every_unit_emits_verilog(unit, fmt):
     if unit == "mac":
         assert "input clk" in text and "input rst" in text and "o_stream__valid" in text
     else:
-        assert re.search(r"^\s*input \[\d+:0\] a;", text, re.M) and "output [" in text
+        ports = re.findall(r"^\s*input \[\d+:0\] (\w+);", text, re.M)
+        assert ports == list(registry.OPERANDS[:rtl.UNITS[unit].arity]) and "output [" in text
 
 
 def test_verilog_module_name_and_options():
@@ -77,35 +79,48 @@ def test_cli_verilog(tmp_path, capsys):
 
 # --- Amaranth's simulator: quick functional checks -------------------------------------
 
-_GOLDEN = {"mul": lambda a, b, f: emu.pam_mul(a, b, f), "div": lambda a, b, f: emu.pa_div(a, b, f),
-           "add": lambda a, b, f: emu.fp_add(a, b, f),
-           "fmul": lambda a, b, f: emu.fp_mul(a, b, f, subnormals=False)}
-
-
-@pytest.mark.parametrize("unit", sorted(_GOLDEN))
-@pytest.mark.parametrize("fmt", ["bfloat16", "float8_e4m3fn"])
-def test_comb_units_in_amaranth_sim(unit, fmt, rng):
-    """Every corner pair plus random and boundary pairs through amaranth.sim."""
-    f = emu.format(fmt)
-    a, b = V.corner_pairs(f)
-    ra, rb = V.random_pairs(rng, f, 150)
-    ba, bb = V.BOUNDARIES[unit](rng, f, 150)
-    a, b = np.concatenate([a, ra, ba]), np.concatenate([b, rb, bb])
-    dut = rtl.make_unit(unit, f)
+def _amaranth_outputs(dut, operands) -> np.ndarray:
+    """``y`` of combinational ``dut`` for each operand set, through amaranth.sim."""
+    ports = [getattr(dut, o).as_value() for o in registry.OPERANDS[:len(operands)]]
     got = []
 
     async def bench(ctx):
-        for x, y in zip(a.tolist(), b.tolist()):
-            ctx.set(dut.a.as_value(), x)
-            ctx.set(dut.b.as_value(), y)
+        for values in zip(*(x.tolist() for x in operands)):
+            for p, v in zip(ports, values):
+                ctx.set(p, v)
             got.append(ctx.get(dut.y.as_value()))
 
     sim = Simulator(dut)
     sim.add_testbench(bench)
     sim.run()
-    want = emu.to_bits(_GOLDEN[unit](emu.from_bits(a, f), emu.from_bits(b, f), f), f)
-    ok = same_encoding(np.array(got), want, f)
-    assert ok.all(), [(hex(a[i]), hex(b[i]), hex(got[i]), hex(want[i])) for i in np.flatnonzero(~ok)[:5]]
+    return np.array(got)
+
+
+@pytest.mark.parametrize("unit", registry.comb_units())
+@pytest.mark.parametrize("fmt", ["bfloat16", "float8_e4m3fn"])
+def test_comb_units_in_amaranth_sim(unit, fmt, rng):
+    """Every corner operand set plus random and boundary ones through amaranth.sim,
+    against the unit's golden model (rtl.UNITS)."""
+    f, u = emu.format(fmt), rtl.UNITS[unit]
+    parts = [V.corner_operands(f, u.arity), V.random_operands(rng, f, 150, u.arity),
+             u.vectors(rng, f, 150)]
+    operands = [np.concatenate(p) for p in zip(*parts)]
+    got = _amaranth_outputs(rtl.make_unit(unit, f), operands)
+    want = emu.to_bits(u.golden(*(emu.from_bits(x, f) for x in operands), f), f)
+    ok = same_encoding(got, want, f)
+    assert ok.all(), [([hex(x[i]) for x in operands], hex(got[i]), hex(want[i]))
+                      for i in np.flatnonzero(~ok)[:5]]
+
+
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2", "float16"])
+def test_sqrt_every_encoding_in_amaranth_sim(fmt):
+    """The one unary unit on every encoding of its format (a float16 sweep: 65,536)."""
+    f = emu.format(fmt)
+    (x,) = V.exhaustive(f, 1)
+    got = _amaranth_outputs(rtl.PASqrt(f), [x])
+    want = emu.to_bits(emu.pa_sqrt(emu.from_bits(x, f), f), f)
+    ok = same_encoding(got, want, f)
+    assert ok.all(), [(hex(x[i]), hex(got[i]), hex(want[i])) for i in np.flatnonzero(~ok)[:5]]
 
 
 @pytest.mark.parametrize("stages", [1, 2, 3])

@@ -15,7 +15,7 @@ from sim.commands.minilm import SENTENCES, compare, embeddings
 @pytest.fixture(scope="module")
 def model():
     pytest.importorskip("sentence_transformers")
-    from sim.data import load_minilm
+    from workloads.data import load_minilm
     return load_minilm()
 
 

@@ -9,7 +9,7 @@ import emu
 import torch_bridge as tb
 import torch_bridge.functional as PF
 from conftest import assert_bits_equal
-from sim.models import build_model, example_inputs
+from workloads.models import build_model, example_inputs
 
 
 @pytest.fixture(autouse=True)

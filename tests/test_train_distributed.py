@@ -21,7 +21,7 @@ from conftest import assert_bits_equal
 from sim import train as T
 from sim import train_distributed as TD
 from sim.cli import main
-from sim.models import build_model
+from workloads.models import build_model
 
 CONFIG = tb.PAMConfig("bf16", backward={"loss": "exact"})      # every op group PA
 

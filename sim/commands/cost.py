@@ -9,7 +9,7 @@ from sim.cli import fail, format_arg, int_in, output_file
 
 def register(sub):
     from costs.analytic import MEMORY_LEVELS, PAM_RULES
-    from costs.step import MODELS
+    from costs.step import step_models
     from sim.train import MAX_BATCH
     p = sub.add_parser("cost", help="energy/area of PAM vs float per op and per MAC, or per "
                                     "training step of a model (--model)")
@@ -20,7 +20,7 @@ def register(sub):
     p.add_argument("--rule", choices=PAM_RULES, default="paper",
                    help="how PAM is priced: 'paper' = 2 full-width int adds (App. B), "
                         "'adders' = (E+M)-bit + E-bit int adds only (default paper)")
-    p.add_argument("--model", choices=MODELS,
+    p.add_argument("--model", choices=step_models(),
                    help="price one training step (forward+backward+AdamW) of this model")
     p.add_argument("--batch", type=int_in(1, MAX_BATCH), default=32,
                    help=f"batch size for --model, at most {MAX_BATCH} (default 32)")

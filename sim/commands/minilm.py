@@ -143,7 +143,7 @@ def run(args) -> int:
     fmts = args.fmts
     op_sets = ({"+".join(o for o in tb.OPS if o in s): s for s in args.ops} if args.ops
                else OP_SETS)
-    from sim.data import load_minilm
+    from workloads.data import load_minilm
     model = load_minilm()
     sentences = SENTENCES[:args.sentences]
     print(f"pamsim minilm: all-MiniLM-L6-v2, {len(sentences)} sentences, cosine similarity "

@@ -32,12 +32,12 @@ def ops_arg(text: str) -> frozenset:
 
 def add_spec_arguments(p, epochs_default: int):
     """The options every training command shares (data, model, schedule, threads)."""
-    from sim.models import HEADS
-    from sim.train import DATASETS, MAX_BATCH, MAX_DEPTH, MAX_DIM, MODELS
+    from sim.train import DATASETS, MAX_BATCH, MAX_DEPTH, MAX_DIM
+    from workloads.models import HEADS, MODELS
     p.add_argument("--data", choices=DATASETS, default="digits",
                    help="digits (sklearn 8x8, default), mnist (5,000-image subset) or text "
                         "(KJV characters)")
-    p.add_argument("--model", choices=MODELS, default="",
+    p.add_argument("--model", choices=list(MODELS), default="",
                    help="default: mlp for digits, vit for mnist, charlm for text")
     p.add_argument("--epochs", type=positive_int, default=epochs_default)
     p.add_argument("--batch-size", type=int_in(1, MAX_BATCH), default=64,

@@ -6,19 +6,20 @@ import time
 import emu
 from sim.cli import fail, format_arg, int_in, nonneg_int, positive_int
 
-UNITS = ("mul", "div", "add", "fmul", "mac", "array")
-
 
 def register(sub):
+    from rtl import UNITS
     from sim.rtl_sim import MAX_VECTORS
+    comb = "/".join(n for n, u in UNITS.items() if u.kind == "comb")
+    stream = "/".join(n for n, u in UNITS.items() if u.kind == "stream")
     p = sub.add_parser(
         "verify", help="check a simulated rtl unit against emu bit for bit (vectors/s, mismatches)",
-        description="mul/div/add/fmul: corner, boundary and random operand pairs (every pair "
-                    "for 8-bit formats); mac/array: a random matrix product with specials "
+        description=f"{comb}: corner, boundary and random operands (every operand set "
+                    f"for 8-bit formats); {stream}: a random matrix product with specials "
                     "through sim.rtl_matmul, compared with emu.pam_matmul.  Exit status: 0 "
                     "every result agrees, 1 MISMATCH (the RTL disagrees with emu), 2 bad "
                     "arguments, 3 the simulation harness failed (no verdict on the RTL).")
-    p.add_argument("--unit", choices=UNITS, help="which unit (required unless --prebuild)")
+    p.add_argument("--unit", choices=list(UNITS), help="which unit (required unless --prebuild)")
     p.add_argument("--fmt", type=format_arg, default=emu.bfloat16,
                    help="operand format (default bf16)")
     p.add_argument("--acc", type=format_arg, default=emu.float32,
@@ -40,15 +41,17 @@ def _rate(n, seconds):
 
 
 def run(args) -> int:
+    from rtl import UNITS
     from sim import rtl_sim
     if args.prebuild:
         return _prebuild(args)
     if args.unit is None:
         return fail(args, "--unit is required (one of " + ", ".join(UNITS) + ")")
+    comb = UNITS[args.unit].kind == "comb"
     t0 = time.perf_counter()
     try:
         sim = rtl_sim.default_simulator() if args.sim is None else rtl_sim.check_simulator(args.sim)
-        if args.unit in rtl_sim.COMB_UNITS:
+        if comb:
             reports = rtl_sim.verify_unit(args.unit, args.fmt, args.vectors, sim=sim,
                                           seed=args.seed)
         else:
@@ -64,7 +67,7 @@ def run(args) -> int:
               f"on the RTL\n{exc}", file=sys.stderr)
         return 3
     wall = time.perf_counter() - t0
-    if args.unit in rtl_sim.COMB_UNITS:
+    if comb:
         print(f"pamsim verify --unit {args.unit} --fmt {args.fmt.name} ({sim})")
         print(f"{'vectors':>10}  {'kind':<12} {'mismatches':>10}  {'simulated':>12}  {'checked':>12}")
         for r in reports:
@@ -77,7 +80,7 @@ def run(args) -> int:
               f"(cocotb driving and reading included), {_rate(n, wall)} end to end "
               f"({wall:.1f} s incl. build check, simulator start and emu)")
         if args.fmt.width <= 8:
-            print(f"(8-bit format: every one of the {n:,} operand pairs, --vectors ignored)")
+            print(f"(8-bit format: every one of the {n:,} operand sets, --vectors ignored)")
     else:
         m, k, n = stats["shape"]
         bad = stats["mismatches"]

@@ -7,7 +7,7 @@ from sim.cli import format_arg, output_file, positive_int
 
 def register(sub):
     import rtl
-    units = ", ".join(f"{k} ({d})" for k, (_, d) in rtl.UNITS.items())
+    units = ", ".join(f"{k} ({u.description})" for k, u in rtl.UNITS.items())
     p = sub.add_parser("verilog", help="write synthesizable Verilog of an rtl unit",
                        description=f"Units: {units}.")
     p.add_argument("--unit", required=True, choices=sorted(rtl.UNITS), help="which unit")

@@ -17,8 +17,9 @@ from cocotb.clock import Clock
 from cocotb.triggers import Timer
 
 import emu
+from rtl import registry
+from rtl import vectors as V
 from sim.rtl_sim import CLOCK_NS, Harness
-from sim.tb import vectors as V
 
 __all__ = ["harness", "params", "job_path", "write_report", "pack", "unpack", "same_encoding",
            "comb_kinds", "comb_vectors", "CombTB", "StreamTB", "ElementStream", "prefix_sums",
@@ -87,34 +88,21 @@ def same_encoding(got, want, fmt) -> np.ndarray:
 
 
 def comb_kinds() -> list[str]:
-    """Vector kinds of a combinational bench: every pair for 8-bit formats, else
-    corners (all pairs of special encodings), boundaries (the unit's stress
-    constructions) and uniform random encodings."""
+    """Vector kinds of a combinational bench for the harness's format
+    (rtl.registry.comb_kinds)."""
     spec = os.environ.get("PAMSIM_HARNESS")
     if not spec:                                      # imported outside a simulation
         return []
-    if emu.format(Harness.from_json(spec).fmt).width <= 8:
-        return ["exhaustive"]
-    return ["corners", "boundaries", "random"]
+    return registry.comb_kinds(Harness.from_json(spec).fmt)
 
 
 def comb_vectors(unit: str, kind: str):
-    """Operand encodings of ``kind`` for ``unit``.  Parameters: ``vectors`` (total
-    of corners + boundaries + random, default 100,000; the rest after the corners
-    split evenly between boundaries and random), ``seed``."""
+    """Operand encodings of ``kind`` for ``unit`` (rtl.registry.comb_operands).
+    Parameters: ``vectors`` (total of corners + boundaries + random, default 100,000),
+    ``seed``."""
     p = params()
-    f = emu.format(harness().fmt)
-    if kind == "exhaustive":
-        return V.exhaustive(f)
-    corners = V.corner_pairs(f)
-    if kind == "corners":
-        return corners
-    rest = max(int(p.get("vectors", 100_000)) - corners[0].size, 2)
-    rng = np.random.default_rng([int(p.get("seed", 0)), sorted(V.BOUNDARIES).index(unit),
-                                 ("boundaries", "random").index(kind)])
-    if kind == "boundaries":
-        return V.BOUNDARIES[unit](rng, f, rest // 2)
-    return V.random_pairs(rng, f, rest - rest // 2)
+    return registry.comb_operands(unit, harness().fmt, kind, int(p.get("vectors", 100_000)),
+                         int(p.get("seed", 0)))
 
 
 def _examples(mask, *columns):
@@ -149,65 +137,67 @@ class _SlotTB:
 
 
 class CombTB(_SlotTB):
-    """One combinational unit of the harness (ports ``<unit>_a``, ``<unit>_b``,
-    ``<unit>_y``): each step applies and captures ``slots`` operand pairs."""
+    """One combinational unit of the harness (ports ``<unit>_<operand>`` for its
+    operands ``a`` [, ``b``] and ``<unit>_y``): each step applies and captures
+    ``slots`` operand sets."""
 
     unit = ""
 
     def __init__(self, dut):
         super().__init__(dut)
         self.fmt = emu.format(self.h.fmt)
-        self.ports_a = [getattr(dut, p) for p in self.h.lane_ports(f"{self.unit}_a")]
-        self.ports_b = [getattr(dut, p) for p in self.h.lane_ports(f"{self.unit}_b")]
+        self.operands = registry.OPERANDS[:registry.UNITS[self.unit].arity]
+        self.ports_in = [[getattr(dut, p) for p in self.h.lane_ports(f"{self.unit}_{o}")]
+                         for o in self.operands]
         self.ports_y = [getattr(dut, p) for p in self.h.lane_ports(f"{self.unit}_y")]
 
-    def golden(self, a, b):
-        """Expected output encodings for operand encodings ``a``, ``b`` (subclasses)."""
-        raise NotImplementedError
-
-    def _emu(self, op, a, b, **kw):
+    def golden(self, *operands):
+        """Expected output encodings for operand encodings ``operands``: the unit's
+        registry golden model (rtl.UNITS) on their values."""
         f = self.fmt
-        return emu.to_bits(op(emu.from_bits(a, f), emu.from_bits(b, f), f, **kw), f)
+        op = registry.UNITS[self.unit].golden
+        return emu.to_bits(op(*(emu.from_bits(x, f) for x in operands), f), f)
 
-    async def apply(self, a, b) -> np.ndarray:
-        """Outputs for operand encodings ``a``, ``b``: each step fills every slot of
+    async def apply(self, *operands) -> np.ndarray:
+        """Outputs for operand encodings ``operands``: each step fills every slot of
         every lane (lane l takes slots l*C .. l*C + C-1 of the step)."""
-        n, N, C, K, w = len(a), self.slots, self.h.cycles, self.h.lanes, self.fmt.width
+        n, N, C, K, w = len(operands[0]), self.slots, self.h.cycles, self.h.lanes, self.fmt.width
         steps = -(-n // N)
         pad = np.zeros(steps * N - n, np.uint32)
-        a, b = np.concatenate([a, pad]), np.concatenate([b, pad])
+        operands = [np.concatenate([x, pad]) for x in operands]
         out = []
         for s0 in range(0, steps, _CHUNK):
             lo, hi = s0 * N, (s0 + _CHUNK) * N
             # one string per (step, lane): pack treats a lane's C slots as one row
-            sa, sb = pack([(a[lo:hi], w)], C), pack([(b[lo:hi], w)], C)
-            for s in range(len(sa) // K):
-                for l in range(K):
-                    self.ports_a[l].value = sa[s * K + l]
-                    self.ports_b[l].value = sb[s * K + l]
+            strings = [pack([(x[lo:hi], w)], C) for x in operands]
+            for s in range(len(strings[0]) // K):
+                for ports, st in zip(self.ports_in, strings):
+                    for l in range(K):
+                        ports[l].value = st[s * K + l]
                 await self.step()
                 out += [str(p.value) for p in self.ports_y]
         return unpack(out, [w], C)[0][:n]
 
-    async def check(self, kind: str, a, b) -> None:
-        """Apply ``a``, ``b``, compare every output with :meth:`golden`, report, assert."""
-        a = np.asarray(a, np.uint32)
-        b = np.asarray(b, np.uint32)
+    async def check(self, kind: str, *operands) -> None:
+        """Apply ``operands``, compare every output with :meth:`golden`, report, assert."""
+        operands = [np.asarray(x, np.uint32) for x in operands]
         await self.start()
         t0 = time.perf_counter()
-        got = await self.apply(a, b)
+        got = await self.apply(*operands)
         t1 = time.perf_counter()
-        want = self.golden(a, b)
+        want = self.golden(*operands)
         ok = same_encoding(got, want, self.fmt)
         t2 = time.perf_counter()
+        n = int(operands[0].size)
         entry = {"test": f"{self.unit}-{self.fmt.name}-{kind}", "unit": self.unit,
-                 "fmt": self.fmt.name, "kind": kind, "vectors": int(a.size),
+                 "fmt": self.fmt.name, "kind": kind, "vectors": n,
                  "mismatches": int((~ok).sum()), "seconds": t2 - t0, "sim_seconds": t1 - t0,
                  "slots": self.slots,
-                 "examples": _examples(ok, ("a", a), ("b", b), ("rtl", got), ("emu", want))}
+                 "examples": _examples(ok, *zip(self.operands, operands), ("rtl", got),
+                                       ("emu", want))}
         write_report(entry)
         assert entry["mismatches"] == 0, (
-            f"{entry['mismatches']} of {a.size} outputs differ from emu: {entry['examples']}")
+            f"{entry['mismatches']} of {n} outputs differ from emu: {entry['examples']}")
 
 
 class StreamTB(_SlotTB):

@@ -14,8 +14,8 @@ import cocotb
 import numpy as np
 
 import emu
+from rtl import vectors as V
 from sim.tb import driver
-from sim.tb import vectors as V
 
 FLOWS = {"back_to_back": 0.0, "random_gaps": 0.35}
 

@@ -1,19 +1,23 @@
-"""Test vectors for the RTL benches, as format encodings (uint32, low ``width`` bits).
+"""Test vectors for the RTL units, as format encodings (uint32, low ``width`` bits).
 
-Exhaustive where small (every operand pair of an 8-bit format), corner and boundary
+Exhaustive where small (every operand set of an 8-bit format), corner and boundary
 constructions plus uniform random where large.  Every generator takes a numpy
-``Generator`` so a seed reproduces a run.  Shared by the cocotb benches (sim/tb)
-and ``pamsim verify``.
+``Generator`` so a seed reproduces a run; :func:`unit_rng` seeds a unit's vectors from
+its name.  Each combinational unit's stress construction is its ``vectors`` entry in
+the registry (rtl/registry.py).  Shared by the cocotb benches (sim/tb), ``pamsim
+verify`` and the tests.
 """
 from __future__ import annotations
+
+import zlib
 
 import numpy as np
 
 import emu
 
-__all__ = ["exhaustive", "special_encodings", "corner_pairs", "random_pairs",
-           "pam_boundary_pairs", "add_pairs", "fmul_pairs", "BOUNDARIES", "nan_mask",
-           "random_values", "dot_operands"]
+__all__ = ["exhaustive", "special_encodings", "corner_operands", "random_operands",
+           "unit_rng", "pam_boundary_pairs", "add_pairs", "fmul_pairs", "sqrt_operands",
+           "nan_mask", "random_values", "dot_operands"]
 
 
 def _f(fmt) -> emu.Format:
@@ -25,13 +29,19 @@ def _enc(sign, exp, man, fmt: emu.Format) -> np.ndarray:
     return ((sign << (fmt.width - 1)) | (exp << fmt.man_bits) | man).astype(np.uint32)
 
 
-def exhaustive(fmt):
-    """Every ordered pair of encodings (``2^(2 width)`` pairs; width <= 8 only)."""
+def _all_sets(codes: np.ndarray, arity: int):
+    """Every ordered ``arity``-tuple of ``codes``, as ``arity`` arrays (first varies slowest)."""
+    idx = np.indices((codes.size,) * arity).reshape(arity, -1)
+    return tuple(codes[i] for i in idx)
+
+
+def exhaustive(fmt, arity: int = 2):
+    """Every operand set of ``arity`` encodings: ``2^(arity width)``, at most 2^16."""
     f = _f(fmt)
-    if f.width > 8:
-        raise ValueError(f"exhaustive pairs need a format of width <= 8, {f.name} has {f.width}")
-    codes = np.arange(1 << f.width, dtype=np.uint32)
-    return np.repeat(codes, codes.size), np.tile(codes, codes.size)
+    if arity * f.width > 16:
+        raise ValueError(f"exhaustive operands need arity * width <= 16, {f.name} has width "
+                         f"{f.width} and arity={arity}")
+    return _all_sets(np.arange(1 << f.width, dtype=np.uint32), arity)
 
 
 def special_encodings(fmt) -> np.ndarray:
@@ -51,17 +61,26 @@ def special_encodings(fmt) -> np.ndarray:
     return np.concatenate([mags, mags | (1 << (f.width - 1))]).astype(np.uint32)
 
 
-def corner_pairs(fmt):
-    """All ordered pairs of :func:`special_encodings`."""
-    s = special_encodings(fmt)
-    return np.repeat(s, s.size), np.tile(s, s.size)
+def corner_operands(fmt, arity: int = 2):
+    """All ordered operand sets of :func:`special_encodings`."""
+    return _all_sets(special_encodings(fmt), arity)
 
 
-def random_pairs(rng, fmt, n: int):
-    """Uniformly random encodings (every class in its natural proportion)."""
+def random_operands(rng, fmt, n: int, arity: int = 2):
+    """``arity`` arrays of ``n`` uniformly random encodings (every class in its natural
+    proportion)."""
     f = _f(fmt)
-    return (rng.integers(0, 1 << f.width, n, dtype=np.uint64).astype(np.uint32),
-            rng.integers(0, 1 << f.width, n, dtype=np.uint64).astype(np.uint32))
+    return tuple(rng.integers(0, 1 << f.width, n, dtype=np.uint64).astype(np.uint32)
+                 for _ in range(arity))
+
+
+def unit_rng(seed: int, unit: str, stream: str) -> np.random.Generator:
+    """The random generator of ``unit``'s vectors of kind ``stream``: seeded by ``seed``
+    and CRC-32s of the two names, so a unit's vectors depend on its name alone (adding,
+    removing or renaming another unit changes nothing; ``hash()`` of a str would
+    change per process)."""
+    return np.random.default_rng([int(seed), zlib.crc32(unit.encode()),
+                                  zlib.crc32(stream.encode())])
 
 
 def _rand_man(rng, f, n):
@@ -144,13 +163,17 @@ def fmul_pairs(rng, fmt, n: int):
             _enc(_rand_sign(rng, n), eb, _rand_man(rng, f, n), f))
 
 
-#: boundary generator per combinational unit
-BOUNDARIES = {
-    "mul": lambda rng, fmt, n: pam_boundary_pairs(rng, fmt, n, "mul"),
-    "div": lambda rng, fmt, n: pam_boundary_pairs(rng, fmt, n, "div"),
-    "add": add_pairs,
-    "fmul": fmul_pairs,
-}
+def sqrt_operands(rng, fmt, n: int):
+    """Square-root stress, as a 1-tuple: normal operands at both ends of the exponent
+    range and around 1 (exponents of both parities, mantissas of both parities, so
+    half the roots are exact ties), plus a tenth negative (NaN) operands."""
+    f = _f(fmt)
+    emax_field = f.max_encoding >> f.man_bits
+    ends = np.concatenate([np.arange(1, 4), np.arange(f.bias - 2, f.bias + 3),
+                           np.arange(emax_field - 2, emax_field + 1)])
+    e = np.clip(rng.choice(ends, n), 1, emax_field)
+    sign = (rng.random(n) < 0.1).astype(np.int64)
+    return (_enc(sign, e, _rand_man(rng, f, n), f),)
 
 
 def nan_mask(bits, fmt) -> np.ndarray:

@@ -1,0 +1,132 @@
+"""The registry of RTL units: one :class:`Unit` entry per unit, and everything named
+after units derives from it — ``rtl.make_unit``, the ``--unit`` choices of ``pamsim
+verilog``, ``pamsim verify`` and ``pamsim fpga``, the simulator harnesses and cocotb
+runs of sim.rtl_sim, costs.units and the parametrised tests.  Adding a unit is its
+component, one entry here and its cocotb bench (CONTRIBUTING.md, "Adding an RTL unit").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable
+
+import emu
+
+from . import vectors as V
+from .ieee import FloatAdder, FloatMultiplier
+from .mac import PAMDotArray, PAMMac
+from .pa import PADivider, PAMMultiplier, PASqrt
+
+__all__ = ["Unit", "UNITS", "OPERANDS", "comb_units", "comb_kinds", "comb_operands"]
+
+#: input ports of a combinational unit of each arity (output: ``y``)
+OPERANDS = ("a", "b")
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One RTL unit.
+
+    ``name``: its ``--unit`` name.  ``cls``: the Amaranth component.  ``kind``:
+    ``"comb"`` (combinational, ports ``OPERANDS[:arity]`` and ``y``, one result per
+    operand set; ``cls.kind`` names its Verilog module ``{cls.kind}_{fmt}``) or
+    ``"stream"`` (clocked, stream in/out, checked by matrix products).
+    ``arity``: operands per result (comb) or per stream element.  ``bench``: the cocotb
+    test module (sim/tb) that checks it against emu.  ``golden``: comb only, the emu
+    operation it equals, called ``golden(*operands, fmt)`` on values of ``fmt``.
+    ``vectors``: comb only, its stress construction ``vectors(rng, fmt, n)`` -> ``arity``
+    arrays of encodings (rtl/vectors.py).  ``options``: the keyword options
+    :func:`rtl.make_unit` accepts beyond ``fmt``, with their defaults, passed to
+    ``build`` (default: ``cls(fmt)``).
+    """
+    name: str
+    cls: type
+    description: str
+    kind: str
+    arity: int
+    bench: str
+    golden: Callable | None = None
+    vectors: Callable | None = None
+    options: dict = field(default_factory=dict)
+    build: Callable | None = None
+
+    def __post_init__(self):
+        if self.kind not in ("comb", "stream"):
+            raise ValueError(f"unit {self.name!r}: kind={self.kind!r}; expected 'comb' or "
+                             "'stream'")
+        if self.kind == "comb" and (self.golden is None or self.vectors is None
+                                    or self.arity not in range(1, len(OPERANDS) + 1)):
+            raise ValueError(f"combinational unit {self.name!r} needs a golden model, a "
+                             f"vector generator and an arity in 1..{len(OPERANDS)}")
+
+    def make(self, fmt, **options):
+        """The component for ``fmt``; ``options`` (a subset of :attr:`options`) override
+        the defaults."""
+        kw = {**self.options, **options}
+        return (self.build or self.cls)(fmt, **kw)
+
+
+def _mac(fmt, acc, stages):
+    return PAMMac(fmt, acc, stages)
+
+
+def _array(fmt, rows, cols, acc, stages):
+    return PAMDotArray(rows, cols, fmt, acc, stages)
+
+
+UNITS: dict[str, Unit] = {u.name: u for u in (
+    Unit("mul", PAMMultiplier, "PAM multiplier (combinational)", "comb", 2,
+         "sim.tb.test_pam_multiplier", emu.pam_mul, partial(V.pam_boundary_pairs, op="mul")),
+    Unit("div", PADivider, "PA divider (combinational)", "comb", 2,
+         "sim.tb.test_pa_divider", emu.pa_div, partial(V.pam_boundary_pairs, op="div")),
+    Unit("sqrt", PASqrt, "PA square root (combinational)", "comb", 1,
+         "sim.tb.test_pa_sqrt", emu.pa_sqrt, V.sqrt_operands),
+    Unit("add", FloatAdder, "IEEE adder, RNE, subnormals kept (combinational)", "comb", 2,
+         "sim.tb.test_float_adder", emu.fp_add, V.add_pairs),
+    Unit("fmul", FloatMultiplier, "IEEE multiplier, RNE, subnormals flushed (combinational)",
+         "comb", 2, "sim.tb.test_float_multiplier", partial(emu.fp_mul, subnormals=False),
+         V.fmul_pairs),
+    Unit("mac", PAMMac, "pipelined PAM multiply-accumulate (stream in/out)", "stream", 2,
+         "sim.tb.test_pam_mac", options={"acc": "float32", "stages": 2}, build=_mac),
+    Unit("array", PAMDotArray, "rows x cols grid of PAM MACs computing a tile of A.B",
+         "stream", 2, "sim.tb.test_pam_dot_array",
+         options={"rows": 4, "cols": 4, "acc": "float32", "stages": 2}, build=_array),
+)}
+
+
+def comb_units() -> tuple[str, ...]:
+    """Names of the combinational units, in registry order."""
+    return tuple(n for n, u in UNITS.items() if u.kind == "comb")
+
+
+def comb_kinds(fmt) -> list[str]:
+    """Vector kinds of a combinational bench: every operand set for 8-bit formats,
+    else corners (all sets of special encodings), boundaries (the unit's stress
+    construction) and uniform random encodings."""
+    return ["exhaustive"] if emu.format(fmt).width <= 8 else ["corners", "boundaries", "random"]
+
+
+_KINDS = ("exhaustive", "corners", "boundaries", "random")
+
+
+def comb_operands(unit: str, fmt, kind: str, vectors: int = 100_000, seed: int = 0):
+    """Operand encodings (``arity`` arrays) of ``kind`` for combinational ``unit``.
+
+    ``vectors``: total of corners + boundaries + random; what the corners leave splits
+    evenly between boundaries and random.  Random draws come from
+    :func:`rtl.vectors.unit_rng`, so they depend on ``seed`` and the unit's name only.
+    """
+    u = UNITS[unit]
+    f = emu.format(fmt)
+    if kind not in _KINDS:
+        raise ValueError(f"kind={kind!r}; expected one of {_KINDS}")
+    if kind == "exhaustive":
+        return V.exhaustive(f, u.arity)
+    corners = V.corner_operands(f, u.arity)
+    if kind == "corners":
+        return corners
+    rest = max(int(vectors) - corners[0].size, 2)
+    rng = V.unit_rng(seed, unit, kind)
+    if kind == "boundaries":
+        return u.vectors(rng, f, rest // 2)
+    return V.random_operands(rng, f, rest - rest // 2, u.arity)
