@@ -92,11 +92,15 @@ def test_stored_errors_are_honest_and_shrink(name):
 
 
 def test_regenerated_fits_equal_the_stored_ones():
+    """The fit (scipy's Nelder-Mead and HiGHS) is not bit-reproducible across hosts or
+    changes in f's last bits (docs/semantics.md, 6): knots and values agree to 1e-9
+    (measured: <= 2.7e-10 after f's definitions changed), and the sup error, |PA - f|
+    at an equioscillation point, moves one for one with the values: the same 1e-9."""
     for name in PA_ACTIVATIONS:
         t, ref = fit_pa(name, 2), stored_pa()[(name, 2)]
         np.testing.assert_allclose(t.knots, ref.knots, rtol=0, atol=1e-9)
         np.testing.assert_allclose(t.values, ref.values, rtol=0, atol=1e-9)
-        assert t.max_error == pytest.approx(ref.max_error, rel=1e-9)
+        assert t.max_error == pytest.approx(ref.max_error, rel=0, abs=1e-9)
 
 
 def test_torch_path_equals_numba_path():
