@@ -42,7 +42,7 @@ in place; below acc's smallest normal (E < 8) ``(|v| + c) - c`` with c = 2^(emin
 a magnitude above max overflows and NaN becomes the canonical NaN.
 
 The loops run the spec's order: each output folds k = 0..K-1 in increasing order from
-+0.0; vectorised over the 16 or 32 columns of a packed panel of B, register-blocked
++0.0; vectorised over JW columns of B (a long loop: no per-row overhead), blocked
 over QR rows, parallel over (batch, row block, column block) tasks.  Products use the
 tile modes of emu/_tiles.py: CLEAN (one wrapping add, as in the float32 kernel),
 ZEROS (MASKED and SKIP blocks: a zero/subnormal operand gives the signed zero, which
@@ -57,7 +57,7 @@ from numba.extending import intrinsic, register_jitable
 from . import _kernels as K
 from . import _scalar as S
 from . import _tiles
-from ._kernels import KG, MB, NB, PW, QR, as_f32
+from ._kernels import KG, MB, NB, QR, as_f32
 from ._numba_cache import drop_stale
 from ._tiles import CLEAN, GENERAL, tile_mode
 
@@ -67,8 +67,9 @@ def _cache_probe():
     return 0
 
 
-drop_stale(_cache_probe, __file__, S.__file__, _tiles.__file__, K.__file__,
-           config=f"pw={PW},qr={QR}")
+drop_stale(_cache_probe, __file__, S.__file__, _tiles.__file__, K.__file__, config=f"qr={QR}")
+
+JW = 256        # columns per vectorised loop: QR rows of JW accumulators stay in L1
 
 _SIGN = np.int32(-0x80000000)
 _ABS = np.int32(S.ABS32)
@@ -186,54 +187,55 @@ def _make(sticky, e8):
         sh, half, keep, amn, amx, ovf, ovf_sign, csub = ac
         return step_fin(x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub)
 
+    # Each loop: for k in [k0, k0 + nk), for each of the QR rows, acc[r, :jw] <- step(
+    # acc[r, :jw], a[r, k] ·̂ B[k, j0:j0 + jw]); the long column loop vectorises.
     @register_jitable
-    def run_clean(accf, bpf, af, ao, Kd, k0, nk, ac):
-        for kk in range(nk):
-            bk = (k0 + kk) * PW
+    def run_clean(acc, A, B, i0, j0, jw, k0, nk, ac):
+        for k in range(k0, k0 + nk):
+            brow = B[k, j0:j0 + jw]       # indexed from 0: no wraparound code
             for r in range(QR):
-                av = af[ao + r * Kd + k0 + kk]
-                ro = r * PW
-                for j in range(PW):
-                    accf[ro + j] = step_finite(accf[ro + j], np.int32(av + bpf[bk + j]), ac)
+                am = np.int32(A[i0 + r, k] - _ONE)      # a ·̂ b = (a - ONE32) + b mod 2^32
+                ar = acc[r]
+                for j in range(jw):
+                    ar[j] = step_finite(ar[j], np.int32(am + brow[j]), ac)
 
     @register_jitable
-    def run_zeros(accf, bpf, af, ao, Kd, k0, nk, fmn, ac):
-        for kk in range(nk):
-            bk = (k0 + kk) * PW
+    def run_zeros(acc, A, B, i0, j0, jw, k0, nk, fmn, ac):
+        for k in range(k0, k0 + nk):
+            brow = B[k, j0:j0 + jw]       # indexed from 0: no wraparound code
             for r in range(QR):
-                av = af[ao + r * Kd + k0 + kk]
+                av = A[i0 + r, k]
+                am = np.int32(av - _ONE)
                 za = (av & _ABS) < fmn
-                ro = r * PW
-                for j in range(PW):
-                    b = np.int32(bpf[bk + j] + _ONE)
-                    y = np.int32(av + bpf[bk + j])
-                    y = np.int32((av ^ b) & _SIGN) if (za | ((b & _ABS) < fmn)) else y
-                    accf[ro + j] = step_finite(accf[ro + j], y, ac)
+                ar = acc[r]
+                for j in range(jw):
+                    b = brow[j]
+                    y = np.int32((av ^ b) & _SIGN) if (za | ((b & _ABS) < fmn)) \
+                        else np.int32(am + b)
+                    ar[j] = step_finite(ar[j], y, ac)
 
     @register_jitable
-    def run_general(accf, bpf, af, ao, Kd, k0, nk, fmn, fmx, fovf, ac):
-        for kk in range(nk):
-            bk = (k0 + kk) * PW
+    def run_general(acc, A, B, i0, j0, jw, k0, nk, fmn, fmx, fovf, ac):
+        for k in range(k0, k0 + nk):
+            brow = B[k, j0:j0 + jw]       # indexed from 0: no wraparound code
             for r in range(QR):
-                av = np.int64(af[ao + r * Kd + k0 + kk])
-                ro = r * PW
-                for j in range(PW):
-                    b = np.int64(np.int32(bpf[bk + j] + _ONE))
-                    accf[ro + j] = step(accf[ro + j], _pam(av, b, fmn, fmx, fovf), ac)
+                av = np.int64(A[i0 + r, k])
+                ar = acc[r]
+                for j in range(jw):
+                    ar[j] = step(ar[j], _pam(av, np.int64(brow[j]), fmn, fmx, fovf), ac)
 
     @njit(parallel=True, cache=True)
-    def kernel(A, sta, Bp, stb, ia, ib, C, fc, ac):
+    def kernel(A, sta, B, stb, ia, ib, C, fc, ac):
         """C (nout, M, N) int32 patterns from A (nA, Mq, K) patterns (rows padded to a
-        multiple of QR), Bp the panels of K.matmul_prepare_b and both statistics."""
+        multiple of QR), B (nB, K, N) patterns and the statistics of
+        K.matmul_prepare_a/_b (per QR rows / NB columns, and KG k)."""
         nout, M, N = C.shape
         Kd = A.shape[2]
         nq = A.shape[1] // QR
         ng = (Kd + KG - 1) // KG
-        npan = Bp.shape[1]
         qt = MB // QR
-        pt = NB // PW
         nti = (nq + qt - 1) // qt
-        ntj = (npan + pt - 1) // pt
+        ntj = (N + NB - 1) // NB
         fmn = np.int32(fc.minnorm32)
         fmx = np.int64(fc.max32)
         fovf = np.int64(fc.ovf32)
@@ -243,26 +245,23 @@ def _make(sticky, e8):
             bj = t % ntj
             ba = ia[bo]
             bb = ib[bo]
-            q0 = bi * qt
-            nql = min(nq, q0 + qt) - q0
-            p0 = bj * pt
-            npl = min(npan, p0 + pt) - p0
-            acc = np.zeros(QR * PW, np.int32)
-            af = A[ba].reshape(-1)
-            for p in range(npl):
-                bpf = Bp[bb, p0 + p].reshape(-1)
-                for q in range(nql):
+            Ab = A[ba]
+            Bb = B[bb]
+            acc = np.zeros((QR, JW), np.int32)
+            for q in range(bi * qt, min(nq, bi * qt + qt)):
+                i0 = q * QR
+                for j0 in range(bj * NB, min(N, bj * NB + NB), JW):
+                    jw = min(JW, N - j0)
                     acc[:] = 0
-                    ao = (q0 + q) * QR * Kd
                     g = 0
                     while g < ng:
-                        sa = sta[ba, q0 + q, g]
+                        sa = sta[ba, q, g]
                         sb = stb[bb, bj, g]
                         m = tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc)
                         # a run of groups in the same mode is one loop
                         g1 = g + 1
                         while g1 < ng:
-                            sa = sta[ba, q0 + q, g1]
+                            sa = sta[ba, q, g1]
                             sb = stb[bb, bj, g1]
                             if tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc) != m:
                                 break
@@ -270,18 +269,14 @@ def _make(sticky, e8):
                         k0 = g * KG
                         nk = min(Kd, g1 * KG) - k0
                         if m == CLEAN:
-                            run_clean(acc, bpf, af, ao, Kd, k0, nk, ac)
+                            run_clean(acc, Ab, Bb, i0, j0, jw, k0, nk, ac)
                         elif m == GENERAL:
-                            run_general(acc, bpf, af, ao, Kd, k0, nk, fmn, fmx, fovf, ac)
+                            run_general(acc, Ab, Bb, i0, j0, jw, k0, nk, fmn, fmx, fovf, ac)
                         else:
-                            run_zeros(acc, bpf, af, ao, Kd, k0, nk, fmn, ac)
+                            run_zeros(acc, Ab, Bb, i0, j0, jw, k0, nk, fmn, ac)
                         g = g1
-                    for r in range(QR):
-                        i = (q0 + q) * QR + r
-                        if i < M:
-                            j0 = (p0 + p) * PW
-                            for j in range(min(PW, N - j0)):
-                                C[bo, i, j0 + j] = acc[r * PW + j]
+                    for r in range(min(QR, M - i0)):
+                        C[bo, i0 + r, j0:j0 + jw] = acc[r, :jw]
 
     return kernel
 
@@ -308,6 +303,6 @@ def _pam(a, b, mn, mx, ovf):
 _KERNELS = {(sticky, e8): _make(sticky, e8) for sticky in (False, True) for e8 in (False, True)}
 
 
-def matmul_narrow(A, sta, Bp, stb, ia, ib, C, fc, fca, sticky):
+def matmul_narrow(A, sta, B, stb, ia, ib, C, fc, fca, sticky):
     """PAM matmul accumulating in ``fca`` (fast_path(fca)); ``sticky`` from needs_sticky."""
-    _KERNELS[sticky, fca.exp_bits == 8](A, sta, Bp, stb, ia, ib, C, fc, acc_consts(fca))
+    _KERNELS[sticky, fca.exp_bits == 8](A, sta, B, stb, ia, ib, C, fc, acc_consts(fca))

@@ -38,10 +38,10 @@ def narrow(A, B, fmt, acc, sticky):
     m, k = a.shape
     a = np.concatenate([a, np.zeros((-m % K.QR, k), np.int32)])[None]
     _, sta = K.matmul_prepare_a(a, fmt.consts)
-    bp, _, stb = K.matmul_prepare_b(b, fmt.consts)
+    _, _, stb = K.matmul_prepare_b(b, fmt.consts)
     c = np.empty((1, m, B.shape[1]), np.float32)
     z = np.zeros(1, np.int64)
-    KA.matmul_narrow(a, sta, bp, stb, z, z, c.view(np.int32), fmt.consts, acc.consts, sticky)
+    KA.matmul_narrow(a, sta, b, stb, z, z, c.view(np.int32), fmt.consts, acc.consts, sticky)
     return c[0]
 
 
