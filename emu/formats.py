@@ -18,7 +18,7 @@ Derived: ``has_neg_zero`` (not fnuz, signed) and ``saturates`` (no inf and no Na
 overflow can only give ±max).  Exponent field 0 holds zero and subnormals (except
 for the unsigned scale type).  Every value of every format is a float32 value (checked
 at construction), which is why emu works on float32 arrays throughout
-(docs/semantics.md §1 and §7).
+(docs/semantics.md §1 and §9).
 """
 from __future__ import annotations
 
@@ -231,7 +231,7 @@ class Format:
         """Integer constants for the scalar kernels (see emu/_scalar.py).
 
         Raises ValueError for the unsigned scale type, which has no arithmetic:
-        emu quantizes, encodes and decodes it (docs/semantics.md §7).
+        emu quantizes, encodes and decodes it (docs/semantics.md §9).
         """
         if not self.signed:
             raise ValueError(f"fmt={self.name} is a scale format without sign, mantissa or "
