@@ -275,10 +275,11 @@ class Harness:
                 + "\n".join(body) + "\nendmodule\n")
 
 
-def _positive(v, name, most: int | None = None):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 \
+def _positive(v, name, most: int | None = None, least: int = 1):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least \
             or (most is not None and v > most):
-        raise ValueError(f"{name}={v!r}: expected a positive int"
+        raise ValueError(f"{name}={v!r}: expected "
+                         + ("a positive int" if least == 1 else f"an int >= {least}")
                          + ("" if most is None else f" <= {most:,}"))
     return int(v)
 
@@ -575,16 +576,16 @@ def rtl_matmul(A, B, fmt="float32", acc="float32", *, unit: str = "mac", sim: st
 
 def verify_unit(unit: str | list[str], fmt, vectors: int, *, sim: str | None = None,
                 seed: int = 0, slots: int = COMB_SLOTS) -> list[dict]:
-    """Check ``vectors`` (1 to :data:`MAX_VECTORS`) random + corner + boundary vectors
-    (every operand set for 8-bit formats) of a combinational unit against emu;
-    per-kind reports.  A list of units runs each one's bench (rtl.UNITS) in a single
-    simulator process."""
+    """Check ``vectors`` (0 to :data:`MAX_VECTORS`) random vectors, plus the corner and
+    boundary vectors (every operand set for 8-bit formats), of a combinational unit
+    against emu; per-kind reports.  A list of units runs each one's bench (rtl.UNITS) in
+    a single simulator process."""
     from rtl.registry import UNITS, comb_units
     units = [unit] if isinstance(unit, str) else list(unit)
     if not units or set(units) - set(comb_units()):
         raise ValueError(f"unit={unit!r}: expected one of {list(comb_units())} or a list of "
                          "them")
-    _positive(vectors, "vectors", MAX_VECTORS)
+    _positive(vectors, "vectors", MAX_VECTORS, least=0)
     _nonneg_seed(seed)
     h = Harness.comb(fmt, slots)
     return run_cocotb(h, [UNITS[u].bench for u in units],

@@ -153,7 +153,7 @@ def test_bad_spec_is_reported(capsys, tmp_path):
 def test_device_cuda_without_a_gpu_is_one_line(capsys, tmp_path):
     assert main(["train", "--device", "cuda", "--out", str(tmp_path)]) == 2
     assert "pamsim train: error: --device cuda: torch sees no CUDA device" in \
-        capsys.readouterr().out
+        capsys.readouterr().err
 
 
 def test_torch_bench_quick(tmp_path, capsys):
