@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 __all__ = ["TINY", "build", "HF_MODELS", "TORCH_MODELS"]
@@ -154,6 +155,40 @@ class _Einsum(nn.Module):
         return torch.einsum("bhqk,bkhd->bqhd", s.softmax(-1), v)
 
 
+class _Extras(nn.Module):
+    """The rarer multiply-bearing torch ops: 3-D and transposed convolutions, average
+    pooling (fixed and adaptive), addbmm/addmv, cosine similarity and pairwise distance,
+    and the BCE, BCE-with-logits, KL-div, Huber, smooth-L1 and L1 losses; returns the
+    summed losses."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv3d = nn.Conv3d(2, 4, 3, padding=1)
+        self.up3d = nn.ConvTranspose3d(4, 2, 2, stride=2)
+        self.up2d = nn.ConvTranspose2d(8, 3, 3, stride=2, padding=1, output_padding=1)
+        self.up1d = nn.ConvTranspose1d(3, 2, 3)
+        self.pool1d, self.pool3d = nn.AvgPool1d(2), nn.AvgPool3d(2)
+        self.adapt = nn.AdaptiveAvgPool2d(3)
+        self.mix = nn.Parameter(torch.randn(2, 4, 4) * 0.5)
+        self.vec = nn.Parameter(torch.randn(4))
+
+    def forward(self, x, t):
+        h = self.pool3d(self.up3d(torch.relu(self.conv3d(x))))            # (B, 2, 4, 4, 4)
+        h = self.up2d(F.avg_pool2d(h.flatten(1, 2), 2, count_include_pad=False))
+        z = self.adapt(h)                                                 # (B, 3, 3, 3)
+        s = self.pool1d(self.up1d(z.flatten(2)))                          # (B, 2, 5)
+        m = torch.addbmm(z[0, 0, :, :1], self.mix[:, :3, :3], self.mix[:, :3, :1])
+        v = torch.addmv(s[:, 0, :4].sum(0), self.mix[0], self.vec)
+        feat = torch.cat([s.flatten(1)[:, :4] + v, m.flatten()[None].expand(len(x), 3)], 1)
+        p = torch.sigmoid(feat)
+        return (F.binary_cross_entropy(p, t) + F.binary_cross_entropy_with_logits(feat, t)
+                + F.kl_div(F.log_softmax(feat, 1), t.softmax(1), reduction="batchmean")
+                + F.huber_loss(feat, t, delta=0.5) + F.smooth_l1_loss(feat, t)
+                + F.l1_loss(feat, t)
+                + (1 - F.cosine_similarity(feat, t)).mean()
+                + F.pairwise_distance(feat, t).mean())
+
+
 def _tokens(gen):
     return (torch.randn(_B, _T, _D, generator=gen),)
 
@@ -175,6 +210,8 @@ TORCH_MODELS = {
     "cnn": _torch(_CNN, lambda g: (torch.randn(_B, 3, 8, 8, generator=g),)),
     "gru": _torch(lambda: _RNN(nn.GRU), _tokens), "lstm": _torch(lambda: _RNN(nn.LSTM), _tokens),
     "einsum": _torch(_Einsum, _tokens),
+    "extras": _torch(_Extras, lambda g: (torch.randn(_B, 2, 4, 4, 4, generator=g),
+                                         torch.rand(_B, 7, generator=g))),
 }
 TINY = {**HF_MODELS, **TORCH_MODELS}
 

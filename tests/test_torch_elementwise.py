@@ -37,8 +37,19 @@ def test_composites_are_their_emu_definitions(x):
     cube = emu.pam_mul(emu.pam_mul(X, X, f32), X, f32)
     z2 = emu.pam_mul(X + emu.pam_mul(cube, np.float32(0.044715), f32),
                      np.float32(2 * np.sqrt(2 / np.pi)), f32)
-    assert_bits_equal(npy(PE.pa_gelu(x)),
+    assert_bits_equal(npy(PE.pa_gelu(x, "tanh")),
                       emu.pa_div(X, one + emu.pa_exp(np.minimum(-z2, 88), f32), f32))
+    a = np.minimum(np.abs(X), np.float32(16))             # erf form: A&S 7.1.26
+    t = emu.pa_div(one, one + emu.pam_mul(a, np.float32(0.3275911 / np.sqrt(2)), f32), f32)
+    b = [np.float32(c / 2) for c in (0.254829592, -0.284496736, 1.421413741, -1.453152027,
+                                     1.061405429)]
+    poly = b[4]
+    for c in b[3::-1]:
+        poly = c + emu.pam_mul(t, poly, f32)
+    h = emu.pam_mul(emu.pam_mul(t, poly, f32),
+                    emu.pa_exp(-emu.pam_mul(emu.pam_mul(a, a, f32), np.float32(0.5), f32), f32),
+                    f32)
+    assert_bits_equal(npy(PE.pa_gelu(x)), emu.pam_mul(X, np.where(X < 0, h, one - h), f32))
     assert_bits_equal(npy(PE.pa_pow(x, 3)), cube)
     assert_bits_equal(npy(PE.pa_pow(x, -2)), emu.pa_div(one, emu.pam_mul(X, X, f32), f32))
     ax = np.abs(X)
@@ -71,7 +82,7 @@ def test_pam_mode_routes_elementwise_calls(x):
     want = [tb.pam_mul(x, y), tb.pam_mul(x, 3.0), tb.pam_mul(x, 2.5), tb.pa_div(x, y),
             tb.pa_div(1.0, y), tb.pam_mul(x, x), tb.pa_exp2(x), tb.pa_sqrt(y), PE.pa_rsqrt(y),
             tb.pa_exp(x), tb.pa_log(y), PE.pa_sigmoid(x), PE.pa_tanh(x), PE.pa_gelu(x),
-            PE.pa_gelu(x), PE.pa_silu(x), PE.pa_softplus(x), PE.pa_mean(x, -1),
+            PE.pa_gelu(x, "tanh"), PE.pa_silu(x), PE.pa_softplus(x), PE.pa_mean(x, -1),
             PE.pa_mean(x), PE.pa_rms_norm(x, 7, **kw), PE.pa_rms_norm(x, 7, norm.weight, 1e-5),
             tb.pam_mul(mask.float(), x), tb.pam_mul(x, y)]
     for i, (g, w) in enumerate(zip(got, want)):

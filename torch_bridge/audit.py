@@ -73,7 +73,8 @@ NATIVE_BY_DESIGN = {
     "sin": "rotary position tables: a function of integer positions, no PA definition",
 }
 
-_ALPHA_OPS = {"add", "sub", "rsub"}             # multiply-free only with alpha == 1
+#: multiply-free only with alpha == 1: op -> alpha's position among the arguments
+_ALPHA_OPS = {"add": 2, "sub": 2, "rsub": 2, "index_add": 4}
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _BRIDGE_DIR = os.path.dirname(__file__) + os.sep
 _STDLIB = (os.path.dirname(os.__file__) + os.sep,)
@@ -158,7 +159,8 @@ def _work(func, args, kwargs, out) -> int:
 
 def _multiplies(name, args, kwargs) -> bool:
     if name in _ALPHA_OPS:
-        alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+        pos = _ALPHA_OPS[name]
+        alpha = kwargs.get("alpha", args[pos] if len(args) > pos else 1)
         return alpha != 1
     return name not in MULTIPLY_FREE
 

@@ -18,10 +18,20 @@ import torch
 from .functional import _numerics, pa_div, pa_exp, pa_exp2, pa_log, pa_log2, pa_sqrt, pam_mul
 
 __all__ = ["pa_reciprocal", "pa_rsqrt", "pa_pow", "pa_mean", "pa_vector_norm", "pa_sigmoid",
-           "pa_tanh", "pa_silu", "pa_gelu", "pa_softplus", "pa_rms_norm"]
+           "pa_tanh", "pa_silu", "pa_gelu", "pa_softplus", "pa_rms_norm", "pa_cosine_similarity",
+           "pa_pairwise_distance", "pa_abs"]
 
 _GELU_K = 2.0 * math.sqrt(2.0 / math.pi)        # 2·sqrt(2/pi): GELU's tanh form via sigmoid
 _GELU_C = 0.044715
+#: Abramowitz & Stegun 7.1.26: erfc(u) = (a1 t + ... + a5 t^5) e^(-u^2), t = 1/(1 + p u),
+#: u >= 0, |error| <= 1.5e-7; for GELU's Phi(x) = erfc(|x|/sqrt 2)/2 the 1/2 and the
+#: 1/sqrt 2 are folded into the constants
+_ERF_P = 0.3275911 / math.sqrt(2.0)
+_ERF_A = tuple(a / 2 for a in (0.254829592, -0.284496736, 1.421413741, -1.453152027,
+                               1.061405429))
+#: |x| is clamped here in the erfc branch: e^(-16^2/2) is below float32's smallest
+#: subnormal, so nothing changes, and a·a cannot overflow to inf (NaN derivatives)
+_ERF_XMAX = 16.0
 #: paexp's argument is clamped here: float32 exp overflows beyond ~88.7, and 1/(1 + e^88)
 #: is below float32's smallest normal, so the functions lose nothing and neither pass
 #: sees an inf (whose derivative would be NaN)
@@ -112,19 +122,38 @@ def pa_silu(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
     return pa_div(x, 1.0 + _exp_neg(x, kw), **kw)
 
 
+def pa_abs(x):
+    """``|x|`` as a selection (its backward a selection too, where torch's multiplies
+    by sgn(x)); no PA operation."""
+    return torch.where(x < 0, -x, x)
+
+
 def pa_gelu(x, approximate="none", fmt="float32", *, backward="approx",
             rounding="nearest_even"):
-    """GELU in its tanh form, ``0.5·x·(1 + tanh(z)) = x·σ(2z)``:
+    """GELU ``x ·̂ Φ(x)``.
+
+    ``approximate='none'`` (erf): ``Φ(x) = 1 - h`` for x >= 0, ``h`` for x < 0, with
+    ``h = erfc(|x|/√2)/2 = (t ·̂ (b1 + t ·̂ (b2 + t ·̂ (b3 + t ·̂ (b4 + t ·̂ b5))))) ·̂
+    paexp(-((a ·̂ a) ·̂ 0.5))``, ``t = 1 ÷̂ (1 + p' ·̂ a)``, ``a = min(|x|, 16)``
+    (Abramowitz & Stegun 7.1.26, error <= 1.5e-7 before the PA error; ``b_i = a_i/2``,
+    ``p' = p/√2``).  ``approximate='tanh'``: ``0.5·x·(1 + tanh(z)) = x·σ(2z)``,
     ``x ÷̂ (1 + paexp(-((x + 0.044715 ·̂ ((x ·̂ x) ·̂ x)) ·̂ 2·sqrt(2/pi))))``, the
-    argument of paexp clamped at 88.
-    ``approximate='none'`` (erf) uses the same form: erf has no PA definition and the
-    tanh form is its standard approximation (error < 5e-4 before the PA error)."""
+    argument of paexp clamped at 88."""
     if approximate not in ("none", "tanh"):
         raise ValueError(f"approximate={approximate!r}; expected 'none' or 'tanh'")
     kw = _kw(fmt, backward, rounding)
-    cube = pam_mul(pam_mul(x, x, **kw), x, **kw)
-    z2 = pam_mul(x + pam_mul(cube, _GELU_C, **kw), _GELU_K, **kw)
-    return pa_div(x, 1.0 + _exp_neg(z2, kw), **kw)
+    if approximate == "tanh":
+        cube = pam_mul(pam_mul(x, x, **kw), x, **kw)
+        z2 = pam_mul(x + pam_mul(cube, _GELU_C, **kw), _GELU_K, **kw)
+        return pa_div(x, 1.0 + _exp_neg(z2, kw), **kw)
+    a = pa_abs(x).clamp(max=_ERF_XMAX)
+    t = pa_div(1.0, 1.0 + pam_mul(a, _ERF_P, **kw), **kw)
+    poly = _ERF_A[-1]
+    for b in reversed(_ERF_A[:-1]):          # Horner: b_i + t ·̂ (...)
+        poly = b + pam_mul(t, poly, **kw)
+    h = pam_mul(pam_mul(t, poly, **kw), pa_exp(-pam_mul(pam_mul(a, a, **kw), 0.5, **kw), **kw),
+                **kw)
+    return pam_mul(x, torch.where(x < 0, h, 1.0 - h), **kw)
 
 
 def pa_softplus(x, beta=1.0, threshold=20.0, fmt="float32", *, backward="approx",
@@ -155,3 +184,22 @@ def pa_rms_norm(x, normalized_shape, weight=None, eps=None, fmt="float32", *,
     ms = pa_div(pam_mul(x, x, **kw).sum(dims, keepdim=True), float(math.prod(shape)), **kw)
     y = pa_div(x, pa_sqrt(ms + eps, **kw), **kw)
     return y if weight is None else pam_mul(y, weight, **kw)
+
+
+def pa_cosine_similarity(x1, x2, dim=1, eps=1e-8, fmt="float32", *, backward="approx",
+                         rounding="nearest_even"):
+    """F.cosine_similarity in torch's order: ``Σ (x1 ÷̂ n1) ·̂ (x2 ÷̂ n2)`` over ``dim``
+    with ``n = max(pa_vector_norm(x, dim), eps)`` (operands broadcast first)."""
+    kw = _kw(fmt, backward, rounding)
+    x1, x2 = torch.broadcast_tensors(x1, x2)
+    n1 = pa_vector_norm(x1, dim, True, **kw).clamp_min(eps)
+    n2 = pa_vector_norm(x2, dim, True, **kw).clamp_min(eps)
+    return pam_mul(pa_div(x1, n1, **kw), pa_div(x2, n2, **kw), **kw).sum(dim)
+
+
+def pa_pairwise_distance(x1, x2, eps=1e-6, keepdim=False, fmt="float32", *,
+                         backward="approx", rounding="nearest_even"):
+    """F.pairwise_distance with p=2: ``pa_vector_norm(x1 - x2 + eps)`` over the last
+    dimension."""
+    return pa_vector_norm(x1 - x2 + eps, -1, keepdim, fmt, backward=backward,
+                          rounding=rounding)

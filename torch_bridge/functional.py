@@ -99,6 +99,8 @@ def pam_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     order — the order of ``weight.reshape(out, -1)``; the weight gradient folds over
     (batch, output position).  Accepts torch.nn.functional.conv2d's arguments.
     """
+    from .contract import conv_args     # contract builds on this module
+    stride, padding, dilation = conv_args("conv2d", 2, stride, padding, dilation, groups)
     check_tensor(x, "input")
     check_tensor(weight, "weight")
     unbatched = x.dim() == 3
@@ -114,11 +116,7 @@ def pam_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     stride, dilation = _pair(stride), _pair(dilation)
     kernel = tuple(weight.shape[2:])
     if isinstance(padding, str):
-        if padding not in ("same", "valid"):
-            raise ValueError(f"padding={padding!r}; expected 'same', 'valid' or ints")
         if padding == "same":
-            if stride != (1, 1):
-                raise ValueError("padding='same' needs stride 1 (as torch)")
             x = _same_padding(x, kernel, dilation)
         padding = (0, 0)
     padding = _pair(padding)
@@ -171,11 +169,12 @@ def _unary(op, doc):
     return f
 
 
-# one function per differentiable op of emu's registry (emu.OPS)
-for _op in ops(differentiable=True):
-    globals()[_op.name] = (_binary if _op.arity == 2 else _unary)(_op.name, _op.doc)
-    __all__.append(_op.name)
-del _op
+# one function per differentiable op of emu's registry (emu.OPS), named explicitly
+_OPS = {_op.name: _op for _op in ops(differentiable=True)}
+pam_mul, pa_div = (_binary(n, _OPS[n].doc) for n in ("pam_mul", "pa_div"))
+pa_exp2, pa_log2, pa_exp, pa_log, pa_sqrt = (
+    _unary(n, _OPS[n].doc) for n in ("pa_exp2", "pa_log2", "pa_exp", "pa_log", "pa_sqrt"))
+__all__ += list(_OPS)       # a new registry op fails torch_bridge's import until named here
 
 
 # --- composites ------------------------------------------------------------------------

@@ -1,18 +1,26 @@
-"""log_softmax, nll_loss and mse_loss with PA operations.
+"""log_softmax and the common losses with PA operations.
 
 ``pa_log_softmax`` is the first half of :func:`torch_bridge.functional.pa_cross_entropy`
 (``(x - max) - palog(Σ paexp(x - max))``, the max shift as there); the losses use PAM
-weights and a PA division for their mean, sums float32 (section 2.3).
+weights and products, palog/paexp for their logarithms and exponentials, and a PA
+division for their mean, sums float32 (section 2.3).  ``|d|`` is a selection
+(:func:`torch_bridge.elementwise.pa_abs`), so no backward multiplies by sgn(d).
 """
 from __future__ import annotations
 
 import torch
 
-from .functional import _exp_shifted, _log2e, _numerics, pa_div, pa_log2, pam_mul
+from .elementwise import pa_abs
+from .functional import (_exp_shifted, _log2e, _numerics, pa_div, pa_exp, pa_log, pa_log2,
+                         pam_mul)
 
-__all__ = ["pa_log_softmax", "pa_nll_loss", "pa_mse_loss"]
+__all__ = ["pa_log_softmax", "pa_nll_loss", "pa_mse_loss", "pa_l1_loss", "pa_huber_loss",
+           "pa_smooth_l1_loss", "pa_binary_cross_entropy", "pa_binary_cross_entropy_with_logits",
+           "pa_kl_div"]
 
 _REDUCTIONS = ("mean", "sum", "none")
+#: torch clamps BCE's logarithms here, so a probability of 0 or 1 costs 100, not inf
+_LOG_MIN = -100.0
 
 
 def _kw(fmt, backward, rounding):
@@ -53,14 +61,107 @@ def pa_nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean",
     return pa_div(total, denom.detach(), **kw)
 
 
+def _check_reduction(reduction, allowed=_REDUCTIONS):
+    if reduction not in allowed:
+        raise ValueError(f"reduction={reduction!r}; expected one of {allowed}")
+
+
+def _reduce(loss, reduction, kw, weight=None):
+    """``loss ·̂ weight`` (if given), then 'none', 'sum' or 'mean' (``Σ ÷̂ n``)."""
+    if weight is not None:
+        loss = pam_mul(loss, weight, **kw)
+    if reduction == "none":
+        return loss
+    return loss.sum() if reduction == "sum" else pa_div(loss.sum(), float(loss.numel()), **kw)
+
+
 def pa_mse_loss(input, target, reduction="mean", fmt="float32", *, backward="approx",
-                rounding="nearest_even"):
+                rounding="nearest_even", weight=None):
     """F.mse_loss: ``d ·̂ d`` with ``d = input - target``, 'mean' ``Σ ÷̂ n``."""
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"reduction={reduction!r}; expected one of {_REDUCTIONS}")
+    _check_reduction(reduction)
     kw = _kw(fmt, backward, rounding)
     d = input - target
-    sq = pam_mul(d, d, **kw)
-    if reduction == "none":
-        return sq
-    return sq.sum() if reduction == "sum" else pa_div(sq.sum(), float(sq.numel()), **kw)
+    return _reduce(pam_mul(d, d, **kw), reduction, kw, weight)
+
+
+def pa_l1_loss(input, target, reduction="mean", fmt="float32", *, backward="approx",
+               rounding="nearest_even", weight=None):
+    """F.l1_loss: ``|input - target|``, 'mean' ``Σ ÷̂ n``."""
+    _check_reduction(reduction)
+    return _reduce(pa_abs(input - target), reduction, _kw(fmt, backward, rounding), weight)
+
+
+def pa_huber_loss(input, target, reduction="mean", delta=1.0, fmt="float32", *,
+                  backward="approx", rounding="nearest_even", weight=None):
+    """F.huber_loss in torch's order: ``(0.5 ·̂ z) ·̂ z`` where ``z = |input - target| <
+    δ``, else ``δ ·̂ (z - δ/2)``."""
+    _check_reduction(reduction)
+    if not delta > 0:
+        raise ValueError(f"huber_loss: delta={delta!r} must be positive")
+    kw = _kw(fmt, backward, rounding)
+    z = pa_abs(input - target)
+    loss = torch.where(z < delta, pam_mul(pam_mul(z, 0.5, **kw), z, **kw),
+                       pam_mul(z - 0.5 * delta, float(delta), **kw))
+    return _reduce(loss, reduction, kw, weight)
+
+
+def pa_smooth_l1_loss(input, target, reduction="mean", beta=1.0, fmt="float32", *,
+                      backward="approx", rounding="nearest_even"):
+    """F.smooth_l1_loss in torch's order: ``((0.5 ·̂ z) ·̂ z) ÷̂ β`` where ``z =
+    |input - target| < β``, else ``z - β/2``; ``β = 0`` is the L1 loss, as torch."""
+    _check_reduction(reduction)
+    if not beta >= 0:
+        raise ValueError(f"smooth_l1_loss: beta={beta!r} must be >= 0")
+    if beta == 0:
+        return pa_l1_loss(input, target, reduction, fmt, backward=backward, rounding=rounding)
+    kw = _kw(fmt, backward, rounding)
+    z = pa_abs(input - target)
+    loss = torch.where(z < beta, pa_div(pam_mul(pam_mul(z, 0.5, **kw), z, **kw), float(beta),
+                                        **kw), z - 0.5 * beta)
+    return _reduce(loss, reduction, kw)
+
+
+def pa_binary_cross_entropy(input, target, weight=None, reduction="mean", fmt="float32", *,
+                            backward="approx", rounding="nearest_even"):
+    """F.binary_cross_entropy: ``-(t ·̂ max(palog(x), -100) + (1 - t) ·̂ max(palog(1 - x),
+    -100))``, then ``·̂ weight``, 'mean' ``Σ ÷̂ n``."""
+    _check_reduction(reduction)
+    kw = _kw(fmt, backward, rounding)
+    log_x = pa_log(input, **kw).clamp(min=_LOG_MIN)
+    log_1mx = pa_log(1.0 - input, **kw).clamp(min=_LOG_MIN)
+    loss = -(pam_mul(target, log_x, **kw) + pam_mul(1.0 - target, log_1mx, **kw))
+    return _reduce(loss, reduction, kw, weight)
+
+
+def pa_binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean",
+                                        pos_weight=None, fmt="float32", *, backward="approx",
+                                        rounding="nearest_even"):
+    """F.binary_cross_entropy_with_logits, stable as torch's: ``(1 - t) ·̂ x + l ·̂ sp``
+    with ``sp = softplus(-x) = max(-x, 0) + palog(1 + paexp(-|x|))`` and ``l = 1 +
+    (pos_weight - 1) ·̂ t`` (``l = 1``, no PAM, without pos_weight); then ``·̂ weight``,
+    'mean' ``Σ ÷̂ n``."""
+    _check_reduction(reduction)
+    kw = _kw(fmt, backward, rounding)
+    sp = (-input).clamp(min=0) + pa_log(1.0 + pa_exp(-pa_abs(input), **kw), **kw)
+    if pos_weight is not None:
+        sp = pam_mul(1.0 + pam_mul(pos_weight - 1.0, target, **kw), sp, **kw)
+    loss = pam_mul(1.0 - target, input, **kw) + sp
+    return _reduce(loss, reduction, kw, weight)
+
+
+def pa_kl_div(input, target, reduction="mean", log_target=False, fmt="float32", *,
+              backward="approx", rounding="nearest_even"):
+    """F.kl_div (``input`` holds log-probabilities): ``t ·̂ palog(t) - t ·̂ input`` (0
+    where t = 0, palog never seeing a zero), or with ``log_target``
+    ``paexp(t) ·̂ (t - input)``; 'batchmean' ``Σ ÷̂ input.shape[0]``, 'mean' ``Σ ÷̂ n``."""
+    _check_reduction(reduction, _REDUCTIONS + ("batchmean",))
+    kw = _kw(fmt, backward, rounding)
+    if log_target:
+        loss = pam_mul(pa_exp(target, **kw), target - input, **kw)
+    else:
+        pos = target > 0
+        xlogx = pam_mul(target, pa_log(torch.where(pos, target, 1.0), **kw), **kw)
+        loss = torch.where(pos, xlogx, 0.0) - pam_mul(target, input, **kw)
+    if reduction == "batchmean" and input.dim() > 0:
+        return pa_div(loss.sum(), float(input.shape[0]), **kw)
+    return _reduce(loss, "sum" if reduction == "batchmean" else reduction, kw)

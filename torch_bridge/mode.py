@@ -114,6 +114,36 @@ def _conv1d(cfg, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1
                          acc=cfg.acc, backward=cfg.kind("matmul"), rounding=cfg.rounding)
 
 
+def _mm_kw(cfg):
+    return dict(acc=cfg.acc, backward=cfg.kind("matmul"), rounding=cfg.rounding)
+
+
+def _conv3d(cfg, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    if not _floating(x, weight):
+        return NotImplemented
+    x, weight, bias = PF.autocast_operands(x, weight, bias)
+    return PC.pam_conv3d(x, weight, bias, stride, padding, dilation, groups, cfg.fmt,
+                         **_mm_kw(cfg))
+
+
+def _conv_transpose(cfg, x, weight, bias=None, stride=1, padding=0, output_padding=0,
+                    groups=1, dilation=1):
+    if not _floating(x, weight):
+        return NotImplemented
+    x, weight, bias = PF.autocast_operands(x, weight, bias)
+    return PC.pam_conv_transpose(x, weight, bias, stride, padding, output_padding, groups,
+                                 dilation, cfg.fmt, **_mm_kw(cfg))
+
+
+def _addbmm(cfg, inp, b1, b2, *, beta=1, alpha=1, out=None):
+    """torch.addbmm: the batch-summed product as one PAM fold over (batch, k)."""
+    if out is not None or not _floating(inp, b1, b2):
+        return NotImplemented
+    inp, b1, b2 = PF.autocast_operands(inp, b1, b2)
+    prod = _scaled(PC.pam_addbmm(b1, b2, cfg.fmt, **_mm_kw(cfg)), alpha, cfg)
+    return prod if beta == 0 else _scaled(inp, beta, cfg) + prod
+
+
 def _einsum(cfg, equation, *operands):
     ops = operands[0] if len(operands) == 1 and isinstance(operands[0], (list, tuple)) \
         else operands
@@ -416,10 +446,89 @@ def _nll_loss(cfg, input, target, weight=None, size_average=None, ignore_index=-
 
 def _mse_loss(cfg, input, target, size_average=None, reduce=None, reduction="mean",
               weight=None):
-    if not _floating(input, target) or weight is not None or input.shape != target.shape:
+    if not _floating(input, target) or input.shape != target.shape:
         return NotImplemented
     return PL.pa_mse_loss(input, target, _reduction(size_average, reduce, reduction),
-                          **_loss_kw(cfg))
+                          **_loss_kw(cfg), weight=weight)
+
+
+def _bce(cfg, input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    if not _floating(input, target) or input.shape != target.shape:
+        return NotImplemented
+    return PL.pa_binary_cross_entropy(input, target, weight,
+                                      _reduction(size_average, reduce, reduction), **_loss_kw(cfg))
+
+
+def _bce_logits(cfg, input, target, weight=None, size_average=None, reduce=None,
+                reduction="mean", pos_weight=None):
+    if not _floating(input, target) or input.shape != target.shape:
+        return NotImplemented
+    return PL.pa_binary_cross_entropy_with_logits(
+        input, target, weight, _reduction(size_average, reduce, reduction), pos_weight,
+        **_loss_kw(cfg))
+
+
+def _kl_div(cfg, input, target, size_average=None, reduce=None, reduction="mean",
+            log_target=False):
+    if not _floating(input, target):
+        return NotImplemented
+    return PL.pa_kl_div(input, target, _reduction(size_average, reduce, reduction), log_target,
+                        **_loss_kw(cfg))
+
+
+def _l1_loss(cfg, input, target, size_average=None, reduce=None, reduction="mean",
+             weight=None):
+    if not _floating(input, target):
+        return NotImplemented
+    return PL.pa_l1_loss(input, target, _reduction(size_average, reduce, reduction),
+                         **_loss_kw(cfg), weight=weight)
+
+
+def _huber_loss(cfg, input, target, reduction="mean", delta=1.0, weight=None):
+    if not _floating(input, target):
+        return NotImplemented
+    return PL.pa_huber_loss(input, target, reduction, delta, **_loss_kw(cfg), weight=weight)
+
+
+def _smooth_l1_loss(cfg, input, target, size_average=None, reduce=None, reduction="mean",
+                    beta=1.0):
+    if not _floating(input, target):
+        return NotImplemented
+    return PL.pa_smooth_l1_loss(input, target, _reduction(size_average, reduce, reduction),
+                                beta, **_loss_kw(cfg))
+
+
+def _avg_pool(nd):
+    def handler(cfg, x, kernel_size, stride=None, padding=0, ceil_mode=False,
+                count_include_pad=True, divisor_override=None):
+        if not _floating(x):
+            return NotImplemented
+        k = (kernel_size,) * nd if isinstance(kernel_size, int) else kernel_size
+        return PC.pa_avg_pool(x, k, stride, padding, ceil_mode, count_include_pad,
+                              divisor_override, **_ew(cfg))
+    return handler
+
+
+def _adaptive_avg_pool(nd):
+    def handler(cfg, x, output_size):
+        if not _floating(x):
+            return NotImplemented
+        size = (output_size,) * nd if isinstance(output_size, int) or output_size is None \
+            else output_size
+        return PC.pa_adaptive_avg_pool(x, size, **_ew(cfg))
+    return handler
+
+
+def _cosine_similarity(cfg, x1, x2, dim=1, eps=1e-8):
+    if not _floating(x1, x2):
+        return NotImplemented
+    return PE.pa_cosine_similarity(x1, x2, dim, eps, **_ew(cfg))
+
+
+def _pairwise_distance(cfg, x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    if p != 2 or not _floating(x1, x2) or x1.dim() == 0 or x2.dim() == 0:
+        return NotImplemented
+    return PE.pa_pairwise_distance(x1, x2, eps, keepdim, **_ew(cfg))
 
 
 _mul, _div = _binary(PF.pam_mul), _binary(PF.pa_div)
@@ -434,6 +543,10 @@ _ELEMENTWISE = {
     torch.pow: _pow, _T.pow: _pow, _T.__pow__: _pow, _T.__rpow__: _rpow,
     torch.mean: _mean, _T.mean: _mean,
     F.gelu: _gelu, F.silu: _silu, F.softplus: _softplus,
+    F.cosine_similarity: _cosine_similarity, F.pairwise_distance: _pairwise_distance,
+    F.avg_pool1d: _avg_pool(1), F.avg_pool2d: _avg_pool(2), F.avg_pool3d: _avg_pool(3),
+    F.adaptive_avg_pool1d: _adaptive_avg_pool(1), F.adaptive_avg_pool2d: _adaptive_avg_pool(2),
+    F.adaptive_avg_pool3d: _adaptive_avg_pool(3),
     torch.norm: _norm, _T.norm: _norm, torch.linalg.vector_norm: _vector_norm,
 }
 for _fn, _op in {"exp": PF.pa_exp, "log": PF.pa_log, "sqrt": PF.pa_sqrt, "exp2": PF.pa_exp2,
@@ -449,20 +562,29 @@ _HANDLERS = {
     torch.inner: _inner, torch.outer: _outer, torch.ger: _outer, _T.outer: _outer,
     torch.tensordot: _tensordot, torch.linalg.multi_dot: _multi_dot,
     torch.addmm: _addmm, _T.addmm: _addmm, torch.baddbmm: _addmm, _T.baddbmm: _addmm,
-    F.linear: _linear, F.conv1d: _conv1d, F.conv2d: _conv2d, torch.einsum: _einsum,
+    torch.addmv: _addmm, _T.addmv: _addmm, torch.addbmm: _addbmm, _T.addbmm: _addbmm,
+    F.linear: _linear, F.conv1d: _conv1d, F.conv2d: _conv2d, F.conv3d: _conv3d,
+    F.conv_transpose1d: _conv_transpose, F.conv_transpose2d: _conv_transpose,
+    F.conv_transpose3d: _conv_transpose, torch.einsum: _einsum,
     F.scaled_dot_product_attention: _sdpa, F.multi_head_attention_forward: _mha,
     F.softmax: _f_softmax, torch.softmax: _t_softmax, _T.softmax: _t_softmax,
     F.layer_norm: _layer_norm, F.cross_entropy: _cross_entropy, F.rms_norm: _rms_norm,
     F.log_softmax: _log_softmax, torch.log_softmax: _log_softmax,
     _T.log_softmax: _log_softmax, F.nll_loss: _nll_loss, F.mse_loss: _mse_loss,
+    F.binary_cross_entropy: _bce, F.binary_cross_entropy_with_logits: _bce_logits,
+    F.kl_div: _kl_div, F.l1_loss: _l1_loss, F.huber_loss: _huber_loss,
+    F.smooth_l1_loss: _smooth_l1_loss,
     **{getattr(torch, m): _recurrent(m) for m in ("gru", "lstm", "rnn_tanh", "rnn_relu")},
     F.batch_norm: _batch_norm, F.group_norm: _group_norm, F.instance_norm: _instance_norm,
     **_ELEMENTWISE,
 }
-_GROUP = {**{h: "matmul" for h in (_conv1d, _einsum, _outer, _tensordot, _inner, _multi_dot)},
+_LOSSES = (_cross_entropy, _nll_loss, _mse_loss, _bce, _bce_logits, _kl_div, _l1_loss,
+           _huber_loss, _smooth_l1_loss)
+_GROUP = {**{h: "matmul" for h in (_conv1d, _conv3d, _conv_transpose, _addbmm, _einsum, _outer,
+                                   _tensordot, _inner, _multi_dot)},
           **{h: "layernorm" for h in (_layer_norm, _rms_norm, _batch_norm, _group_norm,
                                       _instance_norm)},
-          _log_softmax: "softmax", _cross_entropy: "loss", _nll_loss: "loss", _mse_loss: "loss",
+          _log_softmax: "softmax", **{h: "loss" for h in _LOSSES},
           **{h: "elementwise" for h in _ELEMENTWISE.values()}}
 
 
