@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import emu
+import emu.grad as G
 import torch_bridge as tb
 import torch_bridge.elementwise as PE
 from conftest import assert_bits_equal
@@ -256,3 +257,166 @@ def test_small_products_losses_and_composites_are_routed():
             abs(float(g) - float(r)) < 0.1 * abs(float(r))
     with pytest.raises(ValueError, match="reduction='avg'"):
         pa_nll_loss(x, t, reduction="avg")
+
+
+# --- exact derivatives of the composites, bit for bit against a chain of emu.grad ------------
+
+FMT = emu.format("bf16")
+
+
+class _Node:
+    """A value of the oracle's graph: forward by emu, backward by emu.grad (exact), the
+    chain rule applied in reverse creation order as torch's engine runs it, float32
+    gradient sums and broadcast reductions done by torch as in the bridge."""
+    made = []
+
+    def __init__(self, v, parents=()):
+        self.v, self.parents, self.g = np.asarray(v, np.float32), parents, None
+        _Node.made.append(self)
+
+
+def _q(v):
+    return np.asarray(emu.quantize(np.asarray(v, np.float32), FMT), np.float32)
+
+
+def _red(g, shape):
+    return torch.from_numpy(np.ascontiguousarray(g, np.float32)).sum_to_size(shape).numpy()
+
+
+def _c(v):
+    return v if isinstance(v, _Node) else _Node(v)
+
+
+def _pa2(op, a, b):
+    a, b = _c(a), _c(b)
+    A, B = _q(a.v), _q(b.v)
+    return _Node(getattr(emu, op)(A, B, FMT), [
+        (a, lambda g: _red(getattr(G, op)(A, B, _q(g), FMT, "exact")[0], a.v.shape)),
+        (b, lambda g: _red(getattr(G, op)(A, B, _q(g), FMT, "exact")[1], b.v.shape))])
+
+
+def _pa1(op, a):
+    X = _q(a.v)
+    return _Node(getattr(emu, op)(X, FMT), [(a, lambda g: getattr(G, op)(X, _q(g), FMT, "exact"))])
+
+
+def _lin(a, b=None, sign=1.0):
+    """a + sign·b (float32), numbers allowed."""
+    a, b = _c(a), _c(0.0 if b is None else b)
+    t = torch.from_numpy(a.v) + sign * torch.from_numpy(b.v)
+    return _Node(t.numpy(), [(a, lambda g: _red(g, a.v.shape)),
+                             (b, lambda g: _red(sign * g, b.v.shape))])
+
+
+def _where(cond, a, b):
+    a, b = _c(a), _c(b)
+    return _Node(np.where(cond, a.v, b.v), [(a, lambda g: _red(np.where(cond, g, 0), a.v.shape)),
+                                            (b, lambda g: _red(np.where(cond, 0, g), b.v.shape))])
+
+
+def _sum(a, dims):
+    s = torch.from_numpy(a.v).sum(dims, keepdim=True).numpy()
+    return _Node(s, [(a, lambda g: np.broadcast_to(g, a.v.shape).copy())])
+
+
+def _backward(out, dy):
+    out.g = dy
+    for node in reversed(_Node.made):
+        if node.g is None:
+            continue
+        for parent, fn in node.parents:
+            g = fn(node.g)
+            parent.g = g if parent.g is None else (torch.from_numpy(parent.g)
+                                                   + torch.from_numpy(g)).numpy()
+
+
+def _abs(x):
+    return _where(x.v < 0, _lin(0.0, x, -1.0), x)
+
+
+def _gelu(x):
+    a = _abs(x)
+    a = _where(a.v <= 16, a, 16.0)
+    t = _pa2("pa_div", 1.0, _lin(1.0, _pa2("pam_mul", a, 0.3275911 / np.sqrt(2))))
+    poly = 1.061405429 / 2
+    for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        poly = _lin(c / 2, _pa2("pam_mul", t, poly))
+    e = _pa1("pa_exp", _lin(0.0, _pa2("pam_mul", _pa2("pam_mul", a, a), 0.5), -1.0))
+    h = _pa2("pam_mul", _pa2("pam_mul", t, poly), e)
+    return _pa2("pam_mul", x, _where(x.v < 0, h, _lin(1.0, h, -1.0)))
+
+
+def _silu(x):
+    v = _lin(0.0, x, -1.0)
+    return _pa2("pa_div", x, _lin(1.0, _pa1("pa_exp", _where(v.v <= 88, v, 88.0))))
+
+
+def _softplus(x):
+    v = _where(x.v <= 20, x, 20.0)
+    return _where(x.v > 20, x, _pa1("pa_log", _lin(1.0, _pa1("pa_exp", v))))
+
+
+def _rms_norm(x, w):
+    ms = _pa2("pa_div", _sum(_pa2("pam_mul", x, x), (-1,)), float(x.v.shape[-1]))
+    return _pa2("pam_mul", _pa2("pa_div", x, _pa1("pa_sqrt", _lin(ms, 1e-6))), w)
+
+
+def _batch_norm(x, w):                      # training statistics over (N, L) per channel
+    n = float(x.v.shape[0] * x.v.shape[2])
+    xc = _lin(x, _pa2("pa_div", _sum(x, (0, 2)), n), -1.0)
+    var = _pa2("pa_div", _sum(_pa2("pam_mul", xc, xc), (0, 2)), n)
+    return _pa2("pam_mul", _pa2("pa_div", xc, _pa1("pa_sqrt", _lin(var, 1e-5))), w)
+
+
+def _huber(x, t):
+    z = _abs(_lin(x, t, -1.0))
+    quad = _pa2("pam_mul", _pa2("pam_mul", z, 0.5), z)
+    return _where(z.v < 0.5, quad, _pa2("pam_mul", _lin(z, 0.25, -1.0), 0.5))
+
+
+def _bce_logits(x, t):
+    m = _lin(0.0, x, -1.0)
+    sp = _lin(_where(m.v >= 0, m, 0.0),
+              _pa1("pa_log", _lin(1.0, _pa1("pa_exp", _lin(0.0, _abs(x), -1.0)))))
+    return _lin(_pa2("pam_mul", _lin(1.0, t, -1.0), x), sp)
+
+
+def _kl_div(x, t):
+    xlogx = _pa2("pam_mul", t, _pa1("pa_log", _c(np.where(t.v > 0, t.v, 1))))
+    return _lin(_where(t.v > 0, xlogx, 0.0), _pa2("pam_mul", t, x), -1.0)
+
+
+_EXACT = tb.PAMConfig("bf16", backward="exact")
+
+
+@pytest.mark.parametrize("name", ["gelu", "silu", "softplus", "rms_norm", "batch_norm",
+                                  "huber", "bce_logits", "kl_div"])
+def test_exact_derivatives_are_emu_grad_chains(name):
+    """The composites' exact backward (autograd through their PA Functions) equals the
+    chain rule through emu.grad's Table 1 derivatives bit for bit, at every input."""
+    from torch_bridge import losses as PL, norms as PN
+    torch.manual_seed(1)
+    x = (torch.randn(3, 4, 5) * 3).requires_grad_()
+    aux = torch.rand(3, 4, 5) if name in ("huber", "bce_logits", "kl_div") else \
+        torch.rand(5) + 0.5 if name == "rms_norm" else torch.rand(1, 4, 1) + 0.5
+    if name == "kl_div":
+        aux[0, 0] = 0.0                       # xlogy's zero
+    kw = dict(fmt="bf16", backward="exact")
+    y = {"gelu": lambda: PE.pa_gelu(x, **kw), "silu": lambda: PE.pa_silu(x, **kw),
+         "softplus": lambda: PE.pa_softplus(x, **kw),
+         "rms_norm": lambda: PE.pa_rms_norm(x, 5, aux, 1e-6, **kw),
+         "batch_norm": lambda: PN.pa_batch_norm(x, None, None, aux.flatten(), None, True, **kw),
+         "huber": lambda: PL.pa_huber_loss(x, aux, "none", 0.5, **kw),
+         "bce_logits": lambda: PL.pa_binary_cross_entropy_with_logits(x, aux, None, "none", **kw),
+         "kl_div": lambda: PL.pa_kl_div(x, aux, "none", **kw)}[name]()
+    dy = torch.randn(y.shape)
+    y.backward(dy)
+    _Node.made = []
+    X = _Node(npy(x))
+    oracle = {"gelu": _gelu, "silu": _silu, "softplus": _softplus}.get(name)
+    out = oracle(X) if oracle else {"rms_norm": _rms_norm, "batch_norm": _batch_norm,
+                                    "huber": _huber, "bce_logits": _bce_logits,
+                                    "kl_div": _kl_div}[name](X, _Node(npy(aux)))
+    assert_bits_equal(npy(y), out.v)
+    _backward(out, npy(dy))
+    assert_bits_equal(npy(x.grad), X.g)
