@@ -97,6 +97,23 @@ def test_tiny_models_build_and_audit_natively():
         assert rep.native_work > 0 and rep.share == pytest.approx(1.0), name
 
 
+def test_native_rarer_ops_are_caught():
+    """The ops the 'extras' model exercises are multiply-bearing to the audit: run
+    natively they are all reported, with index_add counted only with alpha != 1."""
+    from sim.tiny_models import build
+    model, inputs = build("extras")
+    ops = {r.op for r in tb.audit(model, inputs, None).rows}
+    assert {"convolution", "convolution_backward", "avg_pool2d", "avg_pool3d",
+            "_adaptive_avg_pool2d", "addbmm", "addmv", "binary_cross_entropy",
+            "binary_cross_entropy_with_logits", "xlogy", "huber_loss", "smooth_l1_loss",
+            "linalg_vector_norm"} <= ops
+    x = torch.zeros(3, requires_grad=True)
+    rows = tb.audit(nn.Identity(), (x,), None, loss_fn=lambda y: (
+        y.index_add(0, torch.tensor([0]), torch.ones(1)) +
+        y.index_add(0, torch.tensor([1]), torch.ones(1), alpha=2)).sum()).rows
+    assert [(r.op, r.count) for r in rows] == [("index_add", 1)]
+
+
 def test_cli_audit(tmp_path, capsys):
     js = tmp_path / "a.json"
     assert main(["audit", "encoder", "--json", str(js)]) == 0

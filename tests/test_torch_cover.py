@@ -142,8 +142,8 @@ def test_convert_swaps_transformers_conv1d():
 
 #: tiny models the op groups cover completely (docs/torch_bridge.md, "Audit table")
 COVERED = ["gpt2", "llama", "qwen2", "bert", "vit", "t5", "whisper", "clip", "encoder", "mha",
-           "cnn", "gru", "lstm", "einsum"]
-TORCH_ONLY = {"encoder", "mha", "cnn", "gru", "lstm", "einsum"}
+           "cnn", "gru", "lstm", "einsum", "extras"]
+TORCH_ONLY = {"encoder", "mha", "cnn", "gru", "lstm", "einsum", "extras"}
 
 
 @pytest.mark.parametrize("name", COVERED)

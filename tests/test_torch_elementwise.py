@@ -1,4 +1,6 @@
 """The elementwise PA composites and the 'elementwise' op group of pam_mode."""
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -159,6 +161,128 @@ def test_conv1d_is_a_height_one_conv2d():
         assert torch.equal(nn.functional.conv1d(x, w, bias, groups=2),
                            pam_conv1d(x, w, bias, groups=2, fmt="bf16"))
         assert pam_conv1d(x[0], w, None, groups=2, fmt="bf16").shape == (6, 8)
+
+
+def _fold(terms, shape):
+    """emu's PAM matmul fold: float32 accumulation of the products in order."""
+    acc = np.zeros(shape, np.float32)
+    for t in terms:
+        acc = acc + t
+    return acc
+
+
+def test_conv3d_is_the_pam_fold_over_the_kernel():
+    """Each output folds over (channel, depth, row, column) of the kernel."""
+    from torch_bridge.contract import pam_conv3d
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 4, 5, 6, 5), torch.randn(6, 2, 2, 3, 2)
+    s, p, d, groups = (2, 1, 1), (1, 0, 1), (1, 2, 1), 2
+    y = pam_conv3d(x, w, None, s, p, d, groups, "bf16")
+    assert y.shape == F.conv3d(x, w, None, s, p, d, groups).shape
+    X = np.pad(npy(x), ((0, 0), (0, 0)) + tuple((q, q) for q in p))
+    W, out = npy(w), y.shape[2:]
+    for oc in range(6):
+        g = oc // 3
+        terms = (emu.pam_mul(W[oc, ci, i, j, k], X[:, g * 2 + ci,
+                                                    i * d[0]: i * d[0] + s[0] * out[0]: s[0],
+                                                    j * d[1]: j * d[1] + s[1] * out[1]: s[1],
+                                                    k * d[2]: k * d[2] + s[2] * out[2]: s[2]],
+                             "bf16")
+                 for ci in range(2) for i in range(2) for j in range(3) for k in range(2))
+        assert_bits_equal(npy(y[:, oc]), _fold(terms, (2, *out)))
+    with tb.pam_mode(CFG):
+        assert torch.equal(nn.functional.conv3d(x, w, None, s, p, d, groups), y)
+
+
+@pytest.mark.parametrize("kw", [{}, {"stride": 2, "padding": 1, "output_padding": 1},
+                                {"stride": (3, 2), "dilation": 2, "padding": (2, 0),
+                                 "output_padding": (1, 0)}])
+def test_conv_transpose_folds_over_the_flipped_kernel(kw):
+    """out[z] folds over (input channel, kernel position from the last) of the terms
+    w[c, o, i] ·̂ x[c, y] with y·s - p + i·d = z (the stuffed zeros add nothing)."""
+    from torch_bridge.contract import pam_conv_transpose
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 4, 4, 3), torch.randn(4, 3, 3, 2)
+    y = pam_conv_transpose(x, w, None, groups=2, fmt="bf16", **kw)
+    assert y.shape == F.conv_transpose2d(x, w, None, groups=2, **kw).shape
+    s, p, d = (tb.contract._ints("", kw.get(a, dflt), 2, 0) for a, dflt in
+               (("stride", 1), ("padding", 0), ("dilation", 1)))
+    X, W = npy(x), npy(w)
+    for oc in range(6):
+        g, o = divmod(oc, 3)
+        terms = []
+        for ci in range(2):
+            for i in reversed(range(3)):
+                for j in reversed(range(2)):
+                    t = np.zeros((2, *y.shape[2:]), np.float32)
+                    zy, zx = np.arange(4) * s[0] - p[0] + i * d[0], \
+                        np.arange(3) * s[1] - p[1] + j * d[1]
+                    oky, okx = (zy >= 0) & (zy < y.shape[2]), (zx >= 0) & (zx < y.shape[3])
+                    prod = emu.pam_mul(W[g * 2 + ci, o, i, j], X[:, g * 2 + ci], "bf16")
+                    t[:, zy[oky][:, None], zx[okx][None]] = prod[:, oky][:, :, okx]
+                    terms.append(t)
+        assert np.array_equal(npy(y[:, oc]), _fold(terms, t.shape))      # ±0 alike
+    with tb.pam_mode(CFG):
+        assert torch.equal(F.conv_transpose2d(x, w, None, groups=2, **kw), y)
+
+
+def _native_window_sums(x, nd, kw):
+    """torch's window sums (divisor 1); a 1-D pool as a height-1 2-D one."""
+    if nd > 1:
+        return getattr(F, f"avg_pool{nd}d")(x, **kw, divisor_override=1)
+    kw2 = {k: (1, *v) if k == "kernel_size" else (1 if k == "stride" else 0, v)
+           if k in ("stride", "padding") else v for k, v in kw.items()}
+    return F.avg_pool2d(x[:, :, None], **kw2, divisor_override=1)[:, :, 0]
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_average_pooling_is_the_window_sum_pa_divided(nd):
+    """Integer inputs make the float32 window sums exact: pooling is then pa_div of
+    torch's sums by torch's window sizes, for every padding and ceil mode."""
+    from torch_bridge.contract import pa_adaptive_avg_pool, pa_avg_pool
+    torch.manual_seed(0)
+    x = torch.randint(1, 9, (2, 3) + (7,) * nd).float()
+    for kw in ({}, {"stride": 2, "padding": 1}, {"stride": 2, "padding": 1, "ceil_mode": True,
+                                                 "count_include_pad": False}):
+        kw = dict(kernel_size=(3,) * nd, **kw)
+        y = pa_avg_pool(x, fmt="bf16", **kw)
+        native = getattr(F, f"avg_pool{nd}d")(x, **kw)
+        sums = _native_window_sums(x, nd, kw)
+        assert torch.equal(y, tb.pa_div(sums, torch.round(sums / native), "bf16"))
+    for m in (1, 3, 7):
+        y = pa_adaptive_avg_pool(x, (m,) * nd, fmt="bf16")
+        native = getattr(F, f"adaptive_avg_pool{nd}d")(x, m)
+        size = [-(-(i + 1) * 7 // m) - i * 7 // m for i in range(m)]
+        size = torch.tensor(functools.reduce(np.multiply, np.ix_(*[size] * nd)),
+                            dtype=torch.float32)
+        assert torch.equal(y, tb.pa_div(torch.round(native * size), size, "bf16")), m
+    with tb.pam_mode(CFG):                  # group 'elementwise', in pa_fmt (float32)
+        y, z = getattr(F, f"avg_pool{nd}d")(x, 3), getattr(nn, f"AdaptiveAvgPool{nd}d")(3)(x)
+    assert torch.equal(y, pa_avg_pool(x, (3,) * nd))
+    assert torch.equal(z, pa_adaptive_avg_pool(x, (3,) * nd))
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda x, w: tb.pam_conv2d(x, w, stride=0), r"conv2d: stride=0; expected an int >= 1"),
+    (lambda x, w: tb.pam_conv2d(x, w, dilation=(1, 0)), r"dilation=\(1, 0\)"),
+    (lambda x, w: tb.pam_conv2d(x, w, padding=-1), r"padding=-1; expected an int >= 0"),
+    (lambda x, w: tb.pam_conv2d(x, w, padding="full"), r"padding='full'"),
+    (lambda x, w: tb.pam_conv2d(x, w, groups=0), r"groups=0; expected an int >= 1"),
+    (lambda x, w: tb.contract.pam_conv1d(x[0], w[..., 0], stride=(1, 1)), r"stride=\(1, 1\)"),
+    (lambda x, w: tb.contract.pam_conv3d(x[None], w[None], stride=2, padding="same"),
+     r"padding='same' needs stride 1"),
+    (lambda x, w: tb.contract.pam_conv_transpose(x, w, stride=2, output_padding=2),
+     r"output_padding=\(2, 2\) must be smaller than max\(stride, dilation\)"),
+    (lambda x, w: tb.contract.pam_conv_transpose(x, w, padding="same"), r"padding='same'"),
+    (lambda x, w: tb.contract.pa_avg_pool(x, (2, 0)), r"kernel_size=\(2, 0\)"),
+    (lambda x, w: tb.contract.pa_avg_pool(x, (2, 2), stride=0), r"stride=0"),
+    (lambda x, w: tb.contract.pa_avg_pool(x, (2, 2), padding=2), r"at most half"),
+    (lambda x, w: tb.contract.pa_adaptive_avg_pool(x, (0, 2)), r"output_size=\(0, 2\)"),
+])
+def test_conv_and_pool_arguments_fail_before_any_work(call, match):
+    x, w = torch.randn(1, 2, 5, 5), torch.randn(2, 2, 3, 3)
+    with pytest.raises(ValueError, match=match):
+        call(x, w)
 
 
 def test_batch_norm_train_and_eval():
@@ -420,3 +544,47 @@ def test_exact_derivatives_are_emu_grad_chains(name):
     assert_bits_equal(npy(y), out.v)
     _backward(out, npy(dy))
     assert_bits_equal(npy(x.grad), X.g)
+
+
+def test_rarer_products_losses_and_similarities_are_routed():
+    from torch_bridge import contract as PC, losses as PL
+    torch.manual_seed(0)
+    x, t = torch.randn(4, 6), torch.rand(4, 6)
+    p = torch.sigmoid(x)
+    inp, b1, b2, m, v = torch.randn(3, 5), torch.randn(2, 3, 4), torch.randn(2, 4, 5), \
+        torch.randn(3, 4), torch.randn(4)
+    pw, lt = torch.rand(6) + 0.5, t.log()
+    calls = [lambda: torch.addbmm(inp, b1, b2), lambda: inp.addbmm(b1, b2, beta=0.5, alpha=2),
+             lambda: torch.addmv(inp[:, 0], m, v),
+             lambda: F.binary_cross_entropy(p, t, weight=pw),
+             lambda: F.binary_cross_entropy_with_logits(x, t, pos_weight=pw, reduction="sum"),
+             lambda: F.kl_div(F.log_softmax(x, 1), t, reduction="batchmean"),
+             lambda: F.kl_div(x, lt, reduction="none", log_target=True),
+             lambda: F.huber_loss(x, t, delta=0.5, weight=pw.expand(4, 6)),
+             lambda: F.smooth_l1_loss(x, t, beta=0.5),
+             lambda: F.smooth_l1_loss(x, t, beta=0.0), lambda: F.l1_loss(x, t, reduction="sum"),
+             lambda: F.mse_loss(x, t, weight=pw.expand(4, 6)), lambda: F.cosine_similarity(x, t),
+             lambda: F.pairwise_distance(x, t, keepdim=True)]
+    with tb.pam_mode(CFG):
+        got = [c() for c in calls]
+        log_p = F.log_softmax(x, 1)
+    mm = dict(acc="float32", backward="approx", rounding="nearest_even")
+    want = [inp + PC.pam_addbmm(b1, b2, "bf16", **mm),
+            tb.pam_mul(inp, 0.5) + tb.pam_mul(PC.pam_addbmm(b1, b2, "bf16", **mm), 2.0),
+            inp[:, 0] + tb.pam_matmul(m, v, "bf16"), PL.pa_binary_cross_entropy(p, t, pw),
+            PL.pa_binary_cross_entropy_with_logits(x, t, None, "sum", pw),
+            PL.pa_kl_div(log_p, t, "batchmean"), PL.pa_kl_div(x, lt, "none", True),
+            PL.pa_huber_loss(x, t, delta=0.5, weight=pw.expand(4, 6)),
+            PL.pa_smooth_l1_loss(x, t, beta=0.5),
+            PL.pa_l1_loss(x, t), PL.pa_l1_loss(x, t, "sum"),
+            PL.pa_mse_loss(x, t, weight=pw.expand(4, 6)),
+            PE.pa_cosine_similarity(x, t), PE.pa_pairwise_distance(x, t, keepdim=True)]
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape and torch.equal(g, w), i
+    for i, (g, c) in enumerate(zip(got, calls)):       # close to torch's
+        r = c()
+        assert (g - r).abs().max() <= 0.15 * r.abs().max() + 1e-3, i
+    with pytest.raises(ValueError, match="reduction='avg'"):
+        PL.pa_kl_div(x, t, "avg")
+    with pytest.raises(ValueError, match="delta=0"):
+        PL.pa_huber_loss(x, t, delta=0)

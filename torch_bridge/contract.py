@@ -267,7 +267,8 @@ def pa_avg_pool(x, kernel_size, stride=None, padding=0, ceil_mode=False,
     nd = len(kernel_size) if isinstance(kernel_size, (tuple, list)) else 2
     op = f"avg_pool{nd}d"
     k = _ints(f"{op}: kernel_size", kernel_size, nd, 1)
-    s = k if stride is None or stride == [] or stride == () else         _ints(f"{op}: stride", stride, nd, 1)
+    s = k if stride is None or stride == [] or stride == () else \
+        _ints(f"{op}: stride", stride, nd, 1)
     p = _ints(f"{op}: padding", padding, nd, 0)
     if any(pp > kk // 2 for pp, kk in zip(p, k)):
         raise ValueError(f"{op}: padding={p} must be at most half of kernel_size={k}")

@@ -66,35 +66,42 @@ def _check_reduction(reduction, allowed=_REDUCTIONS):
         raise ValueError(f"reduction={reduction!r}; expected one of {allowed}")
 
 
-def _reduce(loss, reduction, kw, weight=None):
-    """``loss ·̂ weight`` (if given), then 'none', 'sum' or 'mean' (``Σ ÷̂ n``)."""
+def _reduce(loss, reduction, kw, weight=None, by_weight=False):
+    """``loss ·̂ weight`` (if given), then 'none', 'sum' or 'mean': ``Σ ÷̂ n``, or
+    ``Σ ÷̂ Σ weight`` with ``by_weight`` (torch's weighted mse and l1)."""
     if weight is not None:
         loss = pam_mul(loss, weight, **kw)
     if reduction == "none":
         return loss
-    return loss.sum() if reduction == "sum" else pa_div(loss.sum(), float(loss.numel()), **kw)
+    if reduction == "sum":
+        return loss.sum()
+    n = weight.sum() if by_weight and weight is not None else float(loss.numel())
+    return pa_div(loss.sum(), n, **kw)
 
 
 def pa_mse_loss(input, target, reduction="mean", fmt="float32", *, backward="approx",
                 rounding="nearest_even", weight=None):
-    """F.mse_loss: ``d ·̂ d`` with ``d = input - target``, 'mean' ``Σ ÷̂ n``."""
+    """F.mse_loss: ``d ·̂ d`` with ``d = input - target`` (``·̂ weight``), 'mean'
+    ``Σ ÷̂ n`` (with a weight ``Σ ÷̂ Σ weight``, as torch)."""
     _check_reduction(reduction)
     kw = _kw(fmt, backward, rounding)
     d = input - target
-    return _reduce(pam_mul(d, d, **kw), reduction, kw, weight)
+    return _reduce(pam_mul(d, d, **kw), reduction, kw, weight, by_weight=True)
 
 
 def pa_l1_loss(input, target, reduction="mean", fmt="float32", *, backward="approx",
                rounding="nearest_even", weight=None):
-    """F.l1_loss: ``|input - target|``, 'mean' ``Σ ÷̂ n``."""
+    """F.l1_loss: ``|input - target|`` (``·̂ weight``), 'mean' ``Σ ÷̂ n`` (with a
+    weight ``Σ ÷̂ Σ weight``, as torch)."""
     _check_reduction(reduction)
-    return _reduce(pa_abs(input - target), reduction, _kw(fmt, backward, rounding), weight)
+    return _reduce(pa_abs(input - target), reduction, _kw(fmt, backward, rounding), weight,
+                   by_weight=True)
 
 
 def pa_huber_loss(input, target, reduction="mean", delta=1.0, fmt="float32", *,
                   backward="approx", rounding="nearest_even", weight=None):
     """F.huber_loss in torch's order: ``(0.5 ·̂ z) ·̂ z`` where ``z = |input - target| <
-    δ``, else ``δ ·̂ (z - δ/2)``."""
+    δ``, else ``δ ·̂ (z - δ/2)``; then ``·̂ weight``, 'mean' ``Σ ÷̂ n``."""
     _check_reduction(reduction)
     if not delta > 0:
         raise ValueError(f"huber_loss: delta={delta!r} must be positive")

@@ -430,6 +430,11 @@ def _loss_kw(cfg):
     return dict(fmt=cfg.pa_fmt, backward=cfg.kind("loss"), rounding=cfg.rounding)
 
 
+def _bad_weight(input, weight):
+    """torch's weighted mse/l1/huber need a weight of the input's shape (else: its error)."""
+    return weight is not None and weight.shape != input.shape
+
+
 def _reduction(size_average, reduce, reduction):
     if size_average is not None or reduce is not None:
         return torch.nn._reduction.legacy_get_string(size_average, reduce)
@@ -446,7 +451,7 @@ def _nll_loss(cfg, input, target, weight=None, size_average=None, ignore_index=-
 
 def _mse_loss(cfg, input, target, size_average=None, reduce=None, reduction="mean",
               weight=None):
-    if not _floating(input, target) or input.shape != target.shape:
+    if not _floating(input, target) or input.shape != target.shape or _bad_weight(input, weight):
         return NotImplemented
     return PL.pa_mse_loss(input, target, _reduction(size_average, reduce, reduction),
                           **_loss_kw(cfg), weight=weight)
@@ -478,14 +483,14 @@ def _kl_div(cfg, input, target, size_average=None, reduce=None, reduction="mean"
 
 def _l1_loss(cfg, input, target, size_average=None, reduce=None, reduction="mean",
              weight=None):
-    if not _floating(input, target):
+    if not _floating(input, target) or _bad_weight(input, weight):
         return NotImplemented
     return PL.pa_l1_loss(input, target, _reduction(size_average, reduce, reduction),
                          **_loss_kw(cfg), weight=weight)
 
 
 def _huber_loss(cfg, input, target, reduction="mean", delta=1.0, weight=None):
-    if not _floating(input, target):
+    if not _floating(input, target) or _bad_weight(input, weight):
         return NotImplemented
     return PL.pa_huber_loss(input, target, reduction, delta, **_loss_kw(cfg), weight=weight)
 
