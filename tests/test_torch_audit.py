@@ -120,6 +120,9 @@ def test_cli_audit(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "## encoder" in out and "1/1 model(s) fully emulated" in out
     assert json.loads(js.read_text())["encoder"]["escaped"] == 0
+    assert main(["audit", "mha", "--summary"]) == 0
+    out = capsys.readouterr().out
+    assert "| mha (_MHA) | 175,104 | 0 | – |" in out and "1/1 model(s) fully emulated" in out
     assert main(["audit", "nosuch"]) == 2
     assert "pamsim audit: error: unknown model(s) ['nosuch']" in capsys.readouterr().out
 

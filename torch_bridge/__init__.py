@@ -16,7 +16,8 @@ Operations": every number comes from :mod:`emu` (forward) and :mod:`emu.grad`
   (the function shadows its module: import names from ``torch_bridge.audit``).
 * :mod:`torch_bridge.functional` — the PA primitives and composites; more composites
   in :mod:`~torch_bridge.elementwise`, :mod:`~torch_bridge.norms`,
-  :mod:`~torch_bridge.losses`, :mod:`~torch_bridge.contract` (einsum, conv1d) and
+  :mod:`~torch_bridge.losses`, :mod:`~torch_bridge.contract` (einsum, conv1d/3d,
+  transposed convolutions, addbmm, average pooling) and
   :mod:`~torch_bridge.recurrent` (GRU, LSTM, RNN).
 * :class:`PAAdamW`, :class:`PASGD` — optimizers with PA arithmetic.
 * :mod:`torch_bridge.memory` — memory-saving activations (few-bit backward, inverted

@@ -5,21 +5,26 @@ versions when their op group is enabled (otherwise, and for non-floating or non-
 operands, they run natively):
 
 * ``matmul``: torch.matmul / Tensor.matmul / ``@``, torch.mm, torch.bmm, torch.addmm,
-  torch.baddbmm, torch.mv, dot, inner, outer/ger (and their Tensor methods), F.linear,
-  F.conv1d, F.conv2d, torch.einsum and tensordot (:mod:`torch_bridge.contract`),
-  linalg.multi_dot (left to right), the batched matmuls of
-  F.scaled_dot_product_attention and F.multi_head_attention_forward;
+  torch.baddbmm, torch.addmv, torch.addbmm, torch.mv, dot, inner, outer/ger (and their
+  Tensor methods), F.linear, F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d/2d/3d,
+  torch.einsum and tensordot (:mod:`torch_bridge.contract`), linalg.multi_dot (left to
+  right), the batched matmuls of F.scaled_dot_product_attention and
+  F.multi_head_attention_forward;
 * ``softmax``: softmax and log_softmax (F., torch., Tensor.), and the softmax and logit
   scaling inside scaled_dot_product_attention;
 * ``layernorm``: F.layer_norm, F.rms_norm, F.batch_norm, F.group_norm, F.instance_norm
   (:mod:`torch_bridge.norms`);
-* ``loss``: F.cross_entropy, F.nll_loss, F.mse_loss (:mod:`torch_bridge.losses`);
+* ``loss``: F.cross_entropy, F.nll_loss, F.mse_loss, F.l1_loss, F.huber_loss,
+  F.smooth_l1_loss, F.binary_cross_entropy (with_logits), F.kl_div
+  (:mod:`torch_bridge.losses`);
 * ``elementwise``: ``*`` and ``/`` (torch.mul/div/multiply/divide/true_divide, their
   Tensor methods, reflected and in-place forms), ``**`` / pow with a number exponent
   or a positive number base, exp, exp2, log, log2, sqrt, rsqrt, reciprocal, sigmoid,
   tanh (torch. and Tensor., in-place too), torch.mean / Tensor.mean, the 2-norm
-  (torch.norm, Tensor.norm, linalg.vector_norm), F.gelu, F.silu, F.softplus — through
-  the PA primitives and :mod:`torch_bridge.elementwise`;
+  (torch.norm, Tensor.norm, linalg.vector_norm), F.gelu, F.silu, F.softplus,
+  F.cosine_similarity, F.pairwise_distance (p=2), F.avg_pool1d/2d/3d and
+  F.adaptive_avg_pool1d/2d/3d — through the PA primitives, :mod:`torch_bridge.elementwise`
+  and :mod:`torch_bridge.contract`;
 * ``matmul`` and ``elementwise``: torch.gru / lstm / rnn_tanh / rnn_relu (nn.GRU,
   nn.LSTM, nn.RNN on padded input), :mod:`torch_bridge.recurrent`.
 

@@ -28,23 +28,36 @@ def register(sub):
                    help="derivative kind of every op group (default approx)")
     p.add_argument("--forward-only", action="store_true", help="skip the backward pass")
     p.add_argument("--json", help="also write the reports as JSON to this file")
+    p.add_argument("--summary", action="store_true",
+                   help="print one Markdown row per model (docs/torch_bridge.md's audit "
+                        "table) instead of each model's table")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     import torch_bridge as tb
     from sim.tiny_models import TINY, build
+    from torch_bridge.audit import NATIVE_BY_DESIGN
     bad = [m for m in args.models if m not in TINY]
     if bad:
         print(f"pamsim audit: error: unknown model(s) {bad}; expected names from {list(TINY)}")
         return 2
     cfg = tb.PAMConfig(args.fmt, ops=args.ops or tb.OPS, backward=args.backward)
     reports = {}
+    if args.summary:
+        print(f"{cfg.describe()}\n\n| model | multiplies (native) | escaped op calls | "
+              "native by design |\n|---|---|---|---|")
     for name in args.models or TINY:
         model, inputs = build(name)
         rep = tb.audit(model, inputs, cfg, backward=not args.forward_only)
         reports[name] = rep
-        print(f"## {name}\n\n{rep.table()}\n")
+        if args.summary:
+            design = ", ".join(f"{r.op} ×{r.count}" for r in rep.rows
+                               if r.op in NATIVE_BY_DESIGN) or "–"
+            print(f"| {name} ({type(model).__name__}) | {rep.native_work:,} | {rep.escaped} | "
+                  f"{design} |")
+        else:
+            print(f"## {name}\n\n{rep.table()}\n")
     clean = sum(r.escaped == 0 for r in reports.values())
     print(f"{clean}/{len(reports)} model(s) fully emulated")
     if args.json:
