@@ -18,7 +18,8 @@ FORMATS = ["float8_e4m3fn", "float8_e5m2", "bfloat16", "float16", "float32"]
 
 
 @pytest.mark.parametrize("unit", sorted(set(rtl.UNITS) - {"array"}))   # array: next test
-@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "bfloat16", "float32"])
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "bfloat16", "float32", "float4_e2m1fn",
+                                 "float8_e5m2fnuz", "e5m6b9fnuz"])
 def test_every_unit_emits_verilog(unit, fmt):
     c = rtl.make_unit(unit, fmt)
     text = rtl.verilog(c)
@@ -47,8 +48,9 @@ def test_verilog_module_name_and_options():
     (lambda: rtl.make_unit("mul", "bf16", stages=2), "takes no stages option"),
     (lambda: rtl.make_unit("mac", "bf16", rows=2), "takes no rows option"),
     (lambda: rtl.make_unit("mul", "bf17"), "fmt='bf17' is not a format"),
-    (lambda: rtl.make_unit("mul", "float8_e4m3fnuz"), "'fnuz' NaN policy"),
-    (lambda: rtl.PAMMac("float4_e2m1fn"), "in_fmt=float4_e2m1fn has the 'none' NaN policy"),
+    (lambda: rtl.make_unit("mul", "float8_e8m0fnu"), "fmt=float8_e8m0fnu is the unsigned scale"),
+    (lambda: rtl.PAMMac("bf16", "float8_e8m0fnu"), "acc_fmt=float8_e8m0fnu is the unsigned"),
+    (lambda: rtl.PASqrt("e2m1b5sat"), r"fmt=e2m1b5sat \(bias 5\) does not hold 1.0"),
     (lambda: rtl.PAMMac("bf16", "nope"), "acc_fmt='nope'"),
     (lambda: rtl.PAMMac("bf16", stages=0), r"stages=0: expected an int in \[1, 3\]"),
     (lambda: rtl.PAMMac("bf16", stages=True), "stages=True"),
@@ -70,6 +72,11 @@ def test_cli_verilog(tmp_path, capsys):
     assert str(out) in capsys.readouterr().out
     assert main(["verilog", "--unit", "div", "--fmt", "fp16"]) == 0
     assert "module pa_div_float16(" in capsys.readouterr().out
+    assert main(["verilog", "--unit", "add", "--fmt", "e2m3sat"]) == 0
+    assert "module fp_add_float6_e2m3fn(" in capsys.readouterr().out
+    assert main(["verilog", "--unit", "sqrt", "--fmt", "float8_e8m0fnu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pamsim verilog: error: fmt=float8_e8m0fnu") and "\n" not in err
     assert main(["verilog", "--unit", "mul", "--stages", "3"]) == 2
     assert "unit='mul' takes no stages option" in capsys.readouterr().err
     assert main(["verilog", "--unit", "array", "--rows", "40"]) == 2
