@@ -423,6 +423,7 @@ def ci_harnesses() -> list[tuple[Harness, str]]:
     # the other encoding policies (docs/semantics.md §9), exhaustive: cheap Icarus builds
     i += [Harness.comb(f) for f in ("float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn",
                                     "float8_e4m3fnuz")]
+    i += [Harness.mac("float4_e2m1fn", "float8_e4m3fnuz", 2)]
     return [(h, "verilator") for h in v] + [(h, "icarus") for h in i]
 
 

@@ -158,7 +158,8 @@ def test_prebuild_covers_the_suite():
     used |= {(rtl_sim.Harness.comb(f).key, "icarus") for f in POLICIES}
     used |= {(rtl_sim.Harness.comb("float8_e5m2").key, "icarus"),
              (rtl_sim.Harness.mac("bfloat16", "float32").key, "icarus"),
-             (rtl_sim.Harness.array(4, 4, "bfloat16", "float32").key, "icarus")}
+             (rtl_sim.Harness.array(4, 4, "bfloat16", "float32").key, "icarus"),
+             (rtl_sim.Harness.mac("float4_e2m1fn", "float8_e4m3fnuz").key, "icarus")}
     assert used == {(h.key, sim) for h, sim in rtl_sim.ci_harnesses()}
 
 
@@ -186,7 +187,7 @@ def test_cli_verify(capsys):
     assert main(["verify", "--fmt", "bf16"]) == 2
     assert "--unit is required" in capsys.readouterr().err
     assert main(["verify", "--prebuild", "--sim", "icarus"]) == 0      # warm: checks stamps
-    assert f"{3 + len(POLICIES)} harnesses ready" in capsys.readouterr().out
+    assert f"{4 + len(POLICIES)} harnesses ready" in capsys.readouterr().out
 
 
 def test_bench_rtl_quick(capsys):
@@ -222,6 +223,14 @@ def test_cli_verify_policy_formats(capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("pamsim verify: error: fmt=float8_e8m0fnu is the unsigned scale "
                           "type") and "\n" not in err
+
+
+def test_icarus_mac_policies():
+    """fp4 (saturating, no NaN) operands into a fnuz accumulator (one NaN, no −0)."""
+    h = rtl_sim.Harness.mac("float4_e2m1fn", "float8_e4m3fnuz")
+    reports = rtl_sim.run_cocotb(h, "sim.tb.test_pam_mac", {"dots": 100, "max_len": 64},
+                                 sim="icarus")
+    assert len(reports) == 2 and all(r["mismatches"] == 0 and r["dots"] == 100 for r in reports)
 
 
 def test_icarus_cli_verify(capsys):
