@@ -450,7 +450,7 @@ def prebuild(jobs: int = 2, sims=SIMULATORS) -> list[tuple[str, str, float]]:
 def run_cocotb(h: Harness, test_module: str | list[str], params: dict | None = None, *,
                sim: str | None = None, testcase: str | None = None,
                job: Path | None = None) -> list[dict]:
-    """Run cocotb test module ``test_module`` (e.g. ``sim.tb.test_pam_multiplier``), or
+    """Run cocotb test module ``test_module`` (e.g. ``sim.tb.test_comb``), or
     several in one simulator process, against harness ``h``; returns the per-test
     reports the benches wrote.
 
@@ -586,7 +586,7 @@ def verify_unit(unit: str | list[str], fmt, vectors: int, *, sim: str | None = N
     """Check ``vectors`` (0 to :data:`MAX_VECTORS`) random vectors, plus the corner and
     boundary vectors (every operand set for 8-bit formats), of a combinational unit
     against emu; per-kind reports.  A list of units runs each one's bench (rtl.UNITS) in
-    a single simulator process."""
+    a single simulator process (the generic bench, parameter ``units``)."""
     from rtl.registry import UNITS, comb_units
     units = [unit] if isinstance(unit, str) else list(unit)
     if not units or set(units) - set(comb_units()):
@@ -595,8 +595,8 @@ def verify_unit(unit: str | list[str], fmt, vectors: int, *, sim: str | None = N
     _positive(vectors, "vectors", MAX_VECTORS, least=0)
     _nonneg_seed(seed)
     h = Harness.comb(fmt, slots)
-    return run_cocotb(h, [UNITS[u].bench for u in units],
-                      {"vectors": int(vectors), "seed": int(seed)}, sim=sim)
+    return run_cocotb(h, sorted({UNITS[u].bench for u in units}),
+                      {"vectors": int(vectors), "seed": int(seed), "units": units}, sim=sim)
 
 
 def same_bits(actual, expected) -> np.ndarray:
