@@ -109,39 +109,48 @@ class PASqrt(UnaryOp):
     ``emu.pa_sqrt(a, fmt)``.
 
     On the encodings the root is ``(bias << M) + (|a| - (bias << M)) / 2``, i.e.
-    ``(|a| + (bias << M)) / 2``: one adder and a shift.  An odd sum leaves exactly half
-    an ulp, rounded to the even result (RNE).  NaN, or a negative operand other than
-    ±0 → NaN (−0 in formats without NaN); ±0 and subnormals (DAZ) → ±0 (+0 where
-    there is no −0); +inf → +inf.  The root of a normal number lies between it and
-    1.0, so where 1.0 is a normal number of the format (every catalog format; checked
-    at construction for other biases) nothing flushes or overflows.
+    ``u = (|a| + (bias << M)) / 2``: one adder and a shift.  An odd sum leaves exactly
+    half an ulp, rounded to the even result (RNE).  NaN, or a negative operand other
+    than ±0 → NaN (−0 in formats without NaN); ±0 and subnormals (DAZ) → ±0 (+0 where
+    there is no −0); +inf → +inf.
+
+    The root of a normal number lies between it and 1.0, so where 1.0 is a normal
+    number (every catalog format) nothing flushes or overflows.  Other biases get the
+    two ends of ``round_to_fmt`` (emu/_scalar.py), built only where they can occur:
+    above the largest finite encoding the PA overflow value (±inf, or ±max); below the
+    smallest normal, the root rounds on the subnormal grid, whose quantum is two units
+    of ``u`` in the binade under ``emin``, so ``u >= 2^M - 1`` still gives the smallest
+    normal and anything less flushes to +0.
     """
 
     kind = "pa_sqrt"
 
-    def __init__(self, fmt):
-        super().__init__(fmt)
-        f = self.fmt
-        if not f.smallest_normal <= 1 <= f.max:
-            raise ValueError(f"fmt={f.name} (bias {f.bias}) does not hold 1.0 as a normal "
-                             "number, so PA square roots would flush or overflow, which "
-                             "PASqrt does not implement; it takes formats with "
-                             "smallest_normal <= 1 <= max")
-
     def elaborate(self, platform):
         m = Module()
         f = self.fmt
+        M = f.man_bits
         a = Decoded(m, self.a, f, "a")
         y = self.y.as_value()
-        total = Signal(f.width)                           # |a| + (bias << M) < 2^width
-        m.d.comb += total.eq(a.mag + (f.bias << f.man_bits))
-        half = total[1:]
+        base = f.bias << M
+        total = Signal(range(min(0, base), (1 << (f.width - 1)) + max(0, base)))   # 2u
+        m.d.comb += total.eq(a.mag + base)
+        half = total >> 1
+        root = Signal(range(min(0, base), (1 << (f.width - 1)) + max(0, base)))    # RNE(u)
+        m.d.comb += root.eq(half + (total[0] & half[0]))
         with m.If(a.is_nan | (a.sign & ~a.is_sub)):
             m.d.comb += y.eq(invalid_encoding(f))
         with m.Elif(a.is_sub):
             m.d.comb += y.eq(signed_zero(f, a.sign))
         with m.Elif(a.is_inf):                           # +inf; never true without inf
             m.d.comb += y.eq(pa_overflow(f, 0))
+        if base < 1 << M:                                # 1.0 below the smallest normal
+            with m.Elif(total < (2 << M) - 2):
+                m.d.comb += y.eq(0)
+            with m.Elif(total < 2 << M):
+                m.d.comb += y.eq(1 << M)
+        if base > f.max_encoding:                        # 1.0 above the largest finite
+            with m.Elif(root > f.max_encoding):
+                m.d.comb += y.eq(pa_overflow(f, 0))
         with m.Else():
-            m.d.comb += y.eq(half + (total[0] & half[0]))
+            m.d.comb += y.eq(root)
         return m
