@@ -11,16 +11,19 @@ for bit (verified by the cocotb benches in sim/tb against emu, see docs/rtl.md):
 * :class:`PAMMac` — pipelined stream multiply-accumulate (an entry of ``emu.pam_matmul``);
 * :class:`PAMDotArray` — a grid of MACs computing a tile of ``emu.pam_matmul``.
 
+Every signed format of emu has units: any bias and every encoding policy of
+docs/semantics.md §9 (ieee, fn, fnuz, none); :func:`as_format` is the check.
+
 :data:`UNITS` (rtl/registry.py) is the one registry of units by ``--unit`` name;
 :func:`make_unit` builds a unit by that name and :func:`verilog` emits synthesizable
 Verilog.
 """
-from ._float import FloatLayout
+from ._float import FloatLayout, as_format
 from .emit import make_unit, verilog
 from .ieee import FloatAdder, FloatMultiplier
 from .mac import PAMDotArray, PAMMac
 from .pa import PADivider, PAMMultiplier, PASqrt
 from .registry import UNITS, Unit
 
-__all__ = ["FloatLayout", "PAMMultiplier", "PADivider", "PASqrt", "FloatAdder",
+__all__ = ["FloatLayout", "as_format", "PAMMultiplier", "PADivider", "PASqrt", "FloatAdder",
            "FloatMultiplier", "PAMMac", "PAMDotArray", "UNITS", "Unit", "make_unit", "verilog"]

@@ -3,8 +3,10 @@ and the one rounding/packing block every IEEE-style unit uses.
 
 Everything here is parameterised by :class:`emu.Format` and works on *format
 encodings* (1 sign, E exponent, M mantissa bits), not float32 patterns.  The rules
-implemented are docs/semantics.md §1 (encodings, canonical NaN) and §2/§4 (RNE on the
-format's grid, subnormals, overflow); the golden definitions are in emu/_scalar.py.
+implemented are docs/semantics.md §1 (encodings, canonical NaN), §2/§4 (RNE on the
+format's grid, subnormals, overflow) and §9 (the encoding policies: which codes are
+NaN or inf, whether −0 exists, what overflow and invalid operations give); the golden
+definitions are in emu/_scalar.py.
 """
 from __future__ import annotations
 
@@ -15,17 +17,44 @@ from amaranth.lib.wiring import In, Out
 import emu
 
 __all__ = ["FloatLayout", "Decoded", "FloatOp", "UnaryOp", "BinaryOp", "lzc", "round_pack",
-           "as_format"]
+           "as_format", "invalid_encoding", "signed_zero", "pa_overflow", "rounded_overflow"]
 
 
 def as_format(spec, argname: str) -> emu.Format:
-    """``emu.format`` with the argument name in the error message; the units implement
-    the ``ieee`` and ``fn`` encoding policies only (ValueError otherwise)."""
+    """``emu.format`` with the argument name in the error message.  Every signed format
+    (every encoding policy and bias of docs/semantics.md §9) has units; the unsigned
+    scale type (``float8_e8m0fnu``) has no arithmetic (ValueError)."""
     fmt = emu.format(spec, argname=argname)
-    if fmt.nan not in ("ieee", "fn"):
-        raise ValueError(f"{argname}={fmt.name} has the {fmt.nan!r} NaN policy; the RTL "
-                         "units implement the 'ieee' and 'fn' policies only")
+    if not fmt.signed:
+        raise ValueError(f"{argname}={fmt.name} is the unsigned scale type, which has no "
+                         "arithmetic (docs/semantics.md §9); the RTL units take signed formats")
     return fmt
+
+
+# --- the policy's special results (docs/semantics.md §9), as encodings ------------------
+
+def invalid_encoding(fmt: emu.Format) -> int:
+    """What an invalid operation gives (§9 rule 3): the canonical NaN, or −0 in a
+    format without NaN (``none``)."""
+    return 1 << (fmt.width - 1) if fmt.nan_encoding is None else fmt.nan_encoding
+
+
+def signed_zero(fmt: emu.Format, sign: Value) -> Value:
+    """The zero of ``sign``: ±0, always +0 where there is no −0 (``fnuz``, §9 rule 4)."""
+    return sign << (fmt.width - 1) if fmt.has_neg_zero else Const(0, fmt.width)
+
+
+def pa_overflow(fmt: emu.Format, sign: Value) -> Value:
+    """A PA operation's overflow (§9 rule 1): ±inf, or ±max without inf."""
+    return (sign << (fmt.width - 1)) | (fmt.inf_encoding if fmt.has_inf else fmt.max_encoding)
+
+
+def rounded_overflow(fmt: emu.Format, sign: Value) -> Value:
+    """A correctly rounded operation's overflow, also ``quantize`` of ±inf (§9 rules 1
+    and 5): ±inf (``ieee``), NaN (``fn``, ``fnuz``), ±max (``none``)."""
+    if fmt.has_inf or fmt.saturates:
+        return pa_overflow(fmt, sign)
+    return Const(fmt.nan_encoding, fmt.width)
 
 
 class FloatLayout(data.StructLayout):
@@ -61,17 +90,19 @@ class Decoded:
         self.man = view.man
         self.mag = Cat(view.man, view.exp)               # encoding without the sign
         all_ones = (1 << E) - 1
-        self.is_nan = Signal(name=f"{name}_nan")
+        self.is_nan = Signal(name=f"{name}_nan")         # the NaN codes of the policy (§9)
         self.is_inf = Signal(name=f"{name}_inf")
         if fmt.has_inf:
             m.d.comb += [self.is_nan.eq((view.exp == all_ones) & (view.man != 0)),
                          self.is_inf.eq((view.exp == all_ones) & (view.man == 0))]
-        else:                                             # fn: only S.1..1.1..1 is NaN
+        elif fmt.nan == "fn":                             # only S.1..1.1..1
             m.d.comb += self.is_nan.eq(self.mag == (1 << (E + M)) - 1)
-        self.is_zero = Signal(name=f"{name}_zero")       # exactly ±0
+        elif fmt.nan == "fnuz":                           # the code of −0
+            m.d.comb += self.is_nan.eq(view.sign & (self.mag == 0))
+        # "none": no NaN, no inf; both stay 0
+        # the fnuz NaN code also has exponent field 0: every unit tests is_nan first
         self.is_sub = Signal(name=f"{name}_sub")         # zero or subnormal (exp field 0)
-        m.d.comb += [self.is_sub.eq(view.exp == 0),
-                     self.is_zero.eq((view.exp == 0) & (view.man == 0))]
+        m.d.comb += self.is_sub.eq(view.exp == 0)
         self.e = Signal(range(fmt.emin, fmt.emax + 2), name=f"{name}_e")
         m.d.comb += self.e.eq(Mux(view.exp == 0, fmt.emin, view.exp - fmt.bias))
         self.sig = Signal(M + 1, name=f"{name}_sig")

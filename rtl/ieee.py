@@ -2,7 +2,8 @@
 
 Combinational ``wiring.Component``s with ports ``a``, ``b`` and ``y`` as
 :class:`~rtl.FloatLayout`.  Semantics: docs/semantics.md §4 (``emu.fp_add``,
-``emu.fp_mul``) and §5 (the narrow accumulator of ``emu.pam_matmul``).
+``emu.fp_mul``), §5 (the narrow accumulator of ``emu.pam_matmul``) and §9 (every
+encoding policy: overflow to ±inf, NaN or ±max, invalid results, no −0 in fnuz).
 """
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ._float import BinaryOp, Decoded, FloatLayout, as_format, round_pack
+from ._float import (BinaryOp, Decoded, FloatLayout, as_format, invalid_encoding,
+                     rounded_overflow, round_pack, signed_zero)
 
 __all__ = ["FloatAdder", "FloatMultiplier"]
 
@@ -22,7 +24,7 @@ class FloatAdder(wiring.Component):
 
     Equals numpy float32 ``+`` for float32 and ``emu.fp_add(a, b, fmt)`` for any
     format: ``x + (-x) = +0``, ``(-0) + (-0) = -0``, ``inf - inf = NaN``, overflow →
-    ±inf (fn formats: NaN), canonical NaNs.
+    ±inf (fn, fnuz formats: NaN; none: ±max), canonical NaNs (none: −0).
 
     ``b_fmt`` lets operand ``b`` come from another format (default ``fmt``): the sum
     of the exact operands is rounded once into ``fmt``.  This is the accumulator of
@@ -113,18 +115,15 @@ class FloatAdder(wiring.Component):
         y = self.y.as_value()
         top = f.width - 1
         with m.If(a.is_nan | b.is_nan | (a.is_inf & b.is_inf & (a.sign != b.sign))):
-            m.d.comb += y.eq(f.nan_encoding)
-        with m.Elif(a.is_inf | b.is_inf):
-            if f.has_inf:
-                m.d.comb += y.eq((Mux(a.is_inf, a.sign, b.sign) << top) | f.inf_encoding)
-            else:                                             # inf does not exist in fn
-                m.d.comb += y.eq(f.nan_encoding)
+            m.d.comb += y.eq(invalid_encoding(f))
+        with m.Elif(a.is_inf | b.is_inf):                     # inf rounded into fmt
+            m.d.comb += y.eq(rounded_overflow(f, Mux(a.is_inf, a.sign, b.sign)))
         with m.Elif(R == 0):                                  # exact zero: -0 only for -0 + -0
-            m.d.comb += y.eq((a.sign & b.sign) << top)
+            m.d.comb += y.eq(signed_zero(f, a.sign & b.sign))
         with m.Elif(zero):                                    # rounded to zero: keeps its sign
-            m.d.comb += y.eq(sign << top)
+            m.d.comb += y.eq(signed_zero(f, sign))
         with m.Elif(overflow):
-            m.d.comb += y.eq((sign << top) | f.inf_encoding if f.has_inf else f.nan_encoding)
+            m.d.comb += y.eq(rounded_overflow(f, sign))
         with m.Else():
             m.d.comb += y.eq((sign << top) | enc[:top])
         return m
@@ -139,7 +138,8 @@ class FloatMultiplier(BinaryOp):
     The baseline that costs/ compares PAM against: like PAM it never sees or makes a
     subnormal, so the two differ only in the significand multiplier and rounding.
     NaN → NaN; inf × (zero or subnormal) → NaN; inf × x → ±inf; overflow → ±inf
-    (fn formats: NaN).  NaNs are canonical.
+    (fn, fnuz formats: NaN; none: ±max).  NaNs are canonical (none: −0); zeros are
+    +0 where there is no −0.
     """
 
     kind = "fp_mul"
@@ -158,13 +158,13 @@ class FloatMultiplier(BinaryOp):
         y = self.y.as_value()
         top = f.width - 1
         with m.If(a.is_nan | b.is_nan | (a.is_inf & b.is_sub) | (b.is_inf & a.is_sub)):
-            m.d.comb += y.eq(f.nan_encoding)
-        with m.Elif(a.is_inf | b.is_inf):                     # never true in fn formats
-            m.d.comb += y.eq((s << top) | (f.inf_encoding or 0))
+            m.d.comb += y.eq(invalid_encoding(f))
+        with m.Elif(a.is_inf | b.is_inf):                     # never true without inf
+            m.d.comb += y.eq(rounded_overflow(f, s))
         with m.Elif(a.is_sub | b.is_sub | zero):
-            m.d.comb += y.eq(s << top)
+            m.d.comb += y.eq(signed_zero(f, s))
         with m.Elif(overflow):
-            m.d.comb += y.eq((s << top) | f.inf_encoding if f.has_inf else f.nan_encoding)
+            m.d.comb += y.eq(rounded_overflow(f, s))
         with m.Else():
             m.d.comb += y.eq((s << top) | enc[:top])
         return m

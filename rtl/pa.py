@@ -3,14 +3,16 @@
 
 All are combinational ``wiring.Component``s with inputs ``a``, ``b`` (the square
 root: ``a`` only) and output ``y``, each a :class:`~rtl.FloatLayout` of the format,
-i.e. ``width`` bits holding the format encoding.  The rules are docs/semantics.md §3;
-the golden models are ``emu.pam_mul`` / ``emu.pa_div`` / ``emu.pa_sqrt`` (emu/_scalar.py).
+i.e. ``width`` bits holding the format encoding.  The rules are docs/semantics.md §3,
+with the encoding policy's overflow, invalid and zero results of §9 (any bias, inf or
+not, NaN codes ieee/fn/fnuz/none, −0 or not); the golden models are ``emu.pam_mul`` /
+``emu.pa_div`` / ``emu.pa_sqrt`` (emu/_scalar.py).
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.hdl import Module, Mux, Signal
 
-from ._float import BinaryOp, Decoded, UnaryOp
+from ._float import BinaryOp, Decoded, UnaryOp, invalid_encoding, pa_overflow, signed_zero
 
 __all__ = ["PAMMultiplier", "PADivider", "PASqrt"]
 
@@ -18,27 +20,29 @@ __all__ = ["PAMMultiplier", "PADivider", "PASqrt"]
 class _PABinary(BinaryOp):
     """The shared flush/overflow/packing of the PA multiplier and divider."""
 
-    def _start(self, integer_op):
-        """Module, format, decoded operands, result sign (a XOR b), the signed integer
-        result ``integer_op(a, b, fmt)`` on the magnitudes, and the output value."""
+    def _start(self, sign_b: int):
+        """Module, format, decoded operands, result sign (a XOR b), the integer result
+        ``|a| + sign_b |b| - sign_b (bias << M)`` on the magnitude encodings, and the
+        output value."""
         m = Module()
         f = self.fmt
         a, b, s = self._operands(m)
-        r = Signal(signed(f.width + 1))
-        m.d.comb += r.eq(integer_op(a, b, f))
+        off = -sign_b * (f.bias << f.man_bits)            # any bias, also 0 or negative
+        top = (1 << (f.width - 1)) - 1                    # largest magnitude encoding
+        r = Signal(range(min(0, -top) + min(0, off), 2 * top + max(0, off) + 1))
+        m.d.comb += r.eq((a.mag + b.mag if sign_b > 0 else a.mag - b.mag) + off)
         return m, f, a, b, s, r, self.y.as_value()
 
     def _pack(self, m: Module, r, s, y):
         """Drive ``y`` from the wide integer result ``r`` (eqs. 8/17): flush below the
-        smallest normal, overflow to inf (IEEE) or max (fn, saturate)."""
+        smallest normal, overflow to inf, or max without inf (§9 rule 1)."""
         f = self.fmt
-        sign = s << (f.width - 1)
         with m.If(r < (1 << f.man_bits)):
-            m.d.comb += y.eq(sign)
+            m.d.comb += y.eq(signed_zero(f, s))
         with m.Elif(r > f.max_encoding):
-            m.d.comb += y.eq(sign | (f.inf_encoding if f.has_inf else f.max_encoding))
+            m.d.comb += y.eq(pa_overflow(f, s))
         with m.Else():
-            m.d.comb += y.eq(sign | r[:f.width - 1])
+            m.d.comb += y.eq((s << (f.width - 1)) | r[:f.width - 1])
 
 
 class PAMMultiplier(_PABinary):
@@ -47,19 +51,20 @@ class PAMMultiplier(_PABinary):
 
     NaN operand → NaN; inf × (zero or subnormal) → NaN; inf × x → ±inf; zero or
     subnormal operand (DAZ) → ±0; otherwise the integer sum, flushed to ±0 below
-    the smallest normal and ±inf (fn formats: ±max) on overflow.  NaNs are canonical.
+    the smallest normal and ±inf (formats without inf: ±max) on overflow.  NaNs are
+    canonical; where there is no −0 (fnuz) every zero is +0 (§9).
     """
 
     kind = "pam_mul"
 
     def elaborate(self, platform):
-        m, f, a, b, s, r, y = self._start(lambda a, b, f: a.mag + b.mag - (f.bias << f.man_bits))
+        m, f, a, b, s, r, y = self._start(+1)
         with m.If(a.is_nan | b.is_nan | (a.is_inf & b.is_sub) | (b.is_inf & a.is_sub)):
-            m.d.comb += y.eq(f.nan_encoding)
-        with m.Elif(a.is_inf | b.is_inf):                 # never true in fn formats
-            m.d.comb += y.eq((s << (f.width - 1)) | (f.inf_encoding or 0))
+            m.d.comb += y.eq(invalid_encoding(f))
+        with m.Elif(a.is_inf | b.is_inf):                 # never true without inf
+            m.d.comb += y.eq(pa_overflow(f, s))
         with m.Elif(a.is_sub | b.is_sub):
-            m.d.comb += y.eq(s << (f.width - 1))
+            m.d.comb += y.eq(signed_zero(f, s))
         with m.Else():
             self._pack(m, r, s, y)
         return m
@@ -70,28 +75,30 @@ class PADivider(_PABinary):
     encodings; exactly ``emu.pa_div(a, b, fmt)``.
 
     In order: NaN → NaN; inf/inf → NaN; inf/x → ±inf; x/inf → ±0; 0/0 → NaN (zero
-    includes subnormals); x/0 → ±inf (fn formats: NaN); 0/x → ±0; otherwise the
-    integer difference with the multiplier's flush and overflow rules.
+    includes subnormals); x/0 → the overflow value where the format has one without
+    NaN (±inf, or ±max in ``none`` formats), NaN in ``fn``/``fnuz`` (§9 rule 2); 0/x →
+    ±0; otherwise the integer difference with the multiplier's flush and overflow
+    rules.  "NaN" is −0 in formats without NaN (§9 rule 3).
     """
 
     kind = "pa_div"
 
     def elaborate(self, platform):
-        m, f, a, b, s, r, y = self._start(lambda a, b, f: a.mag - b.mag + (f.bias << f.man_bits))
-        signed_zero = s << (f.width - 1)
+        m, f, a, b, s, r, y = self._start(-1)
+        nan = invalid_encoding(f)
         with m.If(a.is_nan | b.is_nan | (a.is_inf & b.is_inf)):
-            m.d.comb += y.eq(f.nan_encoding)
+            m.d.comb += y.eq(nan)
         with m.Elif(a.is_inf):
-            m.d.comb += y.eq(signed_zero | (f.inf_encoding or 0))
+            m.d.comb += y.eq(pa_overflow(f, s))
         with m.Elif(b.is_inf):
-            m.d.comb += y.eq(signed_zero)
+            m.d.comb += y.eq(signed_zero(f, s))
         with m.Elif(b.is_sub):
-            if f.has_inf:
-                m.d.comb += y.eq(Mux(a.is_sub, f.nan_encoding, signed_zero | f.inf_encoding))
-            else:                                         # fn formats have no inf
-                m.d.comb += y.eq(f.nan_encoding)
+            if f.nan in ("fn", "fnuz"):
+                m.d.comb += y.eq(nan)
+            else:
+                m.d.comb += y.eq(Mux(a.is_sub, nan, pa_overflow(f, s)))
         with m.Elif(a.is_sub):
-            m.d.comb += y.eq(signed_zero)
+            m.d.comb += y.eq(signed_zero(f, s))
         with m.Else():
             self._pack(m, r, s, y)
         return m
@@ -102,10 +109,18 @@ class PASqrt(UnaryOp):
     ``emu.pa_sqrt(a, fmt)``.
 
     On the encodings the root is ``(bias << M) + (|a| - (bias << M)) / 2``, i.e.
-    ``(|a| + (bias << M)) / 2``: one adder and a shift.  An odd sum leaves exactly half
-    an ulp, rounded to the even result (RNE).  NaN, or a negative operand other than
-    ±0 → NaN; ±0 and subnormals (DAZ) → ±0; +inf → +inf.  The root of a normal
-    number is normal and finite, so nothing flushes or overflows.
+    ``u = (|a| + (bias << M)) / 2``: one adder and a shift.  An odd sum leaves exactly
+    half an ulp, rounded to the even result (RNE).  NaN, or a negative operand other
+    than ±0 → NaN (−0 in formats without NaN); ±0 and subnormals (DAZ) → ±0 (+0 where
+    there is no −0); +inf → +inf.
+
+    The root of a normal number lies between it and 1.0, so where 1.0 is a normal
+    number (every catalog format) nothing flushes or overflows.  Other biases get the
+    two ends of ``round_to_fmt`` (emu/_scalar.py), built only where they can occur:
+    above the largest finite encoding the PA overflow value (±inf, or ±max); below the
+    smallest normal, the root rounds on the subnormal grid, whose quantum is two units
+    of ``u`` in the binade under ``emin``, so ``u >= 2^M - 1`` still gives the smallest
+    normal and anything less flushes to +0.
     """
 
     kind = "pa_sqrt"
@@ -113,17 +128,29 @@ class PASqrt(UnaryOp):
     def elaborate(self, platform):
         m = Module()
         f = self.fmt
+        M = f.man_bits
         a = Decoded(m, self.a, f, "a")
         y = self.y.as_value()
-        total = Signal(f.width)                           # |a| + (bias << M) < 2^width
-        m.d.comb += total.eq(a.mag + (f.bias << f.man_bits))
-        half = total[1:]
+        base = f.bias << M
+        total = Signal(range(min(0, base), (1 << (f.width - 1)) + max(0, base)))   # 2u
+        m.d.comb += total.eq(a.mag + base)
+        half = total >> 1
+        root = Signal(range(min(0, base), (1 << (f.width - 1)) + max(0, base)))    # RNE(u)
+        m.d.comb += root.eq(half + (total[0] & half[0]))
         with m.If(a.is_nan | (a.sign & ~a.is_sub)):
-            m.d.comb += y.eq(f.nan_encoding)
+            m.d.comb += y.eq(invalid_encoding(f))
         with m.Elif(a.is_sub):
-            m.d.comb += y.eq(a.sign << (f.width - 1))
-        with m.Elif(a.is_inf):                           # +inf; never true in fn formats
-            m.d.comb += y.eq(f.inf_encoding or 0)
+            m.d.comb += y.eq(signed_zero(f, a.sign))
+        with m.Elif(a.is_inf):                           # +inf; never true without inf
+            m.d.comb += y.eq(pa_overflow(f, 0))
+        if base < 1 << M:                                # 1.0 below the smallest normal
+            with m.Elif(total < (2 << M) - 2):
+                m.d.comb += y.eq(0)
+            with m.Elif(total < 2 << M):
+                m.d.comb += y.eq(1 << M)
+        if base > f.max_encoding:                        # 1.0 above the largest finite
+            with m.Elif(root > f.max_encoding):
+                m.d.comb += y.eq(pa_overflow(f, 0))
         with m.Else():
-            m.d.comb += y.eq(half + (total[0] & half[0]))
+            m.d.comb += y.eq(root)
         return m

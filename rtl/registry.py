@@ -17,10 +17,12 @@ from .ieee import FloatAdder, FloatMultiplier
 from .mac import PAMDotArray, PAMMac
 from .pa import PADivider, PAMMultiplier, PASqrt
 
-__all__ = ["Unit", "UNITS", "OPERANDS", "comb_units", "comb_kinds", "comb_operands"]
+__all__ = ["Unit", "UNITS", "OPERANDS", "COMB_BENCH", "comb_units", "comb_kinds", "comb_operands"]
 
 #: input ports of a combinational unit of each arity (output: ``y``)
 OPERANDS = ("a", "b")
+#: the cocotb bench of every combinational unit
+COMB_BENCH = "sim.tb.test_comb"
 
 
 @dataclass(frozen=True)
@@ -31,11 +33,12 @@ class Unit:
     ``"comb"`` (combinational, ports ``OPERANDS[:arity]`` and ``y``, one result per
     operand set; ``cls.kind`` names its Verilog module ``{cls.kind}_{fmt}``) or
     ``"stream"`` (clocked, stream in/out, checked by matrix products).
-    ``arity``: operands per result (comb) or per stream element.  ``bench``: the cocotb
-    test module (sim/tb) that checks it against emu.  ``golden``: comb only, the emu
-    operation it equals, called ``golden(*operands, fmt)`` on values of ``fmt``.
+    ``arity``: operands per result (comb) or per stream element.  ``golden``: comb only,
+    the emu operation it equals, called ``golden(*operands, fmt)`` on values of ``fmt``.
     ``vectors``: comb only, its stress construction ``vectors(rng, fmt, n)`` -> ``arity``
-    arrays of encodings (rtl/vectors.py).  ``options``: the keyword options
+    arrays of encodings (rtl/vectors.py).  ``bench``: the cocotb test module (sim/tb)
+    that checks it against emu; every combinational unit has the generic one,
+    :data:`COMB_BENCH`, driven by these entries.  ``options``: the keyword options
     :func:`rtl.make_unit` accepts beyond ``fmt``, with their defaults, passed to
     ``build`` (default: ``cls(fmt)``).
     """
@@ -44,9 +47,9 @@ class Unit:
     description: str
     kind: str
     arity: int
-    bench: str
     golden: Callable | None = None
     vectors: Callable | None = None
+    bench: str | None = None
     options: dict = field(default_factory=dict)
     build: Callable | None = None
 
@@ -58,6 +61,10 @@ class Unit:
                                     or self.arity not in range(1, len(OPERANDS) + 1)):
             raise ValueError(f"combinational unit {self.name!r} needs a golden model, a "
                              f"vector generator and an arity in 1..{len(OPERANDS)}")
+        if self.kind == "comb" and self.bench is None:
+            object.__setattr__(self, "bench", COMB_BENCH)
+        if self.bench is None:
+            raise ValueError(f"stream unit {self.name!r} needs its cocotb bench module")
 
     def make(self, fmt, **options):
         """The component for ``fmt``; ``options`` (a subset of :attr:`options`) override
@@ -76,20 +83,19 @@ def _array(fmt, rows, cols, acc, stages):
 
 UNITS: dict[str, Unit] = {u.name: u for u in (
     Unit("mul", PAMMultiplier, "PAM multiplier (combinational)", "comb", 2,
-         "sim.tb.test_pam_multiplier", emu.pam_mul, partial(V.pam_boundary_pairs, op="mul")),
+         emu.pam_mul, partial(V.pam_boundary_pairs, op="mul")),
     Unit("div", PADivider, "PA divider (combinational)", "comb", 2,
-         "sim.tb.test_pa_divider", emu.pa_div, partial(V.pam_boundary_pairs, op="div")),
+         emu.pa_div, partial(V.pam_boundary_pairs, op="div")),
     Unit("sqrt", PASqrt, "PA square root (combinational)", "comb", 1,
-         "sim.tb.test_pa_sqrt", emu.pa_sqrt, V.sqrt_operands),
+         emu.pa_sqrt, V.sqrt_operands),
     Unit("add", FloatAdder, "IEEE adder, RNE, subnormals kept (combinational)", "comb", 2,
-         "sim.tb.test_float_adder", emu.fp_add, V.add_pairs),
+         emu.fp_add, V.add_pairs),
     Unit("fmul", FloatMultiplier, "IEEE multiplier, RNE, subnormals flushed (combinational)",
-         "comb", 2, "sim.tb.test_float_multiplier", partial(emu.fp_mul, subnormals=False),
-         V.fmul_pairs),
+         "comb", 2, partial(emu.fp_mul, subnormals=False), V.fmul_pairs),
     Unit("mac", PAMMac, "pipelined PAM multiply-accumulate (stream in/out)", "stream", 2,
-         "sim.tb.test_pam_mac", options={"acc": "float32", "stages": 2}, build=_mac),
+         bench="sim.tb.test_pam_mac", options={"acc": "float32", "stages": 2}, build=_mac),
     Unit("array", PAMDotArray, "rows x cols grid of PAM MACs computing a tile of A.B",
-         "stream", 2, "sim.tb.test_pam_dot_array",
+         "stream", 2, bench="sim.tb.test_pam_dot_array",
          options={"rows": 4, "cols": 4, "acc": "float32", "stages": 2}, build=_array),
 )}
 

@@ -53,8 +53,9 @@ def special_encodings(fmt) -> np.ndarray:
             1 << M, (1 << M) + 1, (2 << M) - 1,             # smallest normals
             f.bias << M, (f.bias << M) + 1, (f.bias << M) | (1 << (M - 1)),   # 1, 1+ulp, 1.5
             ((f.bias + 1) << M) - 1,                         # 2 - ulp
-            f.max_encoding - (1 << M), f.max_encoding - 1, f.max_encoding,
-            f.nan_encoding]
+            f.max_encoding - (1 << M), f.max_encoding - 1, f.max_encoding]
+    if f.nan_encoding is not None:                          # its magnitude (fnuz: 0)
+        mags.append(f.nan_encoding & ((1 << (f.width - 1)) - 1))
     if f.has_inf:
         mags += [top << M, (top << M) | 1, (top << M) | full]   # inf, signalling and other NaNs
     mags = np.unique(np.array(mags, np.int64))
@@ -177,12 +178,9 @@ def sqrt_operands(rng, fmt, n: int):
 
 
 def nan_mask(bits, fmt) -> np.ndarray:
-    """Which encodings are NaNs (any sign or payload)."""
-    f = _f(fmt)
-    mag = np.asarray(bits, np.int64) & ((1 << (f.width - 1)) - 1)
-    if f.has_inf:
-        return mag > f.inf_encoding
-    return mag == (1 << (f.width - 1)) - 1
+    """Which encodings are NaN codes of the format's policy (any sign or payload), as
+    ``emu.from_bits`` decodes them (docs/semantics.md §9 rule 6)."""
+    return np.isnan(emu.from_bits(np.asarray(bits, np.uint32), _f(fmt)))
 
 
 # --- operands of dot products (MAC, array, rtl_matmul) ------------------------------

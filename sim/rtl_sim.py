@@ -119,6 +119,7 @@ class Harness:
     def comb(cls, fmt, slots: int = COMB_SLOTS, units=None,
              lanes: int = COMB_LANES) -> "Harness":
         """Every combinational unit of the registry (rtl.UNITS), or those in ``units``."""
+        from rtl import as_format
         from rtl.registry import comb_units
         every = comb_units()
         units = every if units is None else units
@@ -126,20 +127,22 @@ class Harness:
             raise ValueError(f"units={list(units)}: expected a non-empty subset of {every}")
         if _positive(slots, "slots") % _positive(lanes, "lanes"):
             raise ValueError(f"slots={slots} must be a multiple of lanes={lanes}")
-        return cls("comb", emu.format(fmt).name, slots=slots, lanes=lanes,
+        return cls("comb", as_format(fmt, "fmt").name, slots=slots, lanes=lanes,
                    units=tuple(u for u in every if u in units))
 
     @classmethod
     def mac(cls, fmt, acc="float32", stages: int = 2, slots: int = STREAM_SLOTS) -> "Harness":
+        from rtl import as_format
         from rtl.mac import _check_stages
-        return cls("mac", emu.format(fmt, argname="fmt").name, emu.format(acc, argname="acc").name,
+        return cls("mac", as_format(fmt, "fmt").name, as_format(acc, "acc").name,
                    _check_stages(stages), _positive(slots, "slots"))
 
     @classmethod
     def array(cls, rows: int, cols: int, fmt, acc="float32", stages: int = 2,
               slots: int = ARRAY_SLOTS) -> "Harness":
+        from rtl import as_format
         from rtl.mac import _check_side, _check_stages
-        return cls("array", emu.format(fmt, argname="fmt").name, emu.format(acc, argname="acc").name,
+        return cls("array", as_format(fmt, "fmt").name, as_format(acc, "acc").name,
                    _check_stages(stages), _positive(slots, "slots"), _check_side("rows", rows),
                    _check_side("cols", cols))
 
@@ -417,6 +420,10 @@ def ci_harnesses() -> list[tuple[Harness, str]]:
     v += [Harness.array(4, 4, "bfloat16", "float32", 2), Harness.array(2, 3, "float32", "bfloat16", 3)]
     i = [Harness.comb("float8_e5m2"), Harness.mac("bfloat16", "float32", 2),
          Harness.array(4, 4, "bfloat16", "float32", 2)]
+    # the other encoding policies (docs/semantics.md §9), exhaustive: cheap Icarus builds
+    i += [Harness.comb(f) for f in ("float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn",
+                                    "float8_e4m3fnuz")]
+    i += [Harness.mac("float4_e2m1fn", "float8_e4m3fnuz", 2)]
     return [(h, "verilator") for h in v] + [(h, "icarus") for h in i]
 
 
@@ -443,7 +450,7 @@ def prebuild(jobs: int = 2, sims=SIMULATORS) -> list[tuple[str, str, float]]:
 def run_cocotb(h: Harness, test_module: str | list[str], params: dict | None = None, *,
                sim: str | None = None, testcase: str | None = None,
                job: Path | None = None) -> list[dict]:
-    """Run cocotb test module ``test_module`` (e.g. ``sim.tb.test_pam_multiplier``), or
+    """Run cocotb test module ``test_module`` (e.g. ``sim.tb.test_comb``), or
     several in one simulator process, against harness ``h``; returns the per-test
     reports the benches wrote.
 
@@ -579,7 +586,7 @@ def verify_unit(unit: str | list[str], fmt, vectors: int, *, sim: str | None = N
     """Check ``vectors`` (0 to :data:`MAX_VECTORS`) random vectors, plus the corner and
     boundary vectors (every operand set for 8-bit formats), of a combinational unit
     against emu; per-kind reports.  A list of units runs each one's bench (rtl.UNITS) in
-    a single simulator process."""
+    a single simulator process (the generic bench, parameter ``units``)."""
     from rtl.registry import UNITS, comb_units
     units = [unit] if isinstance(unit, str) else list(unit)
     if not units or set(units) - set(comb_units()):
@@ -588,8 +595,8 @@ def verify_unit(unit: str | list[str], fmt, vectors: int, *, sim: str | None = N
     _positive(vectors, "vectors", MAX_VECTORS, least=0)
     _nonneg_seed(seed)
     h = Harness.comb(fmt, slots)
-    return run_cocotb(h, [UNITS[u].bench for u in units],
-                      {"vectors": int(vectors), "seed": int(seed)}, sim=sim)
+    return run_cocotb(h, sorted({UNITS[u].bench for u in units}),
+                      {"vectors": int(vectors), "seed": int(seed), "units": units}, sim=sim)
 
 
 def same_bits(actual, expected) -> np.ndarray:

@@ -536,7 +536,7 @@ def test_run_cocotb_tells_mismatches_from_harness_failures(reports, error, tmp_p
     monkeypatch.setattr(rtl_sim, "build", lambda h, sim: tmp_path)
     monkeypatch.setattr(cocotb_tools.runner, "get_runner", lambda sim: _FakeRunner(reports))
     with pytest.raises(error, match="1 of 1 cocotb tests failed"):
-        rtl_sim.run_cocotb(rtl_sim.Harness.comb("bf16"), "sim.tb.test_pam_multiplier",
+        rtl_sim.run_cocotb(rtl_sim.Harness.comb("bf16"), "sim.tb.test_comb",
                            sim="verilator")
 
 

@@ -12,7 +12,6 @@ from rtl import registry
 from rtl import vectors as V
 from sim import rtl_sim
 from sim.cli import build_parser
-from sim.tb import driver
 
 
 def _unit_choices(command: str) -> list:
@@ -75,8 +74,7 @@ def test_every_unit_is_reachable(unit):
     if u.kind == "stream":
         assert unit in ("mac", "array")        # each has its own Harness constructor
         return
-    assert any(isinstance(v, type) and issubclass(v, driver.CombTB) and v.unit == unit
-               for v in vars(bench).values()), f"{u.bench} has no CombTB for {unit!r}"
+    assert u.bench == registry.COMB_BENCH and hasattr(bench, "unit_matches_emu")
     h = rtl_sim.Harness.comb("bfloat16")
     assert unit in h.units
     assert h.module_names()[unit] == rtl.make_unit(unit, "bfloat16").module_name
@@ -89,6 +87,8 @@ def test_every_unit_is_reachable(unit):
 
 def test_registry_rejects_incomplete_entries():
     with pytest.raises(ValueError, match="needs a golden model"):
-        registry.Unit("x", rtl.PASqrt, "x", "comb", 1, "sim.tb.test_pa_sqrt")
+        registry.Unit("x", rtl.PASqrt, "x", "comb", 1)
     with pytest.raises(ValueError, match="kind='seq'"):
-        registry.Unit("x", rtl.PAMMac, "x", "seq", 2, "sim.tb.test_pam_mac")
+        registry.Unit("x", rtl.PAMMac, "x", "seq", 2, bench="sim.tb.test_pam_mac")
+    with pytest.raises(ValueError, match="needs its cocotb bench"):
+        registry.Unit("x", rtl.PAMMac, "x", "stream", 2)

@@ -18,7 +18,8 @@ FORMATS = ["float8_e4m3fn", "float8_e5m2", "bfloat16", "float16", "float32"]
 
 
 @pytest.mark.parametrize("unit", sorted(set(rtl.UNITS) - {"array"}))   # array: next test
-@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "bfloat16", "float32"])
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "bfloat16", "float32", "float4_e2m1fn",
+                                 "float8_e5m2fnuz", "e5m6b9fnuz"])
 def test_every_unit_emits_verilog(unit, fmt):
     c = rtl.make_unit(unit, fmt)
     text = rtl.verilog(c)
@@ -47,8 +48,8 @@ def test_verilog_module_name_and_options():
     (lambda: rtl.make_unit("mul", "bf16", stages=2), "takes no stages option"),
     (lambda: rtl.make_unit("mac", "bf16", rows=2), "takes no rows option"),
     (lambda: rtl.make_unit("mul", "bf17"), "fmt='bf17' is not a format"),
-    (lambda: rtl.make_unit("mul", "float8_e4m3fnuz"), "'fnuz' NaN policy"),
-    (lambda: rtl.PAMMac("float4_e2m1fn"), "in_fmt=float4_e2m1fn has the 'none' NaN policy"),
+    (lambda: rtl.make_unit("mul", "float8_e8m0fnu"), "fmt=float8_e8m0fnu is the unsigned scale"),
+    (lambda: rtl.PAMMac("bf16", "float8_e8m0fnu"), "acc_fmt=float8_e8m0fnu is the unsigned"),
     (lambda: rtl.PAMMac("bf16", "nope"), "acc_fmt='nope'"),
     (lambda: rtl.PAMMac("bf16", stages=0), r"stages=0: expected an int in \[1, 3\]"),
     (lambda: rtl.PAMMac("bf16", stages=True), "stages=True"),
@@ -70,6 +71,11 @@ def test_cli_verilog(tmp_path, capsys):
     assert str(out) in capsys.readouterr().out
     assert main(["verilog", "--unit", "div", "--fmt", "fp16"]) == 0
     assert "module pa_div_float16(" in capsys.readouterr().out
+    assert main(["verilog", "--unit", "add", "--fmt", "e2m3sat"]) == 0
+    assert "module fp_add_float6_e2m3fn(" in capsys.readouterr().out
+    assert main(["verilog", "--unit", "sqrt", "--fmt", "float8_e8m0fnu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pamsim verilog: error: fmt=float8_e8m0fnu") and "\n" not in err
     assert main(["verilog", "--unit", "mul", "--stages", "3"]) == 2
     assert "unit='mul' takes no stages option" in capsys.readouterr().err
     assert main(["verilog", "--unit", "array", "--rows", "40"]) == 2
@@ -114,7 +120,9 @@ def test_comb_units_in_amaranth_sim(unit, fmt, rng):
                       for i in np.flatnonzero(~ok)[:5]]
 
 
-@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2", "float16"])
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2", "float16",
+                                 # 1.0 not a normal number: roots flush / overflow
+                                 "e3m2b0fnuz", "e3m2b9", "e2m1b5sat"])
 def test_sqrt_every_encoding_in_amaranth_sim(fmt):
     """The one unary unit on every encoding of its format (a float16 sweep: 65,536)."""
     f = emu.format(fmt)
@@ -125,23 +133,9 @@ def test_sqrt_every_encoding_in_amaranth_sim(fmt):
     assert ok.all(), [(hex(x[i]), hex(got[i]), hex(want[i])) for i in np.flatnonzero(~ok)[:5]]
 
 
-@pytest.mark.parametrize("stages", [1, 2, 3])
-def test_mac_stream_in_amaranth_sim(stages, rng):
-    """Two dot products with an idle cycle between, then a third after reset state:
-    every output after ``stages`` cycles equals emu's running sum; ``last`` passes."""
-    f, acc = emu.bfloat16, emu.float32
-    dots = [V.random_values(rng, f, (2, n), 0.05) for n in (5, 7, 3)]
-    dut = rtl.PAMMac(f, acc, stages)
-    seq = []                                   # (valid, a, b, first, last)
-    for d, (x, y) in enumerate(dots):
-        ax, bx = emu.to_bits(x, f), emu.to_bits(y, f)
-        for k in range(x.size):
-            seq.append((1, int(ax[k]), int(bx[k]), int(k == 0), int(k == x.size - 1)))
-        seq.append((0, 0x1234, 0x4321, 1, 1))            # idle: junk payload ignored
-    want = []
-    for x, y in dots:
-        want += [int(emu.to_bits(emu.pam_matmul(x[:k + 1], y[:k + 1], f, acc), acc))
-                 for k in range(x.size)]
+def _mac_outputs(dut, seq, stages):
+    """(result, last) of every valid output of PAMMac ``dut`` for the input cycles
+    ``seq`` = [(valid, a, b, first, last)], through amaranth.sim."""
     outs = []
 
     async def bench(ctx):
@@ -161,7 +155,60 @@ def test_mac_stream_in_amaranth_sim(stages, rng):
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
+    return outs
+
+
+def _dot_stream(dots, f):
+    """Input cycles of the dot products ``dots`` (pairs of value vectors of ``f``), an
+    idle cycle with a junk payload after each."""
+    seq = []
+    for x, y in dots:
+        ax, bx = emu.to_bits(x, f), emu.to_bits(y, f)
+        for k in range(x.size):
+            seq.append((1, int(ax[k]), int(bx[k]), int(k == 0), int(k == x.size - 1)))
+        seq.append((0, 0x1234 % (1 << f.width), 0x4321 % (1 << f.width), 1, 1))
+    return seq
+
+
+@pytest.mark.parametrize("fmt,acc,stages", [
+    ("bfloat16", "float32", 1), ("bfloat16", "float32", 2), ("bfloat16", "float32", 3),
+    # other encoding policies (docs/semantics.md §9) for operands and accumulator
+    ("float4_e2m1fn", "float16", 2), ("float8_e4m3fnuz", "float8_e4m3fnuz", 2)])
+def test_mac_stream_in_amaranth_sim(fmt, acc, stages, rng):
+    """Two dot products with an idle cycle between, then a third after reset state:
+    every output after ``stages`` cycles equals emu's running sum; ``last`` passes."""
+    f, acc = emu.format(fmt), emu.format(acc)
+    dots = [V.random_values(rng, f, (2, n), 0.05 if f.width > 8 else 0.2) for n in (5, 7, 3)]
+    dut = rtl.PAMMac(f, acc, stages)
+    want = []
+    for x, y in dots:
+        want += [int(emu.to_bits(emu.pam_matmul(x[:k + 1], y[:k + 1], f, acc), acc))
+                 for k in range(x.size)]
+    outs = _mac_outputs(dut, _dot_stream(dots, f), stages)
     assert len(outs) == len(want)
     assert same_encoding([o for o, _ in outs], want, acc).all(), (outs, want)
     ends = np.cumsum([x.shape[1] for x in dots]) - 1
     assert [l for _, l in outs] == [int(i in ends) for i in range(len(want))]
+
+
+@pytest.mark.parametrize("fmt,acc", [("float4_e2m1fn", "float4_e2m1fn"),
+                                     ("float8_e4m3fn", "float6_e2m3fn")])
+def test_mac_saturating_accumulator_in_amaranth_sim(fmt, acc, rng):
+    """An accumulator without inf or NaN (``none``): each step is §5's ⊕, the scalar
+    ``fp_add`` on the exact accumulator and product, so overflow saturates to ±max and
+    a NaN product gives −0 (§9 rules 1, 3).  The reference is that fold written out with
+    the scalar definition, which is what the RTL implements."""
+    from emu import _scalar as S
+    f, acc = emu.format(fmt), emu.format(acc)
+    dots = [V.random_values(rng, f, (2, n), 0.2) for n in (9, 13, 6)]
+    want = []
+    for x, y in dots:
+        a, p = 0, emu.pam_mul(x, y, f).view(np.uint32)
+        for k in range(p.size):
+            a = int(S.fp_add(a, int(p[k]), acc.consts)) & 0xFFFFFFFF
+            want.append(int(emu.to_bits(np.uint32(a).view(np.float32), acc)))
+    outs = _mac_outputs(rtl.PAMMac(f, acc), _dot_stream(dots, f), 2)
+    got = [o for o, _ in outs]
+    assert same_encoding(got, want, acc).all(), (got, want)
+    top = acc.max_encoding
+    assert {top, top | (1 << (acc.width - 1))} & set(want), "no saturation reached"

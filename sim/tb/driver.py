@@ -22,8 +22,8 @@ from rtl import vectors as V
 from sim.rtl_sim import CLOCK_NS, Harness
 
 __all__ = ["harness", "params", "job_path", "write_report", "pack", "unpack", "same_encoding",
-           "comb_kinds", "comb_vectors", "CombTB", "StreamTB", "ElementStream", "prefix_sums",
-           "dot_results"]
+           "comb_units", "comb_kinds", "comb_vectors", "CombTB", "StreamTB", "ElementStream",
+           "prefix_sums", "dot_results"]
 
 
 _CHUNK = 64       # steps packed at a time (bounds numpy's temporaries)
@@ -87,6 +87,15 @@ def same_encoding(got, want, fmt) -> np.ndarray:
     return (got == want) | (V.nan_mask(got, fmt) & V.nan_mask(want, fmt))
 
 
+def comb_units() -> list[str]:
+    """Combinational units a run checks: parameter ``units``, else every unit of the
+    harness."""
+    spec = os.environ.get("PAMSIM_HARNESS")
+    if not spec:                                      # imported outside a simulation
+        return []
+    return list(params().get("units") or Harness.from_json(spec).units)
+
+
 def comb_kinds() -> list[str]:
     """Vector kinds of a combinational bench for the harness's format
     (rtl.registry.comb_kinds)."""
@@ -119,6 +128,8 @@ class _SlotTB:
     an edge, and each step of ``slots`` cycles holds exactly ``slots`` rising edges.
     """
 
+    unit = None                                      # the combinational unit clocked
+
     def __init__(self, dut):
         self.dut = dut
         self.h = harness()
@@ -126,7 +137,7 @@ class _SlotTB:
 
     async def start(self):
         for u in self.h.units:                       # clock only the unit under test
-            getattr(self.dut, f"{u}_en").value = int(u == getattr(self, "unit", None))
+            getattr(self.dut, f"{u}_en").value = int(u == self.unit)
         self.dut.restart.value = 1
         Clock(self.dut.clk, CLOCK_NS, unit="ns").start(start_high=False)
         await Timer(CLOCK_NS * 750, "ps")
@@ -137,14 +148,13 @@ class _SlotTB:
 
 
 class CombTB(_SlotTB):
-    """One combinational unit of the harness (ports ``<unit>_<operand>`` for its
+    """Combinational unit ``unit`` of the harness (ports ``<unit>_<operand>`` for its
     operands ``a`` [, ``b``] and ``<unit>_y``): each step applies and captures
     ``slots`` operand sets."""
 
-    unit = ""
-
-    def __init__(self, dut):
+    def __init__(self, dut, unit: str):
         super().__init__(dut)
+        self.unit = unit
         self.fmt = emu.format(self.h.fmt)
         self.operands = registry.OPERANDS[:registry.UNITS[self.unit].arity]
         self.ports_in = [[getattr(dut, p) for p in self.h.lane_ports(f"{self.unit}_{o}")]
@@ -153,8 +163,13 @@ class CombTB(_SlotTB):
 
     def golden(self, *operands):
         """Expected output encodings for operand encodings ``operands``: the unit's
-        registry golden model (rtl.UNITS) on their values."""
+        registry golden model (rtl.UNITS) on their values; for the float32 adder,
+        numpy's float32 ``+`` (IEEE binary32, a reference independent of emu)."""
         f = self.fmt
+        if self.unit == "add" and f == emu.float32:
+            a, b = operands
+            with np.errstate(all="ignore"):
+                return (a.view(np.float32) + b.view(np.float32)).view(np.uint32)
         op = registry.UNITS[self.unit].golden
         return emu.to_bits(op(*(emu.from_bits(x, f) for x in operands), f), f)
 
