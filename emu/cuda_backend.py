@@ -1,6 +1,7 @@
 """The CUDA backend: emu's operations on CUDA operands, run by the kernels of
-emu/_cuda.py with the shape rules of emu/shapes.py (the CPU backend's), on the
-caller's stream (emu/device.py adapts the operands; docs/gpu.md)."""
+emu/_cuda.py on the caller's stream, with the plans the front ends make
+(emu/shapes.py) and the CPU backend's interface (emu/host.py); emu/device.py adapts
+the operands (docs/gpu.md)."""
 from __future__ import annotations
 
 import math
@@ -9,7 +10,7 @@ import numpy as np
 
 from .device import DeviceCall, c_contiguous, flat_view, is_device_array, is_scalar, swap
 from .formats import float32
-from .shapes import batch_index, broadcast, contract_layout, matmul_grad_shapes, matmul_shapes
+from .shapes import batch_index, contract_layout, matmul_grad_shapes, matmul_shapes
 
 __all__ = ["prepare", "CudaBackend"]
 
@@ -21,7 +22,8 @@ def prepare(stream=None, **operands):
     Raises ValueError for host arrays mixed with CUDA operands, operands on two
     GPUs, or a ``stream`` given for host operands.
     """
-    on_device = [n for n, v in operands.items() if is_device_array(v)]
+    on_device = [n for n, v in operands.items()
+                 if type(v) is not np.ndarray and is_device_array(v)]
     if not on_device:
         if stream is not None:
             raise ValueError("stream is only used with CUDA operands; every operand of "
@@ -39,35 +41,37 @@ def prepare(stream=None, **operands):
 
 
 class CudaBackend(DeviceCall):
-    """emu's operations on the CUDA operands of one call."""
+    """emu's operations on the CUDA operands of one call: each method takes the front
+    end's plan (emu/shapes.py) and operands made by :meth:`operand`."""
 
-    def quantize(self, x, fc, mode, subnormals, saturate, key):
+    def operand(self, x, name, bits=False):
         with self.device():
-            xv = self.operand(x, "x")
-            res, out = self.empty(xv.shape, np.float32)
-            n = math.prod(xv.shape)
-            self.launch(self.K.quantize, n, self.flat(xv, xv.shape), flat_view(out, n),
-                        fc, mode, subnormals, saturate, key)
+            return super().operand(x, name, bits)
+
+    def quantize(self, plan, x, mode, subnormals, saturate, key):
+        with self.device():
+            res, out = self.empty(plan.shape, np.float32)
+            n = math.prod(plan.shape)
+            self.launch(self.K.quantize, n, self.flat(x, plan.shape), flat_view(out, n),
+                        plan.fc, mode, subnormals, saturate, key)
             return res
 
-    def to_bits(self, x, fc):
+    def to_bits(self, plan, x):
         with self.device():
-            xv = self.operand(x, "x")
-            res, out = self.empty(xv.shape, np.uint32)
-            n = math.prod(xv.shape)
-            self.launch(self.K.to_bits, n, self.flat(xv, xv.shape), flat_view(out, n), fc)
+            res, out = self.empty(plan.shape, np.uint32)
+            n = math.prod(plan.shape)
+            self.launch(self.K.to_bits, n, self.flat(x, plan.shape), flat_view(out, n), plan.fc)
             return res
 
-    def from_bits(self, bits, fmt):
+    def from_bits(self, plan, bits, fmt):
         with self.device():
-            bv = self.operand(bits, "bits", bits=True)
-            res, out = self.empty(bv.shape, np.float32)
-            n = math.prod(bv.shape)
+            res, out = self.empty(plan.shape, np.float32)
+            n = math.prod(plan.shape)
             if n:
-                src = bv if c_contiguous(bv) else self.flat(bv, bv.shape, np.int64)
+                src = bits if c_contiguous(bits) else self.flat(bits, plan.shape, np.int64)
                 flag = self.upload(np.zeros(1, np.int32))
-                self.launch(self.K.from_bits, n, src.reshape(n), flat_view(out, n),
-                            fmt.consts, flag)
+                self.launch(self.K.from_bits, n, src.reshape(n), flat_view(out, n), plan.fc,
+                            flag)
                 bad = flag.copy_to_host(stream=self.stream)     # asynchronous on a stream
                 if hasattr(self.stream, "synchronize"):
                     self.stream.synchronize()
@@ -76,33 +80,26 @@ class CudaBackend(DeviceCall):
                                      "got values outside that range")
             return res
 
-    def unary(self, name, x, fc):
+    def unary(self, plan, x):
         with self.device():
-            xv = self.operand(x, "x")
-            res, out = self.empty(xv.shape, np.float32)
-            n = math.prod(xv.shape)
-            self.launch(self.K.UNARY[name], n, self.flat(xv, xv.shape), flat_view(out, n),
-                        fc)
+            res, out = self.empty(plan.shape, np.float32)
+            n = math.prod(plan.shape)
+            self.launch(self.K.UNARY[plan.op], n, self.flat(x, plan.shape), flat_view(out, n),
+                        plan.fc)
             return res
 
-    def binary(self, name, a, b, fc):
+    def binary(self, plan, a, b):
         with self.device():
-            av = self.operand(a, "a")
-            bv = self.operand(b, "b")
-            shape = broadcast(("a", av.shape), ("b", bv.shape))
-            res, out = self.empty(shape, np.float32)
-            n = math.prod(shape)
-            self.launch(self.K.BINARY[name], n, self.flat(av, shape), self.flat(bv, shape),
-                        flat_view(out, n), fc)
+            res, out = self.empty(plan.shape, np.float32)
+            n = math.prod(plan.shape)
+            self.launch(self.K.BINARY[plan.op], n, self.flat(a, plan.shape),
+                        self.flat(b, plan.shape), flat_view(out, n), plan.fc)
             return res
 
-    def matmul(self, A, B, fmt, acc):
-        """emu.pam_matmul on the device; shapes and messages as the CPU path."""
+    def matmul(self, plan, a, b, fmt, acc):
+        """emu.pam_matmul on the device (emu/matmul.py has the definition)."""
         K_ = self.K
         with self.device():
-            a = self.operand(A, "A")
-            b = self.operand(B, "B")
-            plan = matmul_shapes(a.shape, b.shape)
             if a.dtype != np.float32:
                 a = self.contiguous_f32(a)
             if b.dtype != np.float32:
@@ -140,28 +137,22 @@ class CudaBackend(DeviceCall):
             return res
 
     # -- exact derivatives and PAM-matmul gradients (emu/grad.py) -----------------------
-    def grad_unary(self, name, x, dy, fc):
+    def grad_unary(self, plan, x, dy):
         with self.device():
-            xv = self.operand(x, "x")
-            dv = self.operand(dy, "dy")
-            shape = broadcast(("x", xv.shape), ("dy", dv.shape))
-            res, out = self.empty(shape, np.float32)
-            n = math.prod(shape)
-            self.launch(self.K.GRAD_UNARY[name], n, self.flat(xv, shape), self.flat(dv, shape),
-                        flat_view(out, n), fc)
+            res, out = self.empty(plan.shape, np.float32)
+            n = math.prod(plan.shape)
+            self.launch(self.K.GRAD_UNARY[plan.op], n, self.flat(x, plan.shape),
+                        self.flat(dy, plan.shape), flat_view(out, n), plan.fc)
             return res
 
-    def grad_binary(self, name, a, b, dy, fc):
+    def grad_binary(self, plan, a, b, dy):
         with self.device():
-            av = self.operand(a, "a")
-            bv = self.operand(b, "b")
-            dv = self.operand(dy, "dy")
-            shape = broadcast(("a", av.shape), ("b", bv.shape), ("dy", dv.shape))
-            res_a, out_a = self.empty(shape, np.float32)
-            res_b, out_b = self.empty(shape, np.float32)
-            n = math.prod(shape)
-            self.launch(self.K.GRAD_BINARY[name], n, self.flat(av, shape), self.flat(bv, shape),
-                        self.flat(dv, shape), flat_view(out_a, n), flat_view(out_b, n), fc)
+            res_a, out_a = self.empty(plan.shape, np.float32)
+            res_b, out_b = self.empty(plan.shape, np.float32)
+            n = math.prod(plan.shape)
+            self.launch(self.K.GRAD_BINARY[plan.op], n, self.flat(a, plan.shape),
+                        self.flat(b, plan.shape), self.flat(dy, plan.shape),
+                        flat_view(out_a, n), flat_view(out_b, n), plan.fc)
             return res_a, res_b
 
     def matmul_grad(self, A, B, dY, fmt, acc, kind, need):
@@ -197,7 +188,8 @@ class CudaBackend(DeviceCall):
             w = self.permuted(w, batch + tuple(w.shape)[-2:], wperm).reshape(wshape)
             x = x.reshape(xshape)
         if kind == "approx":
-            out = self.operand(self.matmul(g, w, fmt, acc), "out")
+            out = self.operand(self.matmul(matmul_shapes(g.shape, w.shape), g, w, fmt, acc),
+                               "out")
             return out.reshape(xs)
         batch = tuple(g.shape)[:-2]
         P, R = tuple(g.shape)[-2:]

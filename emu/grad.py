@@ -26,11 +26,11 @@ from . import _kernels_grad as KG
 from . import cuda_backend
 from . import ops as ops_module
 from .formats import Format, float32, format
-from .host import as_float32, flat_u32
+from .host import as_float32
 from .matmul import pam_matmul as _pam_matmul
-from .ops import quantize
+from .ops import backend_for, quantize
 from .registry import ln2, ops
-from .shapes import batch_index, broadcast, contract_layout, matmul_grad_shapes
+from .shapes import batch_index, contract_layout, elementwise, matmul_grad_shapes
 
 __all__ = ["KINDS", "ln2", "pam_matmul"]     # + one function per differentiable registry op
 
@@ -44,41 +44,16 @@ def _kind(kind) -> str:
     return kind
 
 
-def _broadcast(names, *arrays):
-    """The broadcast shape (the error names every operand) and views."""
-    shape = broadcast(*zip(names, (a.shape for a in arrays)))
-    return shape, [np.broadcast_to(a, shape) for a in arrays]
-
-
-def _scalar_out(out, *inputs):
-    return out[()] if all(np.ndim(x) == 0 for x in inputs) else out
-
-
 def _exact_binary(name, a, b, dy, fmt):
     """Exact (δ_A, δ_B) of the binary op ``name`` by its kernel (CPU or CUDA)."""
-    gpu = cuda_backend.prepare(None, a=a, b=b, dy=dy)
-    if gpu is not None:
-        return gpu.grad_binary(name, a, b, dy, fmt.consts)
-    kernel = KG.BINARY[name]
-    shape, (x, y, d) = _broadcast(("a", "b", "dy"), as_float32(a, "a"), as_float32(b, "b"),
-                                  as_float32(dy, "dy"))
-    outa = np.empty(int(np.prod(shape)), np.uint32)
-    outb = np.empty_like(outa)
-    kernel(flat_u32(x), flat_u32(y), flat_u32(d), outa, outb, fmt.consts)
-    return (_scalar_out(outa.view(np.float32).reshape(shape), a, b, dy),
-            _scalar_out(outb.view(np.float32).reshape(shape), a, b, dy))
+    backend, (av, bv, dv) = backend_for(None, {"a": a, "b": b, "dy": dy})
+    return backend.grad_binary(elementwise(name, fmt.consts, a=av, b=bv, dy=dv), av, bv, dv)
 
 
 def _exact_unary(name, x, dy, fmt):
     """Exact δ_A of the unary op ``name`` by its kernel (CPU or CUDA)."""
-    gpu = cuda_backend.prepare(None, x=x, dy=dy)
-    if gpu is not None:
-        return gpu.grad_unary(name, x, dy, fmt.consts)
-    kernel = KG.UNARY[name]
-    shape, (v, d) = _broadcast(("x", "dy"), as_float32(x, "x"), as_float32(dy, "dy"))
-    out = np.empty(int(np.prod(shape)), np.uint32)
-    kernel(flat_u32(v), flat_u32(d), out, fmt.consts)
-    return _scalar_out(out.view(np.float32).reshape(shape), x, dy)
+    backend, (xv, dv) = backend_for(None, {"x": x, "dy": dy})
+    return backend.grad_unary(elementwise(name, fmt.consts, x=xv, dy=dv), xv, dv)
 
 
 def _derivative(op):

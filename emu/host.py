@@ -1,5 +1,8 @@
-"""Host (numpy) operands: conversion to float32 as every front end accepts them, and the
-flat pattern views the CPU kernels take (emu/ops.py's module docstring has the rules)."""
+"""The CPU backend: emu's operations on host (numpy) operands, run by the Numba kernels
+of emu/_kernels.py, emu/_kernels_acc.py and emu/_kernels_grad.py with the plans the
+front ends make (emu/shapes.py); its interface is the CUDA backend's
+(emu/cuda_backend.py).  Also the conversion of host operands to float32 as every front
+end accepts them (emu/ops.py's module docstring has the rules)."""
 from __future__ import annotations
 
 import math
@@ -7,7 +10,14 @@ import math
 import ml_dtypes
 import numpy as np
 
-__all__ = ["as_float32", "flat_u32", "finish", "alloc"]
+from . import _kernels as K
+from . import _kernels_acc as KA
+from . import _kernels_grad as KG
+from . import _scalar as S
+from .formats import float32
+from .shapes import batch_index
+
+__all__ = ["as_float32", "flat_u32", "finish", "alloc", "HostBackend", "HOST"]
 
 _ML_FLOATS = {np.dtype(getattr(ml_dtypes, n)) for n in (
     "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2fnuz",
@@ -17,6 +27,8 @@ _ML_FLOATS = {np.dtype(getattr(ml_dtypes, n)) for n in (
 
 def as_float32(x, name: str) -> np.ndarray:
     """``x`` as a float32 ndarray (emu/ops.py's module docstring lists the accepted dtypes)."""
+    if type(x) is np.ndarray and x.dtype == np.float32:     # the common case, at no cost
+        return x
     try:
         arr = np.asarray(x)
     except Exception as exc:  # e.g. a torch tensor that requires grad
@@ -35,18 +47,130 @@ def finish(out: np.ndarray, shape, scalar: bool):
     return res[()] if scalar else res
 
 
-def flat_u32(arr: np.ndarray) -> np.ndarray:
-    """The float32 array's patterns as a flat, C-contiguous uint32 array (a view if it can)."""
-    return np.ascontiguousarray(arr).reshape(-1).view(np.uint32)
+def flat_u32(arr: np.ndarray, shape=None) -> np.ndarray:
+    """The float32 array's patterns (broadcast to ``shape`` if given) as a flat,
+    C-contiguous uint32 array (a view if it can)."""
+    if shape is not None and arr.shape != shape:
+        arr = np.broadcast_to(arr, shape)
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    return arr.reshape(-1).view(np.uint32)
 
 
 def alloc(op: str, shape, dtype=np.uint32) -> np.ndarray:
     """An empty result array for ``op``, or a MemoryError naming the op and the shape
     (numpy's own says neither, or raises ValueError beyond the address space)."""
-    shape = tuple(int(d) for d in shape)
     try:
         return np.empty(shape, dtype)
     except (MemoryError, ValueError):
+        shape = tuple(int(d) for d in shape)
         n = math.prod(shape)
         raise MemoryError(f"{op}: cannot allocate the result, shape {shape} ({n:,} values, "
                           f"{n * np.dtype(dtype).itemsize / 2**30:,.1f} GiB)") from None
+
+
+class HostBackend:
+    """emu's operations on host operands: each method takes the front end's plan
+    (emu/shapes.py) and operands already made by :meth:`operand`."""
+
+    @staticmethod
+    def operand(x, name: str, bits: bool = False) -> np.ndarray:
+        """A host operand as the kernels read it: float32 (``bits``: as it is)."""
+        return np.asarray(x) if bits else as_float32(x, name)
+
+    def quantize(self, plan, x, mode, subnormals, saturate, key):
+        out = alloc(plan.op, plan.shape).reshape(-1)
+        K.quantize(flat_u32(x), out, plan.fc, mode, subnormals, saturate, key)
+        return finish(out, plan.shape, plan.scalar)
+
+    def to_bits(self, plan, x):
+        out = alloc(plan.op, plan.shape).reshape(-1)
+        K.to_bits(flat_u32(x), out, plan.fc)
+        out = out.reshape(plan.shape)
+        return out[()] if plan.scalar else out
+
+    def from_bits(self, plan, bits, fmt):
+        if bits.dtype == object and all(isinstance(v, int) for v in bits.flat):
+            raise ValueError(f"bits must lie in [0, 2**{fmt.width}) for {fmt.name}; got "
+                             f"Python ints beyond int64, in [{min(bits.flat)}, "
+                             f"{max(bits.flat)}]")
+        if bits.dtype.kind not in "iu":
+            raise TypeError(f"bits must have an integer dtype, got {bits.dtype}")
+        # the distinct elements only: a broadcast view repeats them (stride 0), maybe 1e12 times
+        own = bits[tuple(slice(0, 1) if s == 0 else slice(None) for s in bits.strides)]
+        if own.size and (own.min() < 0 or int(own.max()) >= 1 << fmt.width):
+            raise ValueError(f"bits must lie in [0, 2**{fmt.width}) for {fmt.name}; "
+                             f"got values in [{own.min()}, {own.max()}]")
+        out = alloc(plan.op, plan.shape).reshape(-1)
+        K.from_bits(np.ascontiguousarray(bits, dtype=np.uint32).reshape(-1), out, plan.fc)
+        return finish(out, plan.shape, plan.scalar)
+
+    def unary(self, plan, x):
+        out = alloc(plan.op, plan.shape).reshape(-1)
+        K.UNARY[plan.op](flat_u32(x, plan.shape), out, plan.fc)
+        return finish(out, plan.shape, plan.scalar)
+
+    def binary(self, plan, a, b):
+        out = alloc(plan.op, plan.shape).reshape(-1)
+        K.BINARY[plan.op](flat_u32(a, plan.shape), flat_u32(b, plan.shape), out, plan.fc)
+        return finish(out, plan.shape, plan.scalar)
+
+    def grad_unary(self, plan, x, dy):
+        out = alloc(plan.op, plan.shape).reshape(-1)
+        KG.UNARY[plan.op](flat_u32(x, plan.shape), flat_u32(dy, plan.shape), out, plan.fc)
+        return finish(out, plan.shape, plan.scalar)
+
+    def grad_binary(self, plan, a, b, dy):
+        outa = alloc(plan.op, plan.shape).reshape(-1)
+        outb = alloc(plan.op, plan.shape).reshape(-1)
+        KG.BINARY[plan.op](flat_u32(a, plan.shape), flat_u32(b, plan.shape),
+                           flat_u32(dy, plan.shape), outa, outb, plan.fc)
+        return finish(outa, plan.shape, plan.scalar), finish(outb, plan.shape, plan.scalar)
+
+    def matmul(self, plan, a, b, fmt, acc):
+        """emu.pam_matmul (emu/matmul.py has the definition) of float32 operands."""
+        batch, (m, k, n) = plan.batch, plan.mkn
+        if plan.squeeze_a:
+            a = a[None, :]
+        if plan.squeeze_b:
+            b = b[:, None]
+        nout = math.prod(batch)
+        c = alloc("pam_matmul", plan.full, np.float32)  # first: it can be far larger than A, B
+        if nout == 0 or m == 0 or n == 0 or k == 0:
+            c[...] = 0
+            return c.reshape(plan.out)
+        a3 = self._patterns(a, fmt).reshape(-1, m, k)
+        b3 = self._patterns(b, fmt).reshape(-1, k, n)
+        ia = batch_index(a.shape[:-2], batch)
+        ib = batch_index(b.shape[:-2], batch)
+        c = c.reshape(nout, m, n)
+        if acc == float32 or KA.fast_path(acc):
+            # narrow: the sticky test reads the unpadded operands
+            sticky = acc != float32 and KA.needs_sticky(a3, b3, fmt.consts, acc.consts)
+            if m % K.QR:        # whole row blocks for the micro-kernel; extra rows are dropped
+                a3 = np.concatenate([a3, np.zeros((a3.shape[0], -m % K.QR, k), np.int32)], 1)
+            am, sta = K.matmul_prepare_a(a3, fmt.consts)
+            bp, bm, stb = K.matmul_prepare_b(b3, fmt.consts)
+            if acc == float32:
+                K.matmul_f32acc(a3, am, sta, bp, bm, stb, ia, ib, c, fmt.consts)
+            else:
+                KA.matmul_narrow(a3, sta, b3, stb, ia, ib, c.view(np.int32), fmt.consts,
+                                 acc.consts, sticky)
+        else:
+            K.matmul_fmtacc(a3, b3, ia, ib, c.view(np.int32), fmt.consts, acc.consts)
+        return c.reshape(plan.out)
+
+    @staticmethod
+    def _patterns(x, fmt):
+        """x rounded into fmt (RNE) as contiguous int32 patterns."""
+        if fmt == float32:
+            # rounding to float32 is the identity up to NaN payloads, and the kernels
+            # map every NaN operand to the canonical NaN themselves
+            return np.ascontiguousarray(x).view(np.int32)
+        out = np.empty(x.shape, np.uint32)
+        K.quantize(flat_u32(x), out.reshape(-1), fmt.consts, S.RNE, True, False, 0)
+        return out.view(np.int32)
+
+
+#: the one CPU backend (it has no state)
+HOST = HostBackend()

@@ -1,5 +1,8 @@
-"""The numpy-facing API of the elementwise operations: validation, dtype and shape
-handling, and dispatch to the CPU kernels (emu/_kernels.py).
+"""The front end of the elementwise operations: it validates the arguments, plans the
+call once (emu/shapes.py: kernel, broadcast shape, format) and hands it to the backend
+the operands pick: the CPU backend (emu/host.py, Numba kernels) or the CUDA backend
+(emu/cuda_backend.py, numba-cuda kernels), both built from the registry's scalar
+definitions.
 
 Inputs: anything ``numpy.asarray`` accepts with a real floating dtype (float16,
 float32, float64, ml_dtypes' bfloat16/float8 types) or an integer dtype.  They are
@@ -18,13 +21,13 @@ import secrets
 
 import numpy as np
 
-from . import _kernels as K
 from . import _scalar as S
 from . import cuda_backend
 from . import mx as _mx
 from .formats import Format, format, float32
-from .host import alloc, as_float32, finish, flat_u32
+from .host import HOST, as_float32  # noqa: F401 (emu.mx takes as_float32 from here)
 from .registry import ops
+from .shapes import elementwise
 
 __all__ = ["quantize", "to_bits", "from_bits", "fp_mul"]      # + one per registry op, below
 
@@ -78,14 +81,9 @@ def quantize(x, fmt, rounding="nearest_even", subnormals=True, overflow=None, se
     if seed is not None and mode != S.SR:
         raise ValueError("seed is only used with rounding='stochastic'")
     key = stochastic_key(seed) if mode == S.SR else 0
-    gpu = cuda_backend.prepare(stream, x=x)
-    if gpu is not None:
-        return gpu.quantize(x, fmt.consts, mode, bool(subnormals), overflow == "saturate", key)
-    arr = as_float32(x, "x")
-    out = alloc("quantize", arr.shape).reshape(-1)
-    K.quantize(flat_u32(arr), out, fmt.consts, mode, bool(subnormals),
-               overflow == "saturate", key)
-    return finish(out, arr.shape, np.ndim(x) == 0)
+    backend, (xv,) = backend_for(stream, {"x": x})
+    return backend.quantize(elementwise("quantize", fmt.consts, x=xv), xv, mode,
+                            bool(subnormals), overflow == "saturate", key)
 
 
 def to_bits(x, fmt, *, stream=None) -> np.ndarray:
@@ -93,14 +91,8 @@ def to_bits(x, fmt, *, stream=None) -> np.ndarray:
     fmt = format(fmt)
     if not fmt.signed:
         return _mx.e8m0_op("to_bits", x)
-    gpu = cuda_backend.prepare(stream, x=x)
-    if gpu is not None:
-        return gpu.to_bits(x, fmt.consts)
-    arr = as_float32(x, "x")
-    out = alloc("to_bits", arr.shape).reshape(-1)
-    K.to_bits(flat_u32(arr), out, fmt.consts)
-    out = out.reshape(arr.shape)
-    return out[()] if np.ndim(x) == 0 else out
+    backend, (xv,) = backend_for(stream, {"x": x})
+    return backend.to_bits(elementwise("to_bits", fmt.consts, x=xv), xv)
 
 
 def from_bits(bits, fmt, *, stream=None):
@@ -111,57 +103,28 @@ def from_bits(bits, fmt, *, stream=None):
     fmt = format(fmt)
     if not fmt.signed:
         return _mx.e8m0_op("from_bits", bits)
-    gpu = cuda_backend.prepare(stream, bits=bits)
-    if gpu is not None:
-        return gpu.from_bits(bits, fmt)
-    arr = np.asarray(bits)
-    if arr.dtype == object and all(isinstance(v, int) for v in arr.flat):
-        raise ValueError(f"bits must lie in [0, 2**{fmt.width}) for {fmt.name}; got Python "
-                         f"ints beyond int64, in [{min(arr.flat)}, {max(arr.flat)}]")
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"bits must have an integer dtype, got {arr.dtype}")
-    # the distinct elements only: a broadcast view repeats them (stride 0), maybe 1e12 times
-    own = arr[tuple(slice(0, 1) if s == 0 else slice(None) for s in arr.strides)]
-    if own.size and (own.min() < 0 or int(own.max()) >= 1 << fmt.width):
-        raise ValueError(f"bits must lie in [0, 2**{fmt.width}) for {fmt.name}; "
-                         f"got values in [{own.min()}, {own.max()}]")
-    out = alloc("from_bits", arr.shape).reshape(-1)
-    K.from_bits(np.ascontiguousarray(arr, dtype=np.uint32).reshape(-1), out, fmt.consts)
-    return finish(out, arr.shape, np.ndim(bits) == 0)
+    backend, (bv,) = backend_for(stream, {"bits": bits}, bits=True)
+    return backend.from_bits(elementwise("from_bits", fmt.consts, bits=bv), bv, fmt)
+
+
+def backend_for(stream, operands: dict, bits: bool = False):
+    """``(backend, the operands as it reads them)``: the CUDA backend for CUDA operands,
+    else the CPU backend (``stream`` only goes with CUDA operands).  ``bits``: the
+    operands are integer encodings, read as they are, not converted to float32."""
+    backend = cuda_backend.prepare(stream, **operands) or HOST
+    return backend, [backend.operand(v, n, bits) for n, v in operands.items()]
 
 
 def _unary(name, x, fmt, stream):
-    fmt = format(fmt)
-    gpu = cuda_backend.prepare(stream, x=x)
-    if gpu is not None:
-        return gpu.unary(name, x, fmt.consts)
-    kernel = K.UNARY[name]
-    arr = as_float32(x, "x")
-    out = alloc(name, arr.shape).reshape(-1)
-    kernel(flat_u32(arr), out, fmt.consts)
-    return finish(out, arr.shape, np.ndim(x) == 0)
+    fc = format(fmt).consts
+    backend, (xv,) = backend_for(stream, {"x": x})
+    return backend.unary(elementwise(name, fc, x=xv), xv)
 
 
 def _binary(name, a, b, fmt, stream):
-    fmt = format(fmt)
-    gpu = cuda_backend.prepare(stream, a=a, b=b)
-    if gpu is not None:
-        return gpu.binary(name, a, b, fmt.consts)
-    kernel = K.BINARY[name]
-    x = as_float32(a, "a")
-    y = as_float32(b, "b")
-    try:
-        shape = np.broadcast_shapes(x.shape, y.shape)
-    except ValueError:
-        raise ValueError(f"operands could not be broadcast together: a.shape={x.shape}, "
-                         f"b.shape={y.shape}") from None
-    if x.shape != shape:
-        x = np.broadcast_to(x, shape)
-    if y.shape != shape:
-        y = np.broadcast_to(y, shape)
-    out = alloc(name, shape).reshape(-1)
-    kernel(flat_u32(x), flat_u32(y), out, fmt.consts)
-    return finish(out, shape, np.ndim(a) == 0 and np.ndim(b) == 0)
+    fc = format(fmt).consts
+    backend, (av, bv) = backend_for(stream, {"a": a, "b": b})
+    return backend.binary(elementwise(name, fc, a=av, b=bv), av, bv)
 
 
 def _front(op):

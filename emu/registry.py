@@ -156,29 +156,26 @@ def _fp_mul_daz(a, b, fc):
 _PA = "§3 Piecewise affine operations"
 _IEEE = "§4 IEEE addition and multiplication"
 
+def _pa(name: str, arity: int, what: str, doc: str) -> Op:
+    """The entry of a PA operation: its scalar definition, oracle, exact derivatives
+    (``name_da``/``name_db``, or ``name_dx``), approximate derivative and oracle
+    derivative are the functions of that name in their modules."""
+    grads = tuple(getattr(G, f"{name}_{d}") for d in (("da", "db") if arity == 2 else ("dx",)))
+    return Op(name, arity, getattr(S, name), getattr(R, name), f"{_PA}, {what}", doc, grads,
+              globals()[f"_{name}_approx"], getattr(RG, name))
+
+
 #: every elementwise operation, by name
 OPS: dict[str, Op] = {op.name: op for op in [
-    Op("pam_mul", 2, S.pam_mul, R.pam_mul, _PA + ", PAM multiply",
-       "Piecewise affine multiplication a ·̂ b (eqs. 5-8).",
-       (G.pam_mul_da, G.pam_mul_db), _pam_mul_approx, RG.pam_mul),
-    Op("pa_div", 2, S.pa_div, R.pa_div, _PA + ", PA division",
-       "Piecewise affine division a ÷̂ b (eqs. 14-17).",
-       (G.pa_div_da, G.pa_div_db), _pa_div_approx, RG.pa_div),
-    Op("pa_exp2", 1, S.pa_exp2, R.pa_exp2, _PA + ", pa_exp2",
-       "paexp2(x) = 2^floor(x) (1 + x - floor(x)) (eq. 9), rounded once into ``fmt``.",
-       (G.pa_exp2_dx,), _pa_exp2_approx, RG.pa_exp2),
-    Op("pa_log2", 1, S.pa_log2, R.pa_log2, _PA + ", pa_log2",
-       "palog2(x) = E_x + M_x (eq. 10), rounded once into ``fmt``.",
-       (G.pa_log2_dx,), _pa_log2_approx, RG.pa_log2),
-    Op("pa_exp", 1, S.pa_exp, R.pa_exp, _PA + ", pa_exp",
-       "paexp(x) = paexp2(log2(e) ·̂ x) (eq. 18).",
-       (G.pa_exp_dx,), _pa_exp_approx, RG.pa_exp),
-    Op("pa_log", 1, S.pa_log, R.pa_log, _PA + ", pa_log",
-       "palog(x) = palog2(x) ÷̂ log2(e) (eq. 19).",
-       (G.pa_log_dx,), _pa_log_approx, RG.pa_log),
-    Op("pa_sqrt", 1, S.pa_sqrt, R.pa_sqrt, _PA + ", pa_sqrt",
-       "pasqrt(x) = paexp2(palog2(x) / 2) (eq. 20), exact then rounded once into ``fmt``.",
-       (G.pa_sqrt_dx,), _pa_sqrt_approx, RG.pa_sqrt),
+    _pa("pam_mul", 2, "PAM multiply", "Piecewise affine multiplication a ·̂ b (eqs. 5-8)."),
+    _pa("pa_div", 2, "PA division", "Piecewise affine division a ÷̂ b (eqs. 14-17)."),
+    _pa("pa_exp2", 1, "pa_exp2", "paexp2(x) = 2^floor(x) (1 + x - floor(x)) (eq. 9), rounded "
+        "once into ``fmt``."),
+    _pa("pa_log2", 1, "pa_log2", "palog2(x) = E_x + M_x (eq. 10), rounded once into ``fmt``."),
+    _pa("pa_exp", 1, "pa_exp", "paexp(x) = paexp2(log2(e) ·̂ x) (eq. 18)."),
+    _pa("pa_log", 1, "pa_log", "palog(x) = palog2(x) ÷̂ log2(e) (eq. 19)."),
+    _pa("pa_sqrt", 1, "pa_sqrt", "pasqrt(x) = paexp2(palog2(x) / 2) (eq. 20), exact then "
+        "rounded once into ``fmt``."),
     Op("fp_add", 2, S.fp_add, R.fp_add, _IEEE,
        "IEEE 754 addition, correctly rounded (RNE) into ``fmt``: the accumulator's ⊕."),
     Op("fp_mul", 2, _fp_mul_keep, R.fp_mul, _IEEE,

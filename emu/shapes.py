@@ -1,6 +1,7 @@
-"""Shape rules shared by every backend: broadcasting of elementwise operands and
-``np.matmul``'s rules for PAM matmul (docs/semantics.md §5), each checked in one place
-with errors that name the operands."""
+"""The plans the front ends make and every backend executes: shape rules shared by
+every backend (broadcasting of elementwise operands, ``np.matmul``'s rules for PAM
+matmul, docs/semantics.md §5), each checked in one place with errors that name the
+operands."""
 from __future__ import annotations
 
 import math
@@ -8,7 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["broadcast", "MatmulShapes", "matmul_shapes", "matmul_grad_shapes",
+__all__ = ["broadcast", "Elementwise", "elementwise", "MatmulShapes", "matmul_shapes", "matmul_grad_shapes",
            "contract_layout", "batch_index"]
 
 
@@ -19,6 +20,25 @@ def broadcast(*named) -> tuple:
     except ValueError:
         shapes = ", ".join(f"{n}.shape={tuple(s)}" for n, s in named)
         raise ValueError(f"operands could not be broadcast together: {shapes}") from None
+
+
+class Elementwise(NamedTuple):
+    """The plan of one elementwise call: kernel name ``op``, the result's broadcast
+    ``shape``, the format's kernel constants ``fc``, and ``scalar``: every operand is
+    0-d (the host then returns a numpy scalar)."""
+    op: str
+    shape: tuple
+    fc: object
+    scalar: bool
+
+
+def elementwise(op: str, fc, **operands) -> Elementwise:
+    """The plan of ``op`` on the operands (arrays of a backend, by name)."""
+    shapes = [tuple(v.shape) for v in operands.values()]
+    shape = shapes[0]
+    if any(s != shape for s in shapes):
+        shape = broadcast(*zip(operands, shapes))
+    return Elementwise(op, shape, fc, shape == ())
 
 
 class MatmulShapes(NamedTuple):

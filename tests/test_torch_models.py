@@ -264,6 +264,47 @@ def test_paadamw_update_is_emus(rng):
     torch.optim.AdamW(params).load_state_dict(sd)
 
 
+@pytest.mark.parametrize("pa_fmt,rounding,wd,maximize", [
+    ("float32", "nearest_even", 0.05, False), ("bf16", "stochastic", 0.05, False),
+    ("e8m10", "toward_zero", 0.0, True), ("float16", "nearest_even", 0.1, False),
+    ("float8_e4m3fn", "stochastic", 0.0, False)])
+def test_fused_adamw_is_the_sequence(rng, monkeypatch, pa_fmt, rounding, wd, maximize):
+    """emu's fused PA AdamW kernel (emu/optim.py) against PAAdamW's sequence of emu calls
+    (the path CUDA tensors take): the same bits in p and both moments over three steps,
+    and the same draws from torch's RNG; operands include zeros, subnormals, infinities,
+    NaNs and values beyond the format's range."""
+    from torch_bridge import optim as tb_optim
+    special = np.array([0.0, -0.0, 1e-40, -3e-39, np.inf, -np.inf, np.nan, 7e4, -1e38, 1e-8],
+                       np.float32)
+    cfg = tb.PAMConfig("bf16", ops={"optimizer"}, pa_fmt=pa_fmt, rounding=rounding)
+    grads = []
+    for step in range(3):
+        gs = [rng.standard_normal((24, 10)).astype(np.float32),
+              rng.standard_normal(7).astype(np.float32)]
+        gs[0].reshape(-1)[:special.size] = special[::-1] if step else special
+        grads.append(gs)
+    init = [rng.standard_normal((24, 10)).astype(np.float32) * 3,
+            rng.standard_normal(7).astype(np.float32)]
+    init[0].reshape(-1)[-special.size:] = special
+    runs = []
+    for fused in (True, False):
+        if not fused:
+            monkeypatch.setattr(tb_optim, "_fusable", lambda p, state: False)
+        torch.manual_seed(1)
+        params = [nn.Parameter(torch.from_numpy(x.copy())) for x in init]
+        opt = tb.PAAdamW(params, lr=0.01, betas=(0.9, 0.99), eps=1e-6, weight_decay=wd,
+                         maximize=maximize, config=cfg)
+        for gs in grads:
+            for p, g in zip(params, gs):
+                p.grad = torch.from_numpy(g.copy())
+            opt.step()
+        runs.append([npy(t) for p in params
+                     for t in (p, opt.state[p]["exp_avg"], opt.state[p]["exp_avg_sq"])]
+                    + [torch.rand(1).numpy()])
+    for what, a, b in zip(["p", "m", "v"] * 2 + ["next draw"], *runs):
+        assert_bits_equal(a, b, what=what)
+
+
 def test_pasgd_momentum_update_is_emus(rng):
     cfg = tb.PAMConfig(ops={"optimizer"})
     params = _params(rng, 1)

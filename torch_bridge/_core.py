@@ -78,6 +78,11 @@ def cuda_backend():
         _CUDA_FOR_CPU = old
 
 
+def cuda_backend_active() -> bool:
+    """Whether :func:`cuda_backend` is routing CPU tensors through the CUDA backend."""
+    return _CUDA_FOR_CPU
+
+
 def as_float32(t: torch.Tensor) -> torch.Tensor:
     """The tensor's values, detached, as float32 (itself, detached, when it is one)."""
     t = t.detach()

@@ -26,7 +26,7 @@ import emu
 from emu.registry import ops
 
 from ._core import PABinary, PAMMatmul, PAUnary, check_tensor
-from .config import PAMConfig
+from .config import PAMConfig, check_config
 
 __all__ = ["pam_matmul", "pam_linear", "pam_conv2d", "pa_softmax", "pa_layer_norm",
            "pa_cross_entropy", "matmul", "linear", "conv2d", "softmax", "layer_norm",
@@ -36,14 +36,29 @@ _KINDS = ("approx", "exact")
 
 
 def _numerics(fmt, backward, rounding, acc=None):
-    """Validated (fmt, kind, rounding[, acc]) through PAMConfig's checks."""
+    """Validated (fmt, kind, rounding, acc) through PAMConfig's checks (remembered per
+    argument tuple: every PA call of a model asks again with the same few)."""
+    key = (fmt, backward, rounding, acc)
+    try:
+        return _NUMERICS[key]
+    except (KeyError, TypeError):       # TypeError: an unhashable argument, checked below
+        pass
     if backward not in _KINDS:
         raise ValueError(f"backward={backward!r}; expected one of {_KINDS}")
     cfg = PAMConfig(fmt=fmt, rounding=rounding, acc=emu.float32 if acc is None else acc)
     if cfg.fmt is None:
         raise ValueError("fmt=None; the PA primitives need a format (use the dispatchers "
                          "with config=None for native torch)")
-    return cfg.fmt, backward, cfg.rounding, cfg.acc
+    out = cfg.fmt, backward, cfg.rounding, cfg.acc
+    try:
+        if len(_NUMERICS) < 256:
+            _NUMERICS[key] = out
+    except TypeError:
+        pass
+    return out
+
+
+_NUMERICS: dict = {}
 
 
 # --- PAM matmul family ---------------------------------------------------------------
@@ -316,10 +331,7 @@ def pa_cross_entropy(input, target, weight=None, ignore_index=-100, reduction="m
 # --- dispatchers ------------------------------------------------------------------------
 
 def _on(config: PAMConfig | None, op: str) -> bool:
-    if config is not None and not isinstance(config, PAMConfig):
-        raise TypeError(f"config must be a torch_bridge.PAMConfig or None, got "
-                        f"{type(config).__name__}")
-    return config is not None and config.enabled(op)
+    return check_config(config) is not None and config.enabled(op)
 
 
 def _mm_kw(config):

@@ -20,8 +20,10 @@ import numpy as np
 import torch
 
 import emu
+import emu.optim
 
-from ._core import as_float32, emu_call, emu_threads, round_scalar, round_to
+from . import _core
+from ._core import as_float32, emu_call, emu_threads, next_seed, round_scalar, round_to
 from .config import PAMConfig, check_config
 
 __all__ = ["PAAdamW", "PASGD", "make_optimizer"]
@@ -49,6 +51,32 @@ class _PAOps:
     def sqrt(self, a):
         return emu_call(emu.pa_sqrt, self._r(a), self.fmt)
 
+    def fused_adamw(self, tensors, lr, wd, b1, b2, eps, t, maximize):
+        """PAAdamW's update of one CPU parameter by emu's fused kernel (emu/optim.py):
+        the new ``(p, m, v)`` with the bits of the sequence of calls in
+        :meth:`PAAdamW._pa_step`; the scalars are rounded and the stochastic streams
+        drawn from torch's RNG in that sequence's order."""
+        streams = self.fmt != emu.float32 and self.rounding == "stochastic"
+        seeds = [0] * emu.optim.ROUNDINGS if streams else None
+
+        def draw(*slots):           # the tensor roundings R of these slots, in order
+            for j in slots if streams else ():
+                seeds[j] = next_seed()
+        draw(*((0,) if wd != 0 else ()))
+        c0 = round_scalar(lr * wd, self.fmt, self.rounding) if wd != 0 else None
+        draw(1)
+        c1 = round_scalar(1 - b1, self.fmt, self.rounding)
+        draw(2, 3, 4)
+        c2 = round_scalar(1 - b2, self.fmt, self.rounding)
+        draw(5, 6)
+        c3 = round_scalar(math.sqrt(1 - b2 ** t), self.fmt, self.rounding)
+        draw(7, 8, 9)
+        c4 = round_scalar(lr / (1 - b1 ** t), self.fmt, self.rounding)
+        arrays = [x.detach().numpy() for x in tensors]
+        out = emu.optim.pa_adamw(*arrays, (c0, c1, c2, c3, c4), np.float32(eps), self.fmt,
+                                 self.rounding, seeds, maximize=maximize)
+        return [torch.from_numpy(o) for o in out]
+
 
 def _number(name, v, lo=0.0, hi=math.inf, *, open_hi=False):
     """Check a hyper-parameter before torch sees it: a real number (or a one-element
@@ -68,6 +96,15 @@ def _flags(**flags):
     for name, v in flags.items():
         if not isinstance(v, (bool, np.bool_)):
             raise TypeError(f"{name} must be True or False, got {v!r}")
+
+
+def _fusable(p, state) -> bool:
+    """Whether emu's fused CPU kernel can run PAAdamW's update of ``p``: contiguous
+    float32 CPU tensors (CUDA ones, and those of the simulator tests' CUDA backend, take
+    the sequence of emu calls)."""
+    ts = (p, p.grad, state["exp_avg"], state["exp_avg_sq"])
+    return not _core.cuda_backend_active() and all(
+        t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in ts)
 
 
 def _write(t: torch.Tensor, values: torch.Tensor):
@@ -135,6 +172,15 @@ class PAAdamW(_PAStep, torch.optim.AdamW):
                                                            memory_format=torch.preserve_format)
                 state["step"] += 1
                 t = float(state["step"])
+                if _fusable(p, state):
+                    with emu_threads(p.numel()):
+                        P, M, V = ops.fused_adamw((p, p.grad, state["exp_avg"],
+                                                   state["exp_avg_sq"]), lr, wd, b1, b2, eps,
+                                                  t, group["maximize"])
+                    _write(state["exp_avg"], M)
+                    _write(state["exp_avg_sq"], V)
+                    _write(p, P)
+                    continue
                 g = as_float32(p.grad)
                 if group["maximize"]:
                     g = -g

@@ -1,4 +1,7 @@
-"""emu kernels: PAM matmul vs BLAS matmul, elementwise PAM and rounding vs numpy."""
+"""emu kernels: PAM matmul vs BLAS matmul, elementwise PAM and rounding vs numpy.
+
+Target (issue 13 §6): ``pam_matmul`` float32 1024^3 within 2x of ``torch.matmul`` on one
+thread."""
 from __future__ import annotations
 
 import numpy as np
@@ -29,7 +32,7 @@ def emu_cases(quick: bool) -> list[Row]:
         with threads(nthreads) as used:
             tc, tb = best_of(lambda: emu.pam_matmul(a, b), base, 3 if quick else 5)
             rows.append(Row(f"pam_matmul f32 {n}^3, {used} thread(s)", tc,
-                            f"{base_name}, {used} thread(s)", tb, 3.0 if nthreads == 1 else None))
+                            f"{base_name}, {used} thread(s)", tb, 2.0 if nthreads == 1 else None))
     with threads(None) as used:
         tc, tb = best_of(lambda: emu.pam_matmul(a, b, "bf16"), base, 3 if quick else 5)
         rows.append(Row(f"pam_matmul bf16 {n}^3 incl. rounding, {used} threads", tc,

@@ -1,9 +1,10 @@
 """torch_bridge: a transformer training step on emulated PA hardware vs native float32.
 
-The issue's target: one step (forward + backward + optimizer) of a 4-layer, d=128,
-seq 64, batch 32 transformer (workloads.models.CharLM) with PAM matmuls (approximate
-backward, bfloat16 operands) within 5x of the native float32 step on this CPU — the
-paper's own GPU implementation was 4.5x slower than native (Appendix E).  Also the
+The target (issue 13 §6, "the transformer step stays <= 3x native"): one step
+(forward + backward + optimizer) of a 4-layer, d=128, seq 64, batch 32 transformer
+(workloads.models.CharLM) with PAM matmuls (approximate backward, bfloat16 operands)
+within 3x of the native float32 step on this CPU — the paper's own GPU
+implementation was 4.5x slower than native (Appendix E).  Also the
 fully multiplication-free step (every op group PA, the paper's choice of derivatives,
 PAAdamW) and the matmul step with exact derivatives.  Ratios against the native step
 measured in the same run, at one thread and at all threads.
@@ -66,11 +67,10 @@ def torch_cases(quick: bool) -> list[Row]:
         with threads(nthreads) as used:
             for name, step in cands.items():
                 tc, tb_ = best_of(step, base, 2 if quick else 3)
-                target = 5.0 if name.startswith("PAM matmuls, bf16, approx") else None
+                target = 3.0 if name.startswith("PAM matmuls, bf16, approx") else None
                 rows.append(Row(f"train step {label} {name}, {used} thr", tc,
                                 f"native fp32 step, {used} thr", tb_, target))
     return rows
-
 
 
 @case("torch")

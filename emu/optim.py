@@ -1,0 +1,139 @@
+"""The PA AdamW update fused into one CPU kernel (torch_bridge.PAAdamW's, Kosson &
+Jaggi section 2.6 / Table 3 "OPTIMIZER").
+
+One step, elementwise, with ⊙ = PAM (eqs. 5-8), ⊘ = PA division (eqs. 14-17),
+pasqrt (eq. 20), and float32 ``+``/``-``::
+
+    p -= R(p) ⊙ c0                                   (only with weight decay: c0 = lr·wd)
+    m += R(g - m) ⊙ c1                               (c1 = 1-β1)
+    v += R(R(g) ⊙ R(g) - v) ⊙ c2                     (c2 = 1-β2)
+    d  = R(pasqrt(R(v))) ⊘ c3 + eps                  (c3 = sqrt(1-β2^t))
+    p -= R(R(m) ⊘ R(d)) ⊙ c4                         (c4 = lr/(1-β1^t))
+
+``R`` rounds a tensor into the format (the identity for float32), each ``R`` with its
+own stochastic stream; the constants come rounded by the caller.  This is the
+sequence of emu calls torch_bridge.PAAdamW makes per parameter, element by element in
+one pass: the same scalar definitions (emu/_scalar.py) in the same order, so the same
+bits (tests/test_torch_models.py::test_fused_adamw_is_the_sequence), without a
+kernel call, a temporary and a Python round trip per operation.
+"""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic, register_jitable
+
+from . import _scalar as S
+from ._kernels import as_f32
+from ._numba_cache import drop_stale
+from .formats import Format, float32, format
+from .ops import rounding_mode, stochastic_key
+
+__all__ = ["ROUNDINGS", "pa_adamw"]
+
+#: how many tensors the update rounds (the ``R`` above, in order): the stochastic seeds
+ROUNDINGS = 10
+
+
+@njit(cache=True)
+def _cache_probe():
+    return 0
+
+
+drop_stale(_cache_probe, __file__, S.__file__)
+
+
+@intrinsic
+def _bits(typingctx, x):
+    """The int32 pattern of a float32 (a register move): as_f32's inverse."""
+    sig = types.int32(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return sig, codegen
+
+
+@register_jitable
+def _f(x):
+    return as_f32(np.int32(x & 0xFFFFFFFF))
+
+
+@register_jitable
+def _p(x):
+    return np.int64(_bits(x)) & 0xFFFFFFFF
+
+
+def _kernel(rnd):
+    """The fused kernel; ``rnd`` (whether R rounds at all: not for float32) is compiled
+    in, so that the float32 kernel has no rounding code to branch around."""
+    @register_jitable
+    def r(x, fc, mode, keys, j, i):
+        """R(x) as the ops then see it: rounded into the format with stream ``keys[j]``
+        (element i uses draw i), then the operand rounding every op applies."""
+        if rnd:
+            x = S.quantize(x, fc, mode, True, False, keys[j], i)
+        return S.operand(x, fc)
+
+    @njit(parallel=True, cache=True)
+    def kernel(P, G, M, V, outp, outm, outv, fc, mode, keys, c, eps, decay, negate):
+        for i in prange(P.size):
+            p = np.int64(P[i])
+            g = np.int64(G[i]) ^ (S.SIGN32 if negate else 0)
+            m = np.int64(M[i])
+            v = np.int64(V[i])
+            if decay:
+                t = S.pam_mul(r(p, fc, mode, keys, 0, i), S.operand(c[0], fc), fc)
+                p = _p(_f(p) - _f(t))
+            t = S.pam_mul(r(_p(_f(g) - _f(m)), fc, mode, keys, 1, i), S.operand(c[1], fc), fc)
+            m = _p(_f(m) + _f(t))
+            gg = S.pam_mul(r(g, fc, mode, keys, 2, i), r(g, fc, mode, keys, 3, i), fc)
+            t = S.pam_mul(r(_p(_f(gg) - _f(v)), fc, mode, keys, 4, i), S.operand(c[2], fc), fc)
+            v = _p(_f(v) + _f(t))
+            sq = S.pa_sqrt(r(v, fc, mode, keys, 5, i), fc)
+            d = _p(_f(S.pa_div(r(sq, fc, mode, keys, 6, i), S.operand(c[3], fc), fc)) + eps)
+            q = S.pa_div(r(m, fc, mode, keys, 7, i), r(d, fc, mode, keys, 8, i), fc)
+            t = S.pam_mul(r(q, fc, mode, keys, 9, i), S.operand(c[4], fc), fc)
+            p = _p(_f(p) - _f(t))
+            outp[i] = p
+            outm[i] = m
+            outv[i] = v
+    return kernel
+
+
+_ADAMW = {rnd: _kernel(rnd) for rnd in (False, True)}
+
+
+def pa_adamw(p, g, m, v, consts, eps, fmt: Format | str = float32,
+             rounding: str = "nearest_even", seeds=None, *, maximize: bool = False):
+    """One fused PA AdamW step (module docstring) on contiguous float32 arrays of one
+    shape: returns the new ``(p, m, v)`` (new arrays; the inputs are not changed).
+
+    ``consts``: ``(c0, c1, c2, c3, c4)`` as float32 values of ``fmt`` (``c0=None``: no
+    weight decay); ``eps``: the float32 added to the denominator; ``seeds``: with
+    ``rounding="stochastic"``, the :data:`ROUNDINGS` seeds of the tensor roundings in
+    order (slot 0 unused without weight decay; None for float32, which draws none).  ``maximize``: ascend (``g`` negated).
+    """
+    fmt = format(fmt)
+    mode = rounding_mode(rounding)
+    arrays = [np.asarray(a) for a in (p, g, m, v)]
+    for name, a in zip("pgmv", arrays):
+        if a.dtype != np.float32 or not a.flags.c_contiguous or a.shape != arrays[0].shape:
+            raise ValueError(f"{name} must be a C-contiguous float32 array of p's shape "
+                             f"{arrays[0].shape}, got {a.dtype} {a.shape}")
+    if len(consts) != 5:
+        raise ValueError(f"consts must be the five constants (c0..c4), got {consts!r}")
+    rnd = fmt != float32            # rounding into float32 is the identity: no streams
+    sr = rnd and mode == S.SR
+    if sr != (seeds is not None) or (sr and len(seeds) != ROUNDINGS):
+        raise ValueError(f"seeds: {ROUNDINGS} seeds with rounding='stochastic' into a format "
+                         f"other than float32, else None; got {seeds!r}")
+    keys = np.array([stochastic_key(s) if sr else 0 for s in (seeds or [0] * ROUNDINGS)],
+                    np.int64)
+    c = np.array([0.0 if x is None else x for x in consts], np.float32).view(np.uint32)
+    flat = [a.reshape(-1).view(np.uint32) for a in arrays]
+    out = [np.empty_like(flat[0]) for _ in range(3)]
+    _ADAMW[rnd](*flat, *out, fmt.consts, mode, keys, c.astype(np.int64),
+           np.float32(eps), consts[0] is not None, bool(maximize))
+    return tuple(o.view(np.float32).reshape(arrays[0].shape) for o in out)
