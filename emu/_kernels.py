@@ -20,7 +20,7 @@ from . import _tiles
 from . import registry
 from ._numba_cache import drop_stale
 from .registry import ops
-from ._tiles import CLEAN, GENERAL, MASKED, tile_mode
+from ._tiles import CLEAN, GENERAL, MASKED, task_index, tile_mode
 
 
 @njit(cache=True)
@@ -52,6 +52,31 @@ def as_f32(typingctx, x):
 
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], ir.FloatType())
+
+    return sig, codegen
+
+
+@intrinsic
+def as_i32(typingctx, x):
+    """Reinterpret a float32 as int32 (a register move, no conversion)."""
+    sig = types.int32(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return sig, codegen
+
+
+F16 = -1    # matmul_blocked's shift for a binary16 accumulator
+
+
+@intrinsic
+def f16_round(typingctx, x):
+    """A float32 rounded (RNE) to IEEE binary16 and back: the F16C conversions."""
+    sig = types.float32(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.fptrunc(args[0], ir.HalfType()), ir.FloatType())
 
     return sig, codegen
 
@@ -124,10 +149,13 @@ _M_ALL = MT((1 << W) - 1)
 _MASK_A, _MASK_B, _MASK_AB = 4, 5, 6      # MASKED, by which operand holds the zeros
 
 
-def _micro_kernel(mask_a, mask_b):
+def _micro_kernel(mask_a, mask_b, sh=0):
     """``acc[r, :] += A[r, k] ·̂ B[k, :]`` for QR rows, PW columns and k = 0..nk-1 in
     increasing order, the accumulators in vector registers (LLVM IR, so the block is
-    register-allocated as written).  Masked-off products are not added."""
+    register-allocated as written).  Masked-off products are not added.  ``sh`` > 0:
+    each sum is then rounded onto the grid of a format with 23 - sh mantissa bits, the
+    SCALED step of emu/_kernels_acc.py; ``sh`` = F16: rounded to binary16 (its F16
+    step); the preconditions are the caller's."""
     i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
     vi, vf, vm = ir.VectorType(i32, W), ir.VectorType(f32, W), ir.VectorType(ir.IntType(1), W)
     mt = ir.IntType(W)
@@ -188,6 +216,13 @@ def _micro_kernel(mask_a, mask_b):
                 for v in range(NV):
                     s = accs[r * NV + v]
                     t = builder.fadd(s, builder.bitcast(builder.add(bs[v], av), vf))
+                    if sh == F16:
+                        t = builder.fpext(builder.fptrunc(t, ir.VectorType(ir.HalfType(), W)), vf)
+                    elif sh:    # c = ±2^(e + sh), e the exponent of t: (t + c) - c
+                        c = builder.bitcast(builder.add(builder.and_(
+                            builder.bitcast(t, vi), ir.Constant(vi, [-0x800000] * W)),
+                            ir.Constant(vi, [sh << 23] * W)), vf)
+                        t = builder.fsub(builder.fadd(t, c), c)
                     if mask_a and mask_b:
                         t = builder.select(builder.and_(ma, mb[v]), t, s)
                     elif mask_a or mask_b:
@@ -213,12 +248,6 @@ def _micro_kernel(mask_a, mask_b):
         return sig, codegen
 
     return kernel
-
-
-_mk_clean = _micro_kernel(False, False)
-_mk_mask_a = _micro_kernel(True, False)
-_mk_mask_b = _micro_kernel(False, True)
-_mk_mask_ab = _micro_kernel(True, True)
 
 
 @register_jitable
@@ -301,91 +330,112 @@ def matmul_prepare_b(B, fc):
     return Bp, Bm, st
 
 
-@njit(parallel=True, cache=True)
-def matmul_f32acc(A, Am, sta, Bp, Bm, stb, ia, ib, C, fc):
-    """PAM matmul with float32 accumulation.
+def matmul_blocked(sh):
+    """The register-blocked PAM matmul: float32 accumulation for ``sh`` = 0, else the
+    SCALED step onto a 23 - sh mantissa-bit grid or (``sh`` = F16) the F16 step, of
+    emu/_kernels_acc.py (whose preconditions make MASKED and SKIP exact)."""
+    mk_clean = _micro_kernel(False, False, sh)
+    mk_mask_a = _micro_kernel(True, False, sh)
+    mk_mask_b = _micro_kernel(False, True, sh)
+    mk_mask_ab = _micro_kernel(True, True, sh)
 
-    A: (nA, Mq, K) int32 patterns of format values, rows padded to Mq, a multiple of QR;
-    the rest from matmul_prepare_a/_b; C: (nout, M, N) float32; ia/ib map each output
-    batch to its A and B batch.
-    """
-    nout, M, N = C.shape
-    K = A.shape[2]
-    nq = A.shape[1] // QR
-    ng = (K + KG - 1) // KG
-    npan = Bp.shape[1]
-    qt = MB // QR                       # row blocks per task
-    pt = NB // PW                       # panels per task
-    nti = (nq + qt - 1) // qt
-    ntj = (npan + pt - 1) // pt
-    for t in prange(nout * nti * ntj):
-        bo = t // (nti * ntj)
-        bi = (t // ntj) % nti
-        bj = t % ntj
-        ba = ia[bo]
-        bb = ib[bo]
-        q0 = bi * qt
-        nql = min(nq, q0 + qt) - q0
-        p0 = bj * pt
-        npl = min(npan, p0 + pt) - p0
-        # modes[q, g] of this task's (row block, k group) blocks
-        modes = np.empty((nql, ng), np.int8)
-        for q in range(nql):
-            for g in range(ng):
-                sa = sta[ba, q0 + q, g]
-                sb = stb[bb, bj, g]
-                m = tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc)
-                if m == MASKED:
-                    m = _MASK_AB if sa[2] and sb[2] else (_MASK_A if sa[2] else _MASK_B)
-                modes[q, g] = m
-        acc = np.zeros((npl, nql * QR, PW), np.float32)
-        accf = acc.reshape(-1)
-        af = A[ba].reshape(-1)
-        amf = Am[ba].reshape(-1)
-        for kc0 in range(0, K, KC):
-            kc1 = min(K, kc0 + KC)
-            for p in range(npl):
-                bpf = Bp[bb, p0 + p].reshape(-1)
-                bmf = Bm[bb, p0 + p].reshape(-1)
-                for q in range(nql):
-                    off = (p * nql + q) * QR * PW
-                    g = kc0 // KG
-                    while g * KG < kc1:
-                        # a run of groups in the same mode is one kernel call
-                        m = modes[q, g]
-                        g1 = g + 1
-                        while g1 * KG < kc1 and modes[q, g1] == m:
-                            g1 += 1
-                        ka = g * KG
-                        nk = min(kc1, g1 * KG) - ka
-                        ao = (q0 + q) * QR * K + ka
-                        if m == CLEAN:
-                            _mk_clean(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, ao, K, nk)
-                        elif m == _MASK_A:
-                            _mk_mask_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, ao, K, nk)
-                        elif m == _MASK_B:
-                            _mk_mask_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, ao, K, nk)
-                        elif m == _MASK_AB:
-                            _mk_mask_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, ao, K, nk)
-                        elif m == GENERAL:
-                            for r in range(QR):
-                                a_row = A[ba, (q0 + q) * QR + r]
-                                acc_row = acc[p, q * QR + r]
-                                for k in range(ka, ka + nk):
-                                    b_row = Bp[bb, p0 + p, k]
-                                    for j in range(PW):
-                                        b = (np.int64(b_row[j]) + S.ONE32) & S.M32
-                                        acc_row[j] += as_f32(np.int32(np.uint32(
-                                            S.pam_mul(a_row[k], b, fc))))
-                        g = g1
-        for p in range(npl):
+    @register_jitable
+    def rnd(s):
+        if sh == 0:
+            return s
+        if sh == F16:
+            return f16_round(s)
+        c = as_f32(np.int32((as_i32(s) & np.int32(-0x800000)) + np.int32(sh << 23)))
+        return (s + c) - c
+
+    @njit(parallel=True, cache=True)
+    def kernel(A, Am, sta, Bp, Bm, stb, ia, ib, C, fc):
+        """PAM matmul with float32 (or SCALED) accumulation.
+
+        A: (nA, Mq, K) int32 patterns of format values, rows padded to Mq, a multiple
+        of QR; the rest from matmul_prepare_a/_b; C: (nout, M, N) float32; ia/ib map
+        each output batch to its A and B batch.
+        """
+        nout, M, N = C.shape
+        K = A.shape[2]
+        nq = A.shape[1] // QR
+        ng = (K + KG - 1) // KG
+        npan = Bp.shape[1]
+        qt = MB // QR                       # row blocks per task
+        pt = NB // PW                       # panels per task
+        nti = (nq + qt - 1) // qt
+        ntj = (npan + pt - 1) // pt
+        for t in prange(nout * nti * ntj):
+            bo, bi, bj = task_index(t, nti, ntj)
+            ba = ia[bo]
+            bb = ib[bo]
+            q0 = bi * qt
+            nql = min(nq, q0 + qt) - q0
+            p0 = bj * pt
+            npl = min(npan, p0 + pt) - p0
+            # modes[q, g] of this task's (row block, k group) blocks
+            modes = np.empty((nql, ng), np.int8)
             for q in range(nql):
-                for r in range(QR):
-                    i = (q0 + q) * QR + r
-                    if i < M:
-                        for j in range(min(PW, N - (p0 + p) * PW)):
-                            v = acc[p, q * QR + r, j]
-                            C[bo, i, (p0 + p) * PW + j] = np.float32(np.nan) if v != v else v
+                for g in range(ng):
+                    sa = sta[ba, q0 + q, g]
+                    sb = stb[bb, bj, g]
+                    m = tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc)
+                    if m == MASKED:
+                        m = _MASK_AB if sa[2] and sb[2] else (_MASK_A if sa[2] else _MASK_B)
+                    modes[q, g] = m
+            acc = np.zeros((npl, nql * QR, PW), np.float32)
+            accf = acc.reshape(-1)
+            af = A[ba].reshape(-1)
+            amf = Am[ba].reshape(-1)
+            for kc0 in range(0, K, KC):
+                kc1 = min(K, kc0 + KC)
+                for p in range(npl):
+                    bpf = Bp[bb, p0 + p].reshape(-1)
+                    bmf = Bm[bb, p0 + p].reshape(-1)
+                    for q in range(nql):
+                        off = (p * nql + q) * QR * PW
+                        g = kc0 // KG
+                        while g * KG < kc1:
+                            # a run of groups in the same mode is one kernel call
+                            m = modes[q, g]
+                            g1 = g + 1
+                            while g1 * KG < kc1 and modes[q, g1] == m:
+                                g1 += 1
+                            ka = g * KG
+                            nk = min(kc1, g1 * KG) - ka
+                            ao = (q0 + q) * QR * K + ka
+                            if m == CLEAN:
+                                mk_clean(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, ao, K, nk)
+                            elif m == _MASK_A:
+                                mk_mask_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, ao, K, nk)
+                            elif m == _MASK_B:
+                                mk_mask_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, ao, K, nk)
+                            elif m == _MASK_AB:
+                                mk_mask_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, ao, K, nk)
+                            elif m == GENERAL:
+                                for r in range(QR):
+                                    a_row = A[ba, (q0 + q) * QR + r]
+                                    acc_row = acc[p, q * QR + r]
+                                    for k in range(ka, ka + nk):
+                                        b_row = Bp[bb, p0 + p, k]
+                                        for j in range(PW):
+                                            b = (np.int64(b_row[j]) + S.ONE32) & S.M32
+                                            acc_row[j] = rnd(acc_row[j] + as_f32(np.int32(
+                                                np.uint32(S.pam_mul(a_row[k], b, fc)))))
+                            g = g1
+            for p in range(npl):
+                for q in range(nql):
+                    for r in range(QR):
+                        i = (q0 + q) * QR + r
+                        if i < M:
+                            for j in range(min(PW, N - (p0 + p) * PW)):
+                                v = acc[p, q * QR + r, j]
+                                C[bo, i, (p0 + p) * PW + j] = np.float32(np.nan) if v != v else v
+
+    return kernel
+
+
+matmul_f32acc = matmul_blocked(0)
 
 
 @njit(parallel=True, cache=True)

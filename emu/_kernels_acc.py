@@ -34,12 +34,34 @@ STICKY (any other y, e.g. float32 operands with a bf16 accumulator, and p_acc <=
 
 Wider accumulators (p_acc 23, e.g. e8m22) keep the integer fold (emu/_kernels.py).
 
+A PLAIN call rounds the float32 sum s = RN32(x + y) with the fewest operations its
+operands allow (step_kind):
+SCALED (scaled_ok: no inf/NaN, every non-zero product at least 2^(emin + p_acc - 1),
+       and a bound on every |s| below half of acc's max and of 2^(127 - sh),
+       sh = 23 - M_acc): c = ±2^(e + sh) built from s's sign and exponent e; the
+       float32 spacing of s + c is 2^(e + sh - 23), acc's spacing at s, so
+       RN32(s + c) - c (exact) is RNE_acc(s), ties to the even acc value (c has no
+       bits there).  No subnormal arises: x and y are multiples of Q = 2^(e_y - p_acc +
+       1), e_y the smallest product exponent, so is their sum, and a rounding keeps it
+       (a sum below 2^(e_y) has at most p_acc - 1 bits: exact), so |s| >= Q >= 2^emin
+       unless s = 0; an exact cancellation gives +0, so the accumulator is never -0 and
+       adding a ±0 product is the identity: zero products are skipped as in the
+       float32 kernel, which runs it register-blocked (K.matmul_blocked): 4 vector
+       operations per step on top of the float32 kernel's 2.
+F16    (acc IEEE binary16 on a host with F16C, any operands): RNE_acc(s) is the
+       hardware conversion to binary16 and back (overflow to inf, subnormals, NaN);
+       NaNs are made canonical when C is written.  Where every block is CLEAN
+       (clean_ok: no ±0 product, so a -0 accumulator is harmless) it runs
+       register-blocked (F16_BLOCKED), else in the column loops below.
+otherwise the integer rounding below.
+
 The rounding of the float32 pattern ``v`` into acc is quantize's (RNE, subnormals,
-overflow to inf, fn: NaN) without branches: in acc's normal range (and everywhere for
-E = 8, whose subnormal grid is float32 patterns with low bits clear) round the pattern
-in place; below acc's smallest normal (E < 8) ``(|v| + c) - c`` with c = 2^(emin - M +
-23), whose float32 spacing is acc's subnormal quantum, rounds RNE onto that grid; then
-a magnitude above max overflows and NaN becomes the canonical NaN.
+overflow to inf, NaN or max by the policy, docs/semantics.md §9) without branches: in
+acc's normal range (and everywhere for E = 8, whose subnormal grid is float32 patterns
+with low bits clear) round the pattern in place; below acc's smallest normal (E < 8)
+``(|v| + c) - c`` with c = 2^(emin - M + 23), whose float32 spacing is acc's subnormal
+quantum, rounds RNE onto that grid; then a magnitude above max overflows and NaN
+becomes the policy's invalid result (canonical NaN; -0 without NaN codes).
 
 The loops run the spec's order: each output folds k = 0..K-1 in increasing order from
 +0.0; vectorised over JW columns of B (a long loop: no per-row overhead), blocked
@@ -49,7 +71,10 @@ ZEROS (MASKED and SKIP blocks: a zero/subnormal operand gives the signed zero, w
 matters here because a narrow accumulator can hold -0: -0 + +0 = +0) and GENERAL
 (branch-free pam_mul).
 """
+import math
+
 import numpy as np
+from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic, register_jitable
@@ -57,9 +82,9 @@ from numba.extending import intrinsic, register_jitable
 from . import _kernels as K
 from . import _scalar as S
 from . import _tiles
-from ._kernels import KG, MB, NB, QR, as_f32
+from ._kernels import KG, MB, NB, QR
 from ._numba_cache import drop_stale
-from ._tiles import CLEAN, GENERAL, tile_mode
+from ._tiles import CLEAN, GENERAL, task_index, tile_mode
 
 
 @njit(cache=True)
@@ -70,6 +95,9 @@ def _cache_probe():
 drop_stale(_cache_probe, __file__, S.__file__, _tiles.__file__, K.__file__, config=f"qr={QR}")
 
 JW = 256        # columns per vectorised loop: QR rows of JW accumulators stay in L1
+F16, SCALED, F16_BLOCKED = 1, 2, 3  # the fast PLAIN steps (module docstring)
+#: the F16 step needs the F16C conversions (else LLVM would call a library routine)
+_HAS_F16C = bool(llvm.get_host_cpu_features().get("f16c", False))
 
 _SIGN = np.int32(-0x80000000)
 _ABS = np.int32(S.ABS32)
@@ -107,18 +135,23 @@ def needs_sticky(a, b, fc, fca) -> bool:
 
 def acc_consts(fca):
     """The accumulator's rounding constants (int32/float32) as the kernels take them:
-    shift, half, keep mask, smallest normal, max, overflow value, overflow sign mask, c."""
+    shift, half, keep mask, smallest normal, max, overflow value, overflow sign mask, c,
+    the pattern of -0 (0 in fnuz formats: applied when C is written, as a -0 in the
+    accumulator behaves as +0 in every later step but -0 + -0) and of an invalid sum
+    (the canonical NaN, -0 in none formats: docs/semantics.md §9 rule 3)."""
     sh = 23 - fca.man_bits
     low = (1 << sh) - 1
-    # overflow: ±inf (IEEE formats) or the canonical NaN (fn formats)
+    # overflow (docs/semantics.md §9 rule 1): ±inf (ieee), NaN (fn, fnuz), ±max (none)
+    sat = fca.nan_kind == S.NAN_NONE
     return (np.int32(sh), np.int32(low >> 1), np.int32(~low), np.int32(fca.minnorm32),
-            np.int32(fca.max32), _INF if fca.has_inf else _QNAN,
-            _SIGN if fca.has_inf else np.int32(0),
-            np.float32(2.0 ** (fca.emin - fca.man_bits + 23)))
+            np.int32(fca.max32), _INF if fca.has_inf else (np.int32(fca.max32) if sat else _QNAN),
+            _SIGN if fca.has_inf or sat else np.int32(0),
+            np.float32(2.0 ** (fca.emin - fca.man_bits + 23)),
+            np.int32(np.uint32(fca.negzero32)), np.int32(np.uint32(fca.nan32)))
 
 
-def _step(sticky, e8, finite):
-    """``step(x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub)``: RNE_acc(x + y) for
+def _step(sticky, e8, finite, f16=False):
+    """``step(x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub, nan)``: RNE_acc(x + y) for
     the int32 pattern x of an acc value and y of a float32 value, the constants from
     acc_consts.  LLVM IR on i32/float so that the column loop vectorises in 32-bit
     lanes (Numba's integer arithmetic would widen to int64).
@@ -127,16 +160,19 @@ def _step(sticky, e8, finite):
     ZEROS blocks: every step's NaN is canonical), and acc has E = 8 (so IEEE-style).
     Then rounding the signed pattern in place is the whole rounding: a carry runs from
     the mantissa into the exponent and from max into inf, inf and the canonical NaN
-    are fixed points, and no sum is NaN (no inf - inf)."""
+    are fixed points, and no sum is NaN (no inf - inf).
+
+    ``f16``: the F16 step (module docstring) instead, for any x and y."""
     i32, f32 = ir.IntType(32), ir.FloatType()
 
     @intrinsic
-    def step(typingctx, x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub):
+    def step(typingctx, x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub, nan):
         sig = types.int32(types.int32, types.int32, types.int32, types.int32, types.int32,
-                          types.int32, types.int32, types.int32, types.int32, types.float32)
+                          types.int32, types.int32, types.int32, types.int32, types.float32,
+                          types.int32)
 
         def codegen(context, builder, signature, args):
-            x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub = args
+            x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub, nan = args
             b = builder
 
             def c(v):
@@ -145,6 +181,9 @@ def _step(sticky, e8, finite):
             xf = b.bitcast(x, f32)
             yf = b.bitcast(y, f32)
             s = b.fadd(xf, yf)
+            if f16:
+                # the hardware's float32 -> binary16 conversion is RNE_acc itself
+                return b.bitcast(b.fpext(b.fptrunc(s, ir.HalfType()), f32), i32)
             v = b.bitcast(s, i32)
             if sticky:
                 # 2Sum's exact error; the pattern moves to the odd neighbour on its side
@@ -164,28 +203,29 @@ def _step(sticky, e8, finite):
                 n = b.select(b.icmp_signed("<", a, amn), ns, n)
             r = b.or_(sign, n)
             r = b.select(b.icmp_signed(">", n, amx), b.or_(ovf, b.and_(sign, ovf_sign)), r)
-            return b.select(b.icmp_signed(">", a, c(S.INF32)), c(S.QNAN32), r)
+            return b.select(b.icmp_signed(">", a, c(S.INF32)), nan, r)
 
         return sig, codegen
 
     return step
 
 
-def _make(sticky, e8):
-    """The kernel for STICKY or PLAIN steps, for an E = 8 accumulator or a narrower one."""
-    step_ir = _step(sticky, e8, False)
-    step_fin = _step(sticky, e8, e8)
+def _make(sticky, e8, f16=False):
+    """The kernel for STICKY or PLAIN steps, for an E = 8 accumulator or a narrower one,
+    or (``f16``) for F16 steps."""
+    step_ir = _step(sticky, e8, False, f16)
+    step_fin = _step(sticky, e8, e8, f16)
 
     @register_jitable
     def step(x, y, ac):
-        sh, half, keep, amn, amx, ovf, ovf_sign, csub = ac
-        return step_ir(x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub)
+        sh, half, keep, amn, amx, ovf, ovf_sign, csub, _, nan = ac
+        return step_ir(x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub, nan)
 
     @register_jitable
     def step_finite(x, y, ac):
         """step for a finite y (CLEAN and ZEROS blocks)."""
-        sh, half, keep, amn, amx, ovf, ovf_sign, csub = ac
-        return step_fin(x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub)
+        sh, half, keep, amn, amx, ovf, ovf_sign, csub, _, nan = ac
+        return step_fin(x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub, nan)
 
     # Each loop: for k in [k0, k0 + nk), for each of the QR rows, acc[r, :jw] <- step(
     # acc[r, :jw], a[r, k] ·̂ B[k, j0:j0 + jw]); the long column loop vectorises.
@@ -240,9 +280,7 @@ def _make(sticky, e8):
         fmx = np.int64(fc.max32)
         fovf = np.int64(fc.ovf32)
         for t in prange(nout * nti * ntj):
-            bo = t // (nti * ntj)
-            bi = (t // ntj) % nti
-            bj = t % ntj
+            bo, bi, bj = task_index(t, nti, ntj)
             ba = ia[bo]
             bb = ib[bo]
             Ab = A[ba]
@@ -276,7 +314,10 @@ def _make(sticky, e8):
                             run_zeros(acc, Ab, Bb, i0, j0, jw, k0, nk, fmn, ac)
                         g = g1
                     for r in range(min(QR, M - i0)):
-                        C[bo, i0 + r, j0:j0 + jw] = acc[r, :jw]
+                        for j in range(jw):     # the F16 step leaves x86's NaN
+                            v = acc[r, j]
+                            v = ac[8] if v == _SIGN else v
+                            C[bo, i0 + r, j0 + j] = _QNAN if (v & _ABS) > _INF else v
 
     return kernel
 
@@ -300,9 +341,79 @@ def _pam(a, b, mn, mx, ovf):
     return np.int32(np.uint32((S.QNAN32 if nan else res) & S.M32))
 
 
-_KERNELS = {(sticky, e8): _make(sticky, e8) for sticky in (False, True) for e8 in (False, True)}
+_KERNELS = {(sticky, e8, False): _make(sticky, e8) for sticky in (False, True)
+            for e8 in (False, True)}
+if _HAS_F16C:
+    _KERNELS[False, False, True] = _make(False, False, True)
+_BLOCKED = {}       # K.matmul_blocked kernels by shift (SCALED 23 - M_acc, K.F16)
 
 
-def matmul_narrow(A, sta, B, stb, ia, ib, C, fc, fca, sticky):
-    """PAM matmul accumulating in ``fca`` (fast_path(fca)); ``sticky`` from needs_sticky."""
-    _KERNELS[sticky, fca.exp_bits == 8](A, sta, B, stb, ia, ib, C, fc, acc_consts(fca))
+def is_binary16(fca) -> bool:
+    """Whether acc is IEEE binary16 (inf, NaNs, -0, bias 15): what the F16 step rounds to."""
+    return (fca.exp_bits, fca.man_bits, fca.emin, fca.nan_kind) == (5, 10, -14, S.NAN_IEEE)
+
+
+def scaled_ok(A, sta, B, stb, fc, fca) -> bool:
+    """Whether every SCALED step is exact (module docstring): from the statistics, no
+    inf/NaN operand and every product of normal operands normal in fmt and at least
+    2^(emin_acc + p_acc - 1); and every sum is below half of both acc's max and
+    2^(127 - sh): |x_k| <= (1 + 2^-p_acc)^K · sum_k |a_ik| |b_kj| (each step rounds
+    |x + y| up by at most that factor, and |a ·̂ b| <= |a b|: PAM's error is <= 0),
+    bounded by max_i sum_k |a_ik| · max |b| and max |a| · max_j sum_k |b_kj|."""
+    if sta.size == 0 or stb.size == 0:
+        return False
+    amn, amx = int(sta[..., 0].min()), int(sta[..., 1].max())
+    bmn, bmx = int(stb[..., 0].min()), int(stb[..., 1].max())
+    if max(amx, bmx) >= S.INF32:
+        return False
+    if amn > fc.max32 or bmn > fc.max32:      # no normal operand: every product is ±0
+        return True
+    p = fca.man_bits + 1
+    if (amn + bmn - S.ONE32 < max(fc.minnorm32, (fca.emin + p - 1 + 127) << 23)
+            or amx + bmx - S.ONE32 > fc.max32):
+        return False
+    a = np.abs(A.view(np.float32)).astype(np.float64)
+    b = np.abs(B.view(np.float32)).astype(np.float64)
+    top = min(a.sum(2).max() * b.max(), a.max() * b.sum(1).max())
+    lim = min(float(np.int32(fca.max32).view(np.float32)), 2.0 ** (127 - (23 - fca.man_bits)))
+    k = A.shape[2]
+    return math.log2(top) + k * math.log2(1 + 2.0 ** -p) < math.log2(lim) - 1
+
+
+def clean_ok(sta, stb, fc) -> bool:
+    """Whether every block is CLEAN (emu/_tiles.py), from the statistics: no zero,
+    subnormal, inf or NaN operand, and no product flushes or overflows."""
+    if sta.size == 0 or stb.size == 0 or sta[..., 2].any() or stb[..., 2].any():
+        return False
+    return (int(sta[..., 1].max()) + int(stb[..., 1].max()) - S.ONE32 <= fc.max32
+            and int(sta[..., 0].min()) + int(stb[..., 0].min()) - S.ONE32 >= fc.minnorm32)
+
+
+def step_kind(sticky, A, sta, B, stb, fc, fca):
+    """The fast step of a PLAIN call: SCALED where scaled_ok (fewest operations), else
+    for a binary16 accumulator on a host with F16C F16 (register-blocked where every
+    block is CLEAN: no ±0 product meets a -0 accumulator), else None (integer rounding)."""
+    if sticky:
+        return None
+    if scaled_ok(A, sta, B, stb, fc, fca):
+        return SCALED
+    if _HAS_F16C and is_binary16(fca):
+        return F16_BLOCKED if clean_ok(sta, stb, fc) else F16
+    return None
+
+
+def matmul_narrow(A, Am, sta, B, Bp, Bm, stb, ia, ib, C, fc, fca, sticky, fast=-1):
+    """PAM matmul accumulating in ``fca`` (fast_path(fca)): A, B patterns and the rest
+    from K.matmul_prepare_a/_b, C (nout, M, N) int32; ``sticky`` from needs_sticky,
+    ``fast`` from step_kind unless given (tests force each)."""
+    if fast == -1:
+        fast = step_kind(sticky, A, sta, B, stb, fc, fca)
+    if fast in (SCALED, F16_BLOCKED):
+        sh = 23 - fca.man_bits if fast == SCALED else K.F16
+        if sh not in _BLOCKED:
+            _BLOCKED[sh] = K.matmul_blocked(sh)
+        _BLOCKED[sh](A, Am, sta, Bp, Bm, stb, ia, ib, C.view(np.float32), fc)
+    else:
+        e8 = fca.exp_bits == 8 and fca.nan_kind == S.NAN_IEEE     # the finite step's case
+        _KERNELS[sticky, e8 and fast != F16, fast == F16](
+            A, sta, B, stb, ia, ib, C, fc, acc_consts(fca))

@@ -52,7 +52,20 @@ def _man(u, fc):
 
 @register_jitable
 def apply_slope(d, kind, sgn, k, fc):
-    """Pattern of ``slope · d`` for the gradient pattern ``d`` (a value of the format)."""
+    """Pattern of ``slope · d`` for the gradient pattern ``d`` (a value of the format),
+    under the format's policy (docs/semantics.md §9 rule 7): an undefined product is
+    fc.nan32 (NaN, or -0 without NaN codes), a -0 is +0 without -0 (fnuz)."""
+    r = _slope_times(d, kind, sgn, k, fc)
+    if r == S.QNAN32:
+        return np.int64(fc.nan32)
+    if r == S.SIGN32:
+        return np.int64(fc.negzero32)
+    return r
+
+
+@register_jitable
+def _slope_times(d, kind, sgn, k, fc):
+    """apply_slope with IEEE's specials: the canonical NaN and -0 as such."""
     d = np.int64(d)
     ud = d & S.ABS32
     s = ((d >> 31) ^ sgn) & 1

@@ -41,3 +41,10 @@ def tile_mode(amn, amx, az, bmn, bmx, bz, fc):
             return MASKED
         return CLEAN
     return GENERAL
+
+
+@register_jitable
+def task_index(t, nti, ntj):
+    """The (batch, row block, column block) of task t of a matmul kernel's parallel
+    loop over nbatch * nti * ntj tasks (row blocks outer to column blocks)."""
+    return t // (nti * ntj), (t // ntj) % nti, t % ntj

@@ -154,8 +154,8 @@ class HostBackend:
             if acc == float32:
                 K.matmul_f32acc(a3, am, sta, bp, bm, stb, ia, ib, c, fmt.consts)
             else:
-                KA.matmul_narrow(a3, sta, b3, stb, ia, ib, c.view(np.int32), fmt.consts,
-                                 acc.consts, sticky)
+                KA.matmul_narrow(a3, am, sta, b3, bp, bm, stb, ia, ib, c.view(np.int32),
+                                 fmt.consts, acc.consts, sticky)
         else:
             K.matmul_fmtacc(a3, b3, ia, ib, c.view(np.int32), fmt.consts, acc.consts)
         return c.reshape(plan.out)

@@ -61,7 +61,13 @@ def _E(v: float) -> int:
 
 
 def _apply(slope, d: float, fmt) -> float:
-    """slope · δ placed in fmt like a PAM result (δ read DAZ)."""
+    """slope · δ placed in fmt like a PAM result (δ read DAZ), under fmt's policy
+    (docs/semantics.md §9 rule 7)."""
+    return R._policy(_apply_ieee(slope, d, fmt), fmt)
+
+
+def _apply_ieee(slope, d: float, fmt) -> float:
+    """_apply with IEEE's specials: NaN and -0 as such."""
     if slope[0] == "nan" or math.isnan(d):
         return NAN
     s = slope[1] ^ _sign(d)
@@ -286,7 +292,12 @@ def _np_apply(kind, sign, k, d, fmt):
     v = np.where((kind == 2) | np.isinf(d), np.where(dz, np.nan, big), v)
     v = np.where(kind == 1, np.where(np.isinf(d), np.nan, 0.0), v)
     v = np.where((kind == 3) | np.isnan(d), np.nan, v)
-    return np.where(s, -v, v).astype(np.float32)
+    v = np.where(s, -v, v)
+    if fmt.nan == "none":                   # R._policy, vectorised
+        v = np.where(np.isnan(v), -0.0, v)
+    if not fmt.has_neg_zero:
+        v = np.where(v == 0, 0.0, v)
+    return v.astype(np.float32)
 
 
 def _np_kind(pairs, default=0):

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import emu
+from conftest import POLICIES, all_values, assert_bits_equal
 from emu.formats import Format
 
 
@@ -126,3 +127,43 @@ def test_every_value_is_a_float32(e, m):
     f = Format(e, m)
     for v in (f.max, f.smallest_normal, f.smallest_subnormal):
         assert float(np.float32(v)) == v
+
+
+@pytest.mark.parametrize("fmt", POLICIES)
+def test_exact_derivatives_under_policies(fmt, rng):
+    """The exact derivatives (emu.grad, emu/_scalar_grad.py) == the oracle
+    (emu/reference_grad.py) on every operand pair (pam_mul, pa_div) and every operand
+    with a spread of gradients (unary ops) of fn/fnuz/none formats, and every result
+    is a value of the format (docs/semantics.md §9 rule 7: no NaN without NaN codes,
+    no -0 without -0)."""
+    import emu.grad as G
+    import emu.reference_grad as RG
+
+    f = emu.format(fmt)
+    v = all_values(fmt)
+
+    def in_format(r, what):
+        q = emu.quantize(r, f)
+        assert_bits_equal(q, r, what=f"{what}: a value of {fmt}")
+        if f.nan == "none":
+            assert not np.isnan(r).any(), what
+        if not f.has_neg_zero:
+            assert not (np.signbit(r) & (r == 0)).any(), what
+
+    a, b = (x.ravel() for x in np.meshgrid(v, v, indexing="ij"))
+    d = v[rng.integers(0, v.size, a.size)]
+    for op in ["pam_mul", "pa_div"]:
+        da, db = getattr(G, op)(a, b, d, fmt, "exact")
+        wa, wb = RG.exact_vec(op, a, b, d, fmt=fmt)
+        assert_bits_equal(da, wa, a, b, d, what=f"d{op}/da {fmt}")
+        assert_bits_equal(db, wb, a, b, d, what=f"d{op}/db {fmt}")
+        in_format(da, f"d{op}/da")
+        in_format(db, f"d{op}/db")
+    x, g = (t.ravel() for t in np.meshgrid(v, v[:: max(1, v.size // 24)], indexing="ij"))
+    for op in [o.name for o in emu.registry.ops(1, differentiable=True)]:
+        oracle = emu.OPS[op].oracle_grad
+        want = np.array([oracle(float(p), float(q), fmt, "exact") for p, q in zip(x, g)],
+                        np.float32)
+        got = getattr(G, op)(x, g, fmt, "exact")
+        assert_bits_equal(got, want, x, g, what=f"{op}' {fmt}")
+        in_format(got, f"{op}'")

@@ -16,7 +16,7 @@ from emu import _kernels as K
 from emu import _kernels_acc as KA
 
 NARROW = ["bfloat16", "float16", "float8_e5m2", "float8_e4m3fn", "e4m3", "e5m7", "e3m2",
-          "e6m3fn", "e8m21", "e8m3"]
+          "e6m3fn", "e8m21", "e8m3", "float8_e4m3fnuz", "float6_e3m2fn", "e5m4sat"]
 
 
 def fold(A, B, fmt, acc):
@@ -30,18 +30,20 @@ def fold(A, B, fmt, acc):
     return c[0]
 
 
-def narrow(A, B, fmt, acc, sticky):
-    """The fast kernel on 2-D operands with the step variant forced."""
+def narrow(A, B, fmt, acc, sticky, fast=None):
+    """The fast kernel on 2-D operands with the step variant forced (``fast`` None: the
+    integer rounding)."""
     fmt, acc = emu.format(fmt), emu.format(acc)
     a = emu.quantize(A, fmt).view(np.int32)
     b = emu.quantize(B, fmt).view(np.int32)[None]
     m, k = a.shape
     a = np.concatenate([a, np.zeros((-m % K.QR, k), np.int32)])[None]
-    _, sta = K.matmul_prepare_a(a, fmt.consts)
-    _, _, stb = K.matmul_prepare_b(b, fmt.consts)
+    am, sta = K.matmul_prepare_a(a, fmt.consts)
+    bp, bm, stb = K.matmul_prepare_b(b, fmt.consts)
     c = np.empty((1, m, B.shape[1]), np.float32)
     z = np.zeros(1, np.int64)
-    KA.matmul_narrow(a, sta, b, stb, z, z, c.view(np.int32), fmt.consts, acc.consts, sticky)
+    KA.matmul_narrow(a, am, sta, b, bp, bm, stb, z, z, c.view(np.int32), fmt.consts,
+                     acc.consts, sticky, fast)
     return c[0]
 
 
@@ -150,6 +152,73 @@ def test_tiled_matches_fold(acc, case, rng):
         want = fold(A, B, f, acc)
         assert_bits_equal(emu.pam_matmul(A, B, f, acc), want, what=f"{f}/{acc} {case}")
         assert_bits_equal(narrow(A, B, f, acc, True), want, what=f"{f}/{acc} {case} STICKY")
+
+
+def step_args(A, B, fmt, acc):
+    """The arguments step_kind reads, for 2-D operands."""
+    fmt, acc = emu.format(fmt), emu.format(acc)
+    a = emu.quantize(A, fmt).view(np.int32)
+    a = np.concatenate([a, np.zeros((-a.shape[0] % K.QR, a.shape[1]), np.int32)])[None]
+    b = emu.quantize(B, fmt).view(np.int32)[None]
+    return a, K.matmul_prepare_a(a, fmt.consts)[1], b, K.matmul_prepare_b(b, fmt.consts)[2]
+
+
+@pytest.mark.parametrize("acc", NARROW)
+@pytest.mark.parametrize("case", ["dense", "zeros", "specials", "cancel"])
+def test_fast_plain_steps_match_fold(acc, case, rng):
+    """Every fast PLAIN step the call admits (SCALED where scaled_ok, F16 for binary16,
+    register-blocked where clean_ok) gives the fold's bits; bf16 data with a bf16
+    accumulator gets SCALED unless inf/NaN/overflow/flush occur."""
+    fmt = "bfloat16" if acc != "float16" else "float16"
+    A, B = tiled(case, rng, fmt)
+    f, fa = emu.format(fmt).consts, emu.format(acc).consts
+    a, sta, b, stb = step_args(A, B, fmt, acc)
+    if KA.needs_sticky(a, b, f, fa):
+        return
+    ok = KA.scaled_ok(a, sta, b, stb, f, fa)
+    if acc == "bfloat16":
+        assert ok == (case != "specials")
+    want = fold(A, B, fmt, acc)
+    kinds = [KA.SCALED] if ok else []
+    if KA._HAS_F16C and KA.is_binary16(fa):
+        kinds += [KA.F16] + ([KA.F16_BLOCKED] if KA.clean_ok(sta, stb, f) else [])
+    for fast in kinds:
+        assert_bits_equal(narrow(A, B, fmt, acc, False, fast), want, what=f"{acc} {case} {fast}")
+
+
+def test_bench_data_takes_the_blocked_steps(rng):
+    """bf16 operands (the bench's): SCALED for a bf16 accumulator; for an fp16 one its
+    tiny products can make sums subnormal, so F16_BLOCKED (with F16C), and with zeros
+    (a ±0 product may meet -0) the column loops' F16."""
+    A = rng.standard_normal((40, 300)).astype(np.float32)
+    B = rng.standard_normal((300, 70)).astype(np.float32)
+    bf = emu.format("bfloat16").consts
+    args = step_args(A, B, "bfloat16", "bfloat16")
+    assert KA.step_kind(False, *args, bf, bf) == KA.SCALED
+    if KA._HAS_F16C:
+        h = emu.format("float16").consts
+        args = step_args(A, B, "bfloat16", "float16")
+        assert KA.step_kind(False, *args, bf, h) == KA.F16_BLOCKED
+        A[3, 5] = 0
+        args = step_args(A, B, "bfloat16", "float16")
+        assert KA.step_kind(False, *args, bf, h) == KA.F16
+    for acc in ("bfloat16", "float16"):
+        assert_bits_equal(emu.pam_matmul(A, B, "bfloat16", acc), fold(A, B, "bfloat16", acc),
+                          what=acc)
+
+
+def test_scaled_bound_at_the_range_end():
+    """scaled_ok's bound: sums that may reach half of fp16's max take another step, and
+    the result still overflows exactly as the fold does."""
+    A = np.full((4, 64), 16.0, np.float32)
+    B = np.full((64, 8), 31.5, np.float32)      # 64 · 16 · 31.5 = 32256 < 65504 / 2 ...
+    args = step_args(A, B, "bfloat16", "float16")
+    f, fa = emu.format("bfloat16").consts, emu.format("float16").consts
+    assert not KA.scaled_ok(*args, f, fa)       # ... but (1 + 2^-11)^64 pushes it over
+    assert KA.scaled_ok(*step_args(A, B / 2, "bfloat16", "float16"), f, fa)
+    B[0] = 60000.0
+    assert_bits_equal(emu.pam_matmul(A, B, "bfloat16", "float16"),
+                      fold(A, B, "bfloat16", "float16"))
 
 
 def test_negative_zero_accumulator_matches_oracle():

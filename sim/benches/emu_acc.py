@@ -3,9 +3,11 @@
 Each row times ``pam_matmul(a, b, fmt, acc)`` with a narrow ``acc`` against the same
 call with ``acc="float32"`` (the register-blocked float32 kernel), in the same run.
 bf16 operands have products of 8 significant bits, so bf16 and fp16 accumulators take
-the PLAIN step (float32 add, one rounding); float32 operands with a bf16 accumulator
-take the STICKY step (round-to-odd through 2Sum), emu/_kernels_acc.py.  The last row
-is the torch bridge's ``acc=`` option (forward), against its own float32 accumulator.
+the PLAIN step (float32 add, one rounding), register-blocked: SCALED for bf16 (the
+bounded data admits it), F16_BLOCKED for fp16 (tiny products could make sums
+subnormal; needs F16C); float32 operands with a bf16 accumulator take the STICKY step
+(round-to-odd through 2Sum), emu/_kernels_acc.py.  The last row is the torch bridge's
+``acc=`` option (forward), against its own float32 accumulator.
 """
 from __future__ import annotations
 
