@@ -18,7 +18,7 @@ from numba.extending import intrinsic, register_jitable
 from . import _scalar as S
 from . import _tiles
 from . import registry
-from ._numba_cache import drop_stale
+from ._numba_cache import drop_stale, njit_variant
 from .registry import ops
 from ._tiles import CLEAN, GENERAL, MASKED, task_index, tile_mode
 
@@ -348,7 +348,7 @@ def matmul_blocked(sh):
         c = as_f32(np.int32((as_i32(s) & np.int32(-0x800000)) + np.int32(sh << 23)))
         return (s + c) - c
 
-    @njit(parallel=True, cache=True)
+    @njit_variant(f"sh={sh}", parallel=True)
     def kernel(A, Am, sta, Bp, Bm, stb, ia, ib, C, fc):
         """PAM matmul with float32 (or SCALED) accumulation.
 

@@ -83,7 +83,7 @@ from . import _kernels as K
 from . import _scalar as S
 from . import _tiles
 from ._kernels import KG, MB, NB, QR
-from ._numba_cache import drop_stale
+from ._numba_cache import drop_stale, njit_variant
 from ._tiles import CLEAN, GENERAL, task_index, tile_mode
 
 
@@ -264,7 +264,7 @@ def _make(sticky, e8, f16=False):
                 for j in range(jw):
                     ar[j] = step(ar[j], _pam(av, np.int64(brow[j]), fmn, fmx, fovf), ac)
 
-    @njit(parallel=True, cache=True)
+    @njit_variant(f"sticky={sticky} e8={e8} f16={f16}", parallel=True)
     def kernel(A, sta, B, stb, ia, ib, C, fc, ac):
         """C (nout, M, N) int32 patterns from A (nA, Mq, K) patterns (rows padded to a
         multiple of QR), B (nB, K, N) patterns and the statistics of

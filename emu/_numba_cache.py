@@ -42,3 +42,28 @@ def drop_stale(probe, module_file: str, *dependencies: str, config: str = "") ->
         stamp.write_text(digest)
     except OSError:
         pass
+
+
+def njit_variant(variant: str, **options):
+    """``njit(cache=True, **options)`` for a kernel that a factory builds once per
+    ``variant`` (a string naming every factory argument the kernel compiles in).
+
+    Numba keys a closure's cache entry on the pickled contents of its cells; cells that
+    hold other jitted functions pickle with a per-process id, so every process missed
+    the cache, compiled the kernel again (tens of seconds for the matmuls) and added an
+    entry to the index.  This keys it on the bytecode and ``variant`` instead;
+    :func:`drop_stale` still drops it when the module or a dependency changes.
+    """
+    from numba import njit
+    from numba.core.caching import FunctionCache
+
+    class VariantCache(FunctionCache):
+        def _index_key(self, sig, codegen):
+            code = hashlib.sha256(self._py_func.__code__.co_code).hexdigest()
+            return sig, codegen.magic_tuple(), (code, variant)
+
+    def wrap(py_func):
+        kernel = njit(**options)(py_func)
+        kernel._cache = VariantCache(py_func)
+        return kernel
+    return wrap
