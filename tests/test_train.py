@@ -149,6 +149,23 @@ def test_bad_spec_is_reported(capsys, tmp_path):
         T.TrainSpec(device="tpu")
 
 
+def test_train_notes_a_baseline_that_is_still_learning():
+    """A comparison in the baseline's steep phase measures learning speed (issue 17's
+    5-epoch ViT); pamsim train says so, and says nothing once the baseline plateaus."""
+    from sim.commands.train import still_learning
+    run = lambda accs: T.RunResult("float32", "native float32", 0,      # noqa: E731
+                                   evals=[{"acc": a} for a in accs])
+    spec = T.TrainSpec(data="digits", model="vit")
+    assert "still learning (+10 points in its last epoch)" in still_learning(
+        spec, run([0.3, 0.53, 0.63]))
+    assert still_learning(spec, run([0.9, 0.93, 0.935])) == ""
+    assert still_learning(spec, run([0.63])) == ""                      # one epoch: no trend
+    text = T.TrainSpec(data="text")
+    bpc = lambda v: T.RunResult("float32", "native", 0, evals=[{"bpc": b} for b in v])  # noqa
+    assert "bits/char" in still_learning(text, bpc([3.6, 3.45]))
+    assert still_learning(text, bpc([3.40, 3.395])) == ""
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without a GPU")
 def test_device_cuda_without_a_gpu_is_one_line(capsys, tmp_path):
     assert main(["train", "--device", "cuda", "--out", str(tmp_path)]) == 2
