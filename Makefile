@@ -43,7 +43,7 @@ test: $(STAMP)
 # On a machine with a CUDA GPU where torch and numba-cuda are already installed, with
 # no package index: from this checkout (PYTHONPATH=.), every CUDA test on the device
 # against the CPU, then the CUDA benchmarks, then a summary (docs/gpu.md).
-GPU_TESTS := tests/test_cuda_sim.py tests/test_torch_cuda.py
+GPU_TESTS := tests/test_cuda_sim.py tests/test_torch_cuda.py tests/test_memory_cuda.py
 gpu-check: SHELL := /bin/bash
 gpu-check:
 	@PYTHONPATH=. PAMSIM_CUDA_HARDWARE=1 $(PYTHON) -m pytest -q -p no:cacheprovider \

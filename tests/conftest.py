@@ -1,4 +1,10 @@
-"""Shared test helpers: bit-exact comparison (NaNs by class) and format value sets."""
+"""Shared test helpers: bit-exact comparison (NaNs by class), format value sets, and
+running a test file under Numba's CUDA simulator."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -63,3 +69,15 @@ def corner_values(fmt) -> np.ndarray:
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261121)
+
+
+def run_in_simulator(test_file, **env):
+    """Run ``test_file`` in a subprocess under Numba's CUDA simulator (it must be on
+    before ``numba.cuda`` is imported); every test in it must pass, none be skipped."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", str(test_file), "-q", "-p", "no:cacheprovider",
+         "-p", "no:xdist"],
+        cwd=Path(__file__).parent.parent, env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1", **env),
+        capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert " passed" in proc.stdout and " skipped" not in proc.stdout, proc.stdout[-2000:]

@@ -16,9 +16,12 @@ from pathlib import Path
 import pytest
 
 from emu import _cuda
+from torch_bridge.memory import _cuda as memory_cuda
 
 ARCHS = [(8, 0), (9, 0)]
 SIGNATURES = {name: (kernel, types) for name, kernel, types in _cuda.signatures()}
+#: the memory-saving activations' kernels (torch_bridge/memory/_cuda.py)
+MEMORY = {name: (kernel, types) for name, kernel, types in memory_cuda.signatures()}
 
 
 def _ptxas():
@@ -47,12 +50,14 @@ def compile_for():
 
 
 @pytest.mark.parametrize("cc", ARCHS, ids=lambda cc: f"sm_{cc[0]}{cc[1]}")
-@pytest.mark.parametrize("name", list(SIGNATURES))
+@pytest.mark.parametrize("name", [*SIGNATURES, *MEMORY])
 def test_kernel_compiles_and_assembles(name, cc, compile_for, tmp_path):
-    kernel, types = SIGNATURES[name]
+    kernel, types = {**SIGNATURES, **MEMORY}[name]
     ptx = compile_for(kernel, types, cc)
     arch = f"sm_{cc[0]}{cc[1]}"
     assert f".target {arch}" in ptx and ".entry" in ptx
+    if name in MEMORY:      # every product rounds on its own, as on the CPU (_scalar.mul)
+        assert "fma." not in ptx, f"{name}: NVVM contracted a multiply-add"
     ptxas = _ptxas()
     if ptxas is None:
         pytest.skip("ptxas not found (CUDA_HOME, /usr/local/cuda): PTX generated, not assembled")
@@ -69,9 +74,11 @@ def test_kernel_compiles_and_assembles(name, cc, compile_for, tmp_path):
         assert re.search(r"\b0 bytes stack frame", info), info
 
 
-def test_signatures_cover_every_kernel():
+@pytest.mark.parametrize("module,sigs", [(_cuda, SIGNATURES), (memory_cuda, MEMORY)],
+                         ids=["emu", "memory"])
+def test_signatures_cover_every_kernel(module, sigs):
     from numba.cuda.dispatcher import CUDADispatcher
-    values = list(vars(_cuda).values())
+    values = list(vars(module).values())
     values += [k for v in values if isinstance(v, dict) for k in v.values()]   # GRAD_* tables
     kernels = {id(v) for v in values if isinstance(v, CUDADispatcher)}
-    assert kernels == {id(k) for k, _ in SIGNATURES.values()}
+    assert kernels == {id(k) for k, _ in sigs.values()}

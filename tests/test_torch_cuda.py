@@ -14,9 +14,6 @@ GPU thread as a Python thread.
 """
 import contextlib
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -25,13 +22,8 @@ HARDWARE = not SIM and os.environ.get("PAMSIM_CUDA_HARDWARE") == "1"
 
 if not (SIM or HARDWARE):
     def test_torch_cuda_backend_matches_cpu():
-        env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider",
-             "-p", "no:xdist"],
-            cwd=Path(__file__).parent.parent, env=env, capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-        assert " passed" in proc.stdout and " skipped" not in proc.stdout, proc.stdout[-2000:]
+        from conftest import run_in_simulator
+        run_in_simulator(__file__)
 
     def test_mixed_devices_are_a_clear_error():
         import torch

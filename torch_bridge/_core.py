@@ -92,7 +92,18 @@ def as_float32(t: torch.Tensor) -> torch.Tensor:
 def to_emu(t: torch.Tensor):
     """A tensor as an emu operand: a CUDA tensor itself, a CPU tensor as a zero-copy
     float32 numpy view (a simulated device array under :func:`cuda_backend`)."""
-    t = as_float32(t)
+    return device_view(as_float32(t))
+
+
+def on_cuda_backend(t: torch.Tensor) -> bool:
+    """Whether ``t`` goes to a CUDA backend: a CUDA tensor, or any under :func:`cuda_backend`."""
+    return t.is_cuda or _CUDA_FOR_CPU
+
+
+def device_view(t: torch.Tensor):
+    """A detached tensor of any dtype as a kernel operand, without a copy: a CUDA
+    tensor itself, a CPU tensor as a numpy view (a simulated device array under
+    :func:`cuda_backend`)."""
     if t.is_cuda:           # emu wraps it and picks torch's stream: GPU only (docs/gpu.md)
         return t
     if _CUDA_FOR_CPU:

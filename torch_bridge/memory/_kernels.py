@@ -5,14 +5,27 @@ packing.py): code i occupies stream bits [i*k, i*k + k), stream bit b is bit b %
 of byte b // 8 (little endian).  Eight codes fill exactly k bytes, so the kernels
 work on independent groups of 8 codes and parallelise over groups.
 
-Interval search: ``_bucket`` counts the breakpoints strictly below v — directly for
-k <= 4, by a branch-free uniform binary search over the 2**k - 1 sorted float64
-breakpoints for larger k; NaN compares false everywhere and lands in interval 0.
+Every element's and every group's computation is a definition of _scalar.py, which
+the CUDA kernels (_cuda.py) call too; what is here is the CPU's iteration: parallel
+chunks, and in the hot loops SWAR tricks (_spread/_compress, flag bytes gathered by
+one multiply) that move the same bits faster.
 """
 import functools
 
 import numpy as np
 from numba import njit, prange
+
+from emu._numba_cache import drop_stale
+
+from . import _scalar as S
+
+
+@njit(cache=True)
+def _cache_probe():
+    return 0
+
+
+drop_stale(_cache_probe, __file__, S.__file__)
 
 
 def thresholds(bp64: np.ndarray, dtype) -> np.ndarray:
@@ -26,38 +39,6 @@ def thresholds(bp64: np.ndarray, dtype) -> np.ndarray:
         return bp64
     t = bp64.astype(np.float32)
     return np.where(t.astype(np.float64) > bp64, np.nextafter(t, np.float32(-np.inf)), t)
-
-
-@njit(cache=True, inline="always")
-def _bucket(v, bp, k):
-    if k <= 4:                  # <= 15 breakpoints: count them, no data-dependent loads
-        pos = 0
-        for j in range((1 << k) - 1):
-            pos += bp[j] < v
-        return pos
-    pos = 0
-    for b in range(k - 1, -1, -1):
-        step = 1 << b
-        pos += step * (bp[pos + step - 1] < v)     # arithmetic, not a branch: no mispredicts
-    return pos
-
-
-@njit(cache=True, inline="always")
-def _store_group(acc, out, g, k, nbytes):
-    base = g * k
-    for b in range(k):
-        if base + b < nbytes:
-            out[base + b] = np.uint8((acc >> np.uint64(8 * b)) & np.uint64(0xFF))
-
-
-@njit(cache=True, inline="always")
-def _load_group(packed, g, k, nbytes):
-    acc = np.uint64(0)
-    base = g * k
-    for b in range(k):
-        if base + b < nbytes:
-            acc |= np.uint64(packed[base + b]) << np.uint64(8 * b)
-    return acc
 
 
 def _lane_masks(k):
@@ -92,22 +73,14 @@ def _compress(x, k):
 
 @njit(parallel=True, cache=True)
 def pack(codes, k, out):
-    n, nbytes = codes.size, out.size
-    for g in prange((n + 7) // 8):
-        acc = np.uint64(0)
-        for e in range(min(8, n - 8 * g)):
-            acc |= np.uint64(codes[8 * g + e]) << np.uint64(k * e)
-        _store_group(acc, out, g, k, nbytes)
+    for g in prange((codes.size + 7) // 8):
+        S.pack_group(codes, g, k, out)
 
 
 @njit(parallel=True, cache=True)
 def unpack(packed, k, out):
-    n, nbytes = out.size, packed.size
-    mask = np.uint64((1 << k) - 1)
-    for g in prange((n + 7) // 8):
-        acc = _load_group(packed, g, k, nbytes)
-        for e in range(min(8, n - 8 * g)):
-            out[8 * g + e] = np.uint8((acc >> np.uint64(k * e)) & mask)
+    for g in prange((out.size + 7) // 8):
+        S.unpack_group(packed, g, k, out)
 
 
 #: groups of 8 codes per parallel chunk of index_packer / level_scaler: whole groups in
@@ -116,22 +89,9 @@ GROUPS = 1024
 CHUNK = 8 * GROUPS
 
 
-@njit(cache=True, inline="always")
-def _tail_codes(x, i0, bp, k, even):
-    """The codes of x[i0:] (fewer than 8 elements) as one packed group."""
-    acc = np.uint64(0)
-    for e in range(x.size - i0):
-        v = x[i0 + e]
-        if even:
-            v = abs(v)
-        acc |= np.uint64(_bucket(v, bp, k)) << np.uint64(k * e)
-    return acc
-
-
 @functools.lru_cache(maxsize=None)
 def _index_packer(bp: bytes, dtype: str, k: int, even: bool):
     table = np.frombuffer(bp, dtype).copy()
-    nb = table.size
 
     @njit(parallel=True, cache=True)
     def kernel(x, out):
@@ -142,25 +102,18 @@ def _index_packer(bp: bytes, dtype: str, k: int, even: bool):
             m = min(CHUNK, 8 * full - i0)
             codes = np.empty(CHUNK, np.uint8)
             xc = x[i0:i0 + m]
-            for i in range(m):
-                v = abs(xc[i]) if even else xc[i]
-                if k <= 4:          # count the breakpoints below v: unrolled compares
-                    pos = np.int32(0)
-                    for j in range(nb):
-                        pos += v > table[j]
-                else:
-                    pos = _bucket(v, table, k)
-                codes[i] = np.uint8(pos)
+            for i in range(m):      # k <= 4: unrolled compares (table, k constants)
+                codes[i] = np.uint8(S.code_of(xc[i], table, k, even))
             words = codes.view(np.uint64)
             for g in range(m // 8):
-                # whole groups: _store_group without its per-byte bound check (25 % of
+                # whole groups: S.store_group without its per-byte bound check (25 % of
                 # this kernel's time at 16 M elements)
                 acc = _compress(words[g], k)
                 base = (i0 // 8 + g) * k
                 for b in range(k):
                     out[base + b] = np.uint8((acc >> np.uint64(8 * b)) & np.uint64(0xFF))
         if 8 * full < n:
-            _store_group(_tail_codes(x, 8 * full, table, k, even), out, full, k, out.size)
+            S.index_group(x, full, table, k, even, out)
     return kernel
 
 
@@ -175,7 +128,6 @@ def index_packer(bp: np.ndarray, k: int, even: bool):
 @functools.lru_cache(maxsize=None)
 def _level_scaler(levels: bytes, dtype: str, k: int):
     table = np.frombuffer(levels, dtype).copy()
-    mask = np.uint64((1 << k) - 1)
 
     @njit(parallel=True, cache=True)
     def kernel(grad, packed, out):
@@ -187,15 +139,13 @@ def _level_scaler(levels: bytes, dtype: str, k: int):
             codes = np.empty(CHUNK, np.uint8)
             words = codes.view(np.uint64)
             for g in range(ng):
-                words[g] = _spread(_load_group(packed, g0 + g, k, packed.size), k)
+                words[g] = _spread(S.load_group(packed, g0 + g, k), k)
             # chunk views from 0: contiguous loads and stores, and a gather LLVM vectorises
             gc, oc = grad[8 * g0:8 * (g0 + ng)], out[8 * g0:8 * (g0 + ng)]
             for i in range(8 * ng):
                 oc[i] = gc[i] * table[codes[i]]
         if 8 * full < n:
-            acc = _load_group(packed, full, k, packed.size)
-            for e in range(n - 8 * full):
-                out[8 * full + e] = grad[8 * full + e] * table[(acc >> np.uint64(k * e)) & mask]
+            S.scale_group(grad, packed, full, k, table, out)
     return kernel
 
 
@@ -210,16 +160,8 @@ def level_scaler(levels: np.ndarray, k: int):
 @njit(parallel=True, cache=True)
 def affine_index_pack(x, bp, k, slope, intercept, y, out):
     """PA forward: y = x * slope[i] + intercept[i] (two roundings) and the packed i."""
-    n, nbytes = x.size, out.size
-    for g in prange((n + 7) // 8):
-        acc = np.uint64(0)
-        for e in range(min(8, n - 8 * g)):
-            v = x[8 * g + e]
-            i = _bucket(np.float64(v), bp, k)
-            p = v * slope[i]
-            y[8 * g + e] = p + intercept[i]
-            acc |= np.uint64(i) << np.uint64(k * e)
-        _store_group(acc, out, g, k, nbytes)
+    for g in prange((x.size + 7) // 8):
+        S.affine_group(x, g, bp, k, slope, intercept, y, out)
 
 
 #: (8 bytes of 0/1, little endian, as a uint64) * _GATHER_BITS >> 56 = the byte of the 8
@@ -249,72 +191,57 @@ def inverted_forward(x, xbits, t, first, ytab, y, out):
         oc = out[i0 // 8:(i0 + m + 7) // 8]
         flag = np.empty(CHUNK, np.uint8)
         for i in range(m):
-            flag[i] = (xc[i] > t) | ((np.uint64(bc[i] - first) < count) << 1)   # < 0: huge
+            flag[i] = (xc[i] > t) | ((S.window_offset(bc[i], first) < count) << 1)
         flag[m:] = 0                                # the ragged last group: padding bits 0
         words = flag.view(np.uint64)
         for g in range(oc.size):
             oc[g] = np.uint8(((words[g] & _BIT0) * _GATHER_BITS) >> np.uint64(56))
         for g in range(oc.size):
-            if words[g] & _BIT1:
-                for i in range(8 * g, min(8 * g + 8, m)):
-                    off = np.uint64(bc[i] - first)
-                    if off < count:
-                        yc[i] = ytab[off]
+            if words[g] & _BIT1:            # the group again, patching y (same byte)
+                S.branch_group(xc, bc, g, t, first, ytab, yc, oc)
 
 
-@njit(cache=True, inline="always")
-def _horner(table, j, s, words):
-    """Horner on row j of a (rows, words) coefficient table, highest power first."""
-    acc = table[j, 0]
-    for k in range(1, words):
-        acc = acc * s + table[j, k]
-    return acc
+def inverted_constants(dtype, cst, icst):
+    """(fcst, icst) of :func:`_scalar.inverted_slope` for y of float ``dtype`` (float32
+    or float64) from cst = (ymin_hi, ymin_lo, n / t_right, n / t_left), ymin = hi + lo,
+    and icst = (n, e_tail, e_split, mantissa bits, lm, first, count, win0), e_* biased
+    (the coef rows: n pieces in t on the right, its end constant, n pieces in t on the
+    left, its end constant, the tail, the constant 0, then the float32 window's
+    constants from row win0, one row per pattern and branch)."""
+    ft = np.dtype(dtype).type
+    it = np.int32 if ft == np.float32 else np.int64
+    n, e_tail, e_split, mant, lm, first, count, win0 = (int(v) for v in icst)
+    low = mant - lm
+    first = first - (1 << 32) if first >= 1 << 31 else first
+    fcst = tuple(ft(v) for v in (*cst[:4], n, 2.0 / (1 << low)))
+    icst = tuple(it(v) for v in (
+        np.iinfo(it).max, n + 1, 2 * n + 2 + ((e_split - e_tail) << lm),
+        2 * n + 2 - (e_tail << lm), low, (1 << low) - 1, e_tail << mant, e_split << mant,
+        first, count, win0, win0 + count))
+    return fcst, icst
 
 
 def inverted_scale(coef, cst, icst):
     """The inverted-activation backward kernel ``kernel(grad, y, ybits, packed, out)``
     for one activation's tables, y of float dtype coef.dtype (float32 or float64),
-    ``ybits`` y's bit pattern as int32/int64:
-
-    out = grad * f'(f⁻¹(y)) on the branch in ``packed`` (1 = right of the minimum), with
-    the piece selection of ``inverted.Inverter.__call__`` (coef rows, highest power
-    first: n pieces in t on the right, its end constant, n pieces in t on the left, its
-    end constant, the tail, the constant 0, then the float32 window's constants):
-
-    * t = sqrt(y - ymin) on the piece int(min(t * n / t_end, n)) of the branch;
-    * left tail, |y| < 2**e_split: the binade coordinate of |y| (its bits >> (mantissa
-      bits - lm)) picks one piece per 1/2**lm binade, the constant 0 below 2**e_tail;
-    * float32 y with bit pattern first + i, 0 <= i < count: row win0 + b * count + i.
-
-    cst = (ymin_hi, ymin_lo, n / t_right, n / t_left), ymin = hi + lo;
-    icst = (n, e_tail, e_split, mantissa bits, lm, first, count, win0), e_* biased.
+    ``ybits`` y's bit pattern as int32/int64: out = grad * f'(f⁻¹(y)) on the branch in
+    ``packed`` (1 = right of the minimum), f'(f⁻¹(y)) by _scalar.inverted_slope from the
+    coefficient rows ``coef`` and the constants of :func:`inverted_constants`.
 
     The table is a closure constant of the compiled kernel (numba keys the on-disk
     cache by the closure's contents): LLVM then knows its lookups cannot alias ``out``
     and vectorises the branch-free element loop with gathers (an argument table
     would need runtime alias checks it cannot bound, and the loop stays scalar).  All
-    arithmetic is in y's dtype (integers in its width), Horner of constant length
-    unrolls, and contractions to FMA are allowed (no other fast-math: NaN and inf keep
-    their meaning)."""
+    arithmetic is in y's dtype (integers in its width) and Horner of constant length
+    unrolls; no fast-math, no FMA contraction (the GPU twin rounds alike)."""
     ft = coef.dtype.type
     it = np.int32 if ft == np.float32 else np.int64
     if coef.shape[0] > 1 << 16:
         raise ValueError(f"coef has {coef.shape[0]} rows; the kernel indexes at most {1 << 16}")
     table, words = np.ascontiguousarray(coef), coef.shape[1]
-    n, e_tail, e_split, mant, lm, first, count, win0 = (int(v) for v in icst)
-    ymin_hi, ymin_lo, r_right, r_near = (ft(v) for v in cst)
-    near0, zero = it(n + 1), it(2 * n + 2 + ((e_split - e_tail) << lm))
-    tail_off = it(2 * n + 2 - (e_tail << lm))
-    low = it(mant - lm)
-    low_mask = it((1 << (mant - lm)) - 1)
-    below_tail, below_split = it(e_tail << mant), it(e_split << mant)
-    abs_mask = it(np.iinfo(it).max)
-    first, count = it(first - (1 << 32) if first >= 1 << 31 else first), np.uint32(count)
-    win_left, win_right = it(win0), it(win0 + count)
-    s_scale = ft(2.0 / (1 << (mant - lm)))
-    one, two, nil, nf = ft(1.0), ft(2.0), ft(0.0), ft(n)
+    fcst, icst = inverted_constants(coef.dtype, cst, icst)
 
-    @njit(parallel=True, cache=True, fastmath={"contract"})
+    @njit(parallel=True, cache=True)
     def kernel(grad, y, ybits, packed, out):
         size = grad.size
         for c in prange((size + CHUNK - 1) // CHUNK):
@@ -329,23 +256,6 @@ def inverted_scale(coef, cst, icst):
             for g in range(pc.size):
                 spread[g] = (np.uint64(pc[g]) * _BIT0) & _SPREAD_BITS
             for i in range(m):
-                v = yc[i]
-                right = branch[i] != 0
-                bits = bc[i]
-                ab = it(bits & abs_mask)
-                d = v - ymin_hi - ymin_lo
-                t = np.sqrt(d if d > nil else nil)
-                p = t * (r_right if right else r_near)
-                p = p if p < nf else nf
-                jp = it(p)
-                j = jp if right else it(jp + near0)
-                s = two * (p - ft(jp)) - one
-                if not right and ab < below_split:
-                    j = it(it(ab >> low) + tail_off) if ab >= below_tail else zero
-                    s = ft(it(ab & low_mask)) * s_scale - one
-                off = it(bits - first)
-                if np.uint32(off) < count:
-                    j = it(off + (win_right if right else win_left))
-                acc = _horner(table, np.uint16(j), s, words)  # small unsigned index: no
-                oc[i] = gc[i] * (acc if v == v else v)        # wraparound, 32-bit offsets
+                oc[i] = gc[i] * S.inverted_slope(yc[i], bc[i], branch[i] != 0, table, words,
+                                                 fcst, icst, it, ft)
     return kernel

@@ -34,7 +34,7 @@ _SQRT1_2 = math.sqrt(0.5)
 
 # --- float64 definitions: one scalar function per activation returns f (order 0), f'
 # (order 1) or f'' (order 2) at x, ``a`` its parameter (LeakyReLU's slope, ELU's alpha,
-# Softplus' beta).  They are compiled by Numba into :func:`_definitions`: each value is a
+# Softplus' beta).  They are compiled by Numba into one kernel each (_KERNELS): each value is a
 # sequence of IEEE operations and calls of the C library's scalar libm, the same on
 # every x86-64 host, not torch's or numpy's SIMD kernels, which pick a code path by CPU
 # and differ in the last bits (docs/semantics.md, "Host independence").
@@ -171,33 +171,13 @@ def _mish(x, a, order):
     return q * s * (2.0 + x * (_sigmoid(-x) - 2.0 * t * s))
 
 
-@njit(cache=True)
-def _definitions(kind, order, a, x, out):
-    """out[i] = the definition number ``kind`` (the order of _SPECS) of ``order`` at x[i]."""
-    for i in range(x.size):
-        v = x[i]
-        if kind == 0:
-            out[i] = _relu(v, a, order)
-        elif kind == 1:
-            out[i] = _leaky_relu(v, a, order)
-        elif kind == 2:
-            out[i] = _gelu(v, a, order)
-        elif kind == 3:
-            out[i] = _gelu_tanh(v, a, order)
-        elif kind == 4:
-            out[i] = _silu(v, a, order)
-        elif kind == 5:
-            out[i] = _sigmoid_act(v, a, order)
-        elif kind == 6:
-            out[i] = _tanh(v, a, order)
-        elif kind == 7:
-            out[i] = _selu(v, a, order)
-        elif kind == 8:
-            out[i] = _elu(v, a, order)
-        elif kind == 9:
-            out[i] = _softplus_act(v, a, order)
-        else:
-            out[i] = _mish(v, a, order)
+def _kernel(definition):
+    """The CPU kernel of one definition: out[i] = definition(x[i], a, order)."""
+    @njit(cache=True)
+    def kernel(order, a, x, out):
+        for i in range(x.size):
+            out[i] = definition(x[i], a, order)
+    return kernel
 
 
 @dataclass(frozen=True)
@@ -246,7 +226,7 @@ class Activation:
         # the one parameter the definitions take (SELU's are constants, Softplus'
         # threshold is ignored: module docstring)
         a = next((v for k, v in self.params if k != "threshold"), 0.0)
-        _definitions(ACTIVATIONS.index(self.name), order, a, x.reshape(-1), out.reshape(-1))
+        _KERNELS[self.name](order, a, x.reshape(-1), out.reshape(-1))
         return out
 
     @property
@@ -261,22 +241,25 @@ class Activation:
         return self.name + (f"({', '.join(extra)})" if extra else "")
 
 
-# name -> (native forward, default params, flags); the order is _definitions' ``kind``
+# the registry: name -> (native forward, default params, flags, float64 definition)
 _SPECS = {
-    "relu": (lambda x, p: F.relu(x), (), dict(exact_bits=1)),
+    "relu": (lambda x, p: F.relu(x), (), dict(exact_bits=1), _relu),
     "leaky_relu": (lambda x, p: F.leaky_relu(x, p["negative_slope"]),
-                   (("negative_slope", 0.01),), dict(exact_bits=1)),
-    "gelu": (lambda x, p: F.gelu(x), (), dict(two_branch=True)),
-    "gelu_tanh": (lambda x, p: F.gelu(x, approximate="tanh"), (), dict(two_branch=True)),
-    "silu": (lambda x, p: F.silu(x), (), dict(two_branch=True)),
-    "sigmoid": (lambda x, p: torch.sigmoid(x), (), dict(even=True)),
-    "tanh": (lambda x, p: torch.tanh(x), (), dict(even=True)),
-    "selu": (lambda x, p: F.selu(x), (), {}),
-    "elu": (lambda x, p: F.elu(x, p["alpha"]), (("alpha", 1.0),), {}),
+                   (("negative_slope", 0.01),), dict(exact_bits=1), _leaky_relu),
+    "gelu": (lambda x, p: F.gelu(x), (), dict(two_branch=True), _gelu),
+    "gelu_tanh": (lambda x, p: F.gelu(x, approximate="tanh"), (), dict(two_branch=True),
+                  _gelu_tanh),
+    "silu": (lambda x, p: F.silu(x), (), dict(two_branch=True), _silu),
+    "sigmoid": (lambda x, p: torch.sigmoid(x), (), dict(even=True), _sigmoid_act),
+    "tanh": (lambda x, p: torch.tanh(x), (), dict(even=True), _tanh),
+    "selu": (lambda x, p: F.selu(x), (), {}, _selu),
+    "elu": (lambda x, p: F.elu(x, p["alpha"]), (("alpha", 1.0),), {}, _elu),
     "softplus": (lambda x, p: F.softplus(x, p["beta"], p["threshold"]),
-                 (("beta", 1.0), ("threshold", 20.0)), {}),
-    "mish": (lambda x, p: F.mish(x), (), dict(two_branch=True)),
+                 (("beta", 1.0), ("threshold", 20.0)), {}, _softplus_act),
+    "mish": (lambda x, p: F.mish(x), (), dict(two_branch=True), _mish),
 }
+#: one CPU kernel per definition (compiled on first use)
+_KERNELS = {name: _kernel(spec[3]) for name, spec in _SPECS.items()}
 
 ACTIVATIONS = tuple(_SPECS)
 _ALIASES = {"swish": "silu", "gelu_erf": "gelu", "leakyrelu": "leaky_relu"}
@@ -301,7 +284,7 @@ def activation(name, **params) -> Activation:
 
 @lru_cache(maxsize=None)
 def _make(key: str, given: tuple) -> Activation:
-    native, defaults, flags = _SPECS[key]
+    native, defaults, flags, _ = _SPECS[key]
     merged = dict(defaults)
     for k, v in given:
         if k not in merged:

@@ -6,7 +6,8 @@ interval index of every input element — ``bits`` bits per element, bit-packed
 that interval: grad_in = grad_out * q(x), q the optimal piecewise-constant
 approximation of f' (solver.py, stored tables in tables.py).
 
-Float32 CPU tensors take fused Numba kernels (index + pack, unpack + scale); other
+Float32/float64 tensors take fused kernels (index + pack, unpack + scale): Numba's on
+the CPU, their CUDA twins on CUDA tensors (_cuda.py, the same definitions); other
 dtypes and devices a torch path with the same semantics: the index compares x
 against float64 breakpoints, the product is ``grad * level`` in grad's dtype.
 """
@@ -14,10 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from .. import _core
 from . import _kernels as K
 from .activations import Activation, activation, grad_at_nans, nan_positions
 from .packing import check_bits, packed_nbytes, pack_bits, unpack_bits
@@ -36,16 +39,32 @@ def check_input(x, name: str = "input") -> torch.Tensor:
     return x
 
 
+#: the dtypes of the fused kernels, as numpy dtypes
+FUSED = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
+
+
+def fused(t: torch.Tensor) -> bool:
+    """Whether ``t`` takes the fused kernels: float32/float64 on the CPU (Numba) or on
+    a CUDA backend (_cuda.py)."""
+    return t.dtype in FUSED and (t.device.type == "cpu" or _core.on_cuda_backend(t))
+
+
 def scale_by_code(grad: torch.Tensor, packed: torch.Tensor, bits: int,
                   levels: torch.Tensor) -> torch.Tensor:
     """grad * levels[code] with the ``bits``-bit codes in ``packed`` (one rounding in
-    grad's dtype): a fused Numba kernel for float32/float64 CPU tensors, else torch."""
+    grad's dtype): a fused kernel for float32/float64 tensors (CPU or CUDA), else torch."""
+    _core.same_device(grad=grad, packed=packed)
     levels = levels.to(device=grad.device, dtype=grad.dtype)
-    if grad.device.type == "cpu" and grad.dtype in (torch.float32, torch.float64):
+    if fused(grad):
         g = grad.contiguous()
         out = torch.empty_like(g)
-        K.level_scaler(levels.numpy(), bits)(g.view(-1).numpy(), packed.numpy(),
-                                             out.view(-1).numpy())
+        if _core.on_cuda_backend(g):
+            from . import _cuda as C
+            C.launch(C.scale, C.groups(g.numel()), grad=g.view(-1), packed=packed, k=bits,
+                     levels=levels, out=out.view(-1))
+        else:
+            K.level_scaler(levels.numpy(), bits)(g.view(-1).numpy(), packed.numpy(),
+                                                 out.view(-1).numpy())
         return out
     idx = unpack_bits(packed, bits, grad.numel()).to(torch.int64)
     return grad * levels[idx].view(grad.shape)
@@ -74,14 +93,20 @@ class _Quantizer:
         return self.table.bits
 
     def index_packed(self, x: torch.Tensor) -> torch.Tensor:
+        if not fused(x):
+            return pack_bits(self.index(x), self.bits)
         out = torch.empty(packed_nbytes(x.numel(), self.bits), dtype=torch.uint8,
                           device=x.device)
-        if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-            xs = x.detach().contiguous().view(-1).numpy()
-            K.index_packer(K.thresholds(self.bp64.numpy(), xs.dtype), self.bits,
-                           self.table.even)(xs, out.numpy())
-            return out
-        return pack_bits(self.index(x), self.bits)
+        xs = x.detach().contiguous().view(-1)
+        bp = K.thresholds(self.bp64.numpy(), FUSED[x.dtype])
+        if _core.on_cuda_backend(xs):
+            from . import _cuda as C
+            C.launch(C.index_pack, C.groups(xs.numel()), x=xs,
+                     bp=torch.from_numpy(bp).to(xs.device), k=self.bits, even=self.table.even,
+                     out=out)
+        else:
+            K.index_packer(bp, self.bits, self.table.even)(xs.numpy(), out.numpy())
+        return out
 
     def index(self, x: torch.Tensor) -> torch.Tensor:
         """Reference interval index (torch, any device): #{breakpoints < x}, NaN -> 0."""

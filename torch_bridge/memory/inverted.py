@@ -55,9 +55,10 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from .. import _core
 from . import _kernels as K
 from .activations import Activation, activation
-from .fewbit import check_input, gelu_name
+from .fewbit import FUSED, check_input, fused, gelu_name
 from .packing import pack_bits, packed_nbytes, unpack_bits
 
 INVERTIBLE = ("gelu", "gelu_tanh", "silu", "mish")
@@ -206,13 +207,21 @@ class Inverter:
         in :attr:`window` get f(x) computed in float64 and rounded to float32."""
         y = self.act.native(x).contiguous()       # C order, like x.contiguous()
         first, _, ytab = self._window_x
-        if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-            xs = x.detach().contiguous().view(-1).numpy()
-            mask = torch.empty(packed_nbytes(xs.size, 1), dtype=torch.uint8)
+        if fused(x):
+            xs = x.detach().contiguous().view(-1)
+            mask = torch.empty(packed_nbytes(xs.numel(), 1), dtype=torch.uint8, device=x.device)
             f32 = x.dtype == torch.float32
-            K.inverted_forward(xs, xs.view(np.int32 if f32 else np.int64),
-                               K.thresholds(np.array([self.T]), xs.dtype)[0], first,
-                               ytab if f32 else ytab[:0], y.view(-1).numpy(), mask.numpy())
+            xbits = xs.view(torch.int32 if f32 else torch.int64)
+            t = K.thresholds(np.array([self.T]), FUSED[x.dtype])[0]
+            ytab = ytab if f32 else np.zeros(0, np.float64)     # float64: no window
+            if _core.on_cuda_backend(xs):
+                from . import _cuda as C
+                C.launch(C.inverted_forward, C.groups(xs.numel()), x=xs, xbits=xbits, t=t,
+                         first=first, ytab=self._on(xs.device, ytab.dtype, lambda: ytab),
+                         y=y.view(-1), out=mask)
+            else:
+                K.inverted_forward(xs.numpy(), xbits.numpy(), t, first, ytab,
+                                   y.view(-1).numpy(), mask.numpy())
             return y, mask
         if x.dtype == torch.float32:
             lo, hi = self.window
@@ -273,36 +282,65 @@ class Inverter:
 
     # --- the fast path --------------------------------------------------------------
 
+    def _on(self, device: torch.device, name, make):
+        """The array ``make()`` as a tensor on ``device``, made once per (name, device)."""
+        cache = self.__dict__.setdefault("_device_tables", {})
+        key = (name, device)
+        if key not in cache:
+            cache[key] = torch.from_numpy(np.ascontiguousarray(make())).to(device)
+        return cache[key]
+
+    def _scale_tables(self, dtype: np.dtype):
+        """(coefficient rows, cst, icst) of the backward kernels for y of ``dtype``
+        (_kernels.inverted_constants says what they hold), made once."""
+        cache = self.__dict__.setdefault("_tables", {})
+        if dtype not in cache:
+            cache[dtype] = self._make_scale_tables(dtype)
+        return cache[dtype]
+
+    def _make_scale_tables(self, dtype: np.dtype):
+        ft = dtype.type
+        f32 = dtype == np.float32
+        fits = self.fits[dtype]
+        hi = ft(self.ymin)
+        cst = np.array([hi, self.ymin - float(hi), fits.n / self.t_right,
+                        fits.n / self.t_left], dtype)
+        mant, bias = (23, 127) if f32 else (52, 1023)
+        first, levels = self.window32 if f32 else (0, np.zeros((2, 0)))
+        # the window's levels as constant rows after the pieces
+        rows = np.zeros((levels.size, fits.degree + 1))
+        rows[:, -1] = levels.reshape(-1)
+        icst = np.array([fits.n, self.e_tail + bias, self.e_split + bias, mant, fits.lpb,
+                         first, levels.shape[1], len(fits.coef)], np.int64)
+        return np.concatenate([fits.coef, rows]).astype(dtype), cst, icst
+
     def _scale_kernel(self, dtype: np.dtype):
-        """The backward kernel for y of ``dtype``, built on first use (_kernels.inverted_scale)."""
+        """The CPU backward kernel for y of ``dtype``, built on first use
+        (_kernels.inverted_scale)."""
         cache = self.__dict__.setdefault("_kernels", {})
         if dtype not in cache:
-            ft = dtype.type
-            f32 = dtype == np.float32
-            fits = self.fits[dtype]
-            hi = ft(self.ymin)
-            cst = np.array([hi, self.ymin - float(hi), fits.n / self.t_right,
-                            fits.n / self.t_left], dtype)
-            mant, bias = (23, 127) if f32 else (52, 1023)
-            first, levels = self.window32 if f32 else (0, np.zeros((2, 0)))
-            # the window's levels as constant rows after the pieces
-            rows = np.zeros((levels.size, fits.degree + 1))
-            rows[:, -1] = levels.reshape(-1)
-            icst = np.array([fits.n, self.e_tail + bias, self.e_split + bias, mant, fits.lpb,
-                             first, levels.shape[1], len(fits.coef)], np.int64)
-            cache[dtype] = K.inverted_scale(np.concatenate([fits.coef, rows]).astype(dtype),
-                                            cst, icst)
+            cache[dtype] = K.inverted_scale(*self._scale_tables(dtype))
         return cache[dtype]
 
     def scale(self, grad: torch.Tensor, y: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
         """grad * f'(f⁻¹(y)) with the branch bits of ``packed``."""
-        if grad.device.type == "cpu" and y.dtype in (torch.float32, torch.float64) \
-                and grad.dtype == y.dtype:
-            g = grad.contiguous().view(-1).numpy()
-            yc = y.detach().contiguous().view(-1).numpy()
+        _core.same_device(grad=grad, y=y, packed=packed)
+        if fused(y) and grad.dtype == y.dtype:
+            g = grad.contiguous().view(-1)
+            yc = y.detach().contiguous().view(-1)
             out = torch.empty_like(grad, memory_format=torch.contiguous_format)
-            ybits = yc.view(np.int32 if yc.dtype == np.float32 else np.int64)
-            self._scale_kernel(yc.dtype)(g, yc, ybits, packed.numpy(), out.view(-1).numpy())
+            ybits = yc.view(torch.int32 if yc.dtype == torch.float32 else torch.int64)
+            dtype = FUSED[y.dtype]
+            if _core.on_cuda_backend(yc):
+                from . import _cuda as C
+                coef, cst, icst = self._scale_tables(dtype)
+                fcst, icst = K.inverted_constants(dtype, cst, icst)
+                table = self._on(yc.device, ("coef", dtype), lambda: coef)
+                C.launch(C.INVERTED_SCALE[dtype], yc.numel(), grad=g, y=yc, ybits=ybits,
+                         packed=packed, table=table, fcst=fcst, icst=icst, out=out.view(-1))
+            else:
+                self._scale_kernel(dtype)(g.numpy(), yc.numpy(), ybits.numpy(), packed.numpy(),
+                                          out.view(-1).numpy())
             return out
         right = unpack_bits(packed, 1, y.numel()).to(torch.int64).to(y.device)
         if y.dtype in (torch.bfloat16, torch.float16):

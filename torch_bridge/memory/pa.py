@@ -26,9 +26,10 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from .. import _core
 from . import _kernels as K
 from .activations import activation, grad_at_nans, nan_positions
-from .fewbit import check_input, scale_by_code
+from .fewbit import check_input, fused, scale_by_code
 from .packing import packed_nbytes, pack_bits
 from .tables import DATA_DIR, PA_FILE, VERSION, read
 
@@ -220,12 +221,18 @@ class _Segments:
         """(y, packed segment indices)."""
         s, c = (t.to(device=x.device, dtype=x.dtype) for t in (self.slope, self.intercept))
         k = self.table.bits
-        if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+        if fused(x):
             xc = x.detach().contiguous()
             y = torch.empty_like(xc)
-            packed = torch.empty(packed_nbytes(x.numel(), k), dtype=torch.uint8)
-            K.affine_index_pack(xc.view(-1).numpy(), self.bp64.numpy(), k, s.numpy(),
-                                c.numpy(), y.view(-1).numpy(), packed.numpy())
+            packed = torch.empty(packed_nbytes(x.numel(), k), dtype=torch.uint8, device=x.device)
+            if _core.on_cuda_backend(xc):
+                from . import _cuda as C
+                C.launch(C.affine_index_pack, C.groups(xc.numel()), x=xc.view(-1),
+                         bp=self.bp64.to(xc.device), k=k, slope=s, intercept=c, y=y.view(-1),
+                         out=packed)
+            else:
+                K.affine_index_pack(xc.view(-1).numpy(), self.bp64.numpy(), k, s.numpy(),
+                                    c.numpy(), y.view(-1).numpy(), packed.numpy())
             return y, packed
         idx = self.index(x)
         y = x.detach() * s[idx].view(x.shape) + c[idx].view(x.shape)

@@ -2,15 +2,17 @@
 
 A tensor of n codes takes ``packed_nbytes(n, k) = ceil(n*k/8)`` bytes: code i sits in
 bits [i*k, i*k + k) of a little-endian bit stream (stream bit b is bit b % 8 of byte
-b // 8).  Contiguous CPU tensors use the Numba kernels of ``_kernels``; every other
-device uses the vectorised torch implementation here, which defines the same layout
-(the tests compare the two bit for bit).
+b // 8).  CPU tensors use the Numba kernels of ``_kernels``, CUDA tensors their twins
+in ``_cuda`` (the same definitions, _scalar.py); any other device uses the vectorised
+torch implementation here, which defines the same layout (the tests compare all of
+them bit for bit).
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
+from .. import _core
 from . import _kernels as K
 
 MAX_BITS = 8
@@ -28,10 +30,6 @@ def packed_nbytes(numel: int, bits: int) -> int:
     return (int(numel) * check_bits(bits) + 7) // 8
 
 
-def _numba_ok(t: torch.Tensor) -> bool:
-    return t.device.type == "cpu"
-
-
 def pack_bits(codes: torch.Tensor, bits: int) -> torch.Tensor:
     """Pack integer codes in [0, 2**bits) (any shape, flattened in C order) into uint8."""
     bits = check_bits(bits)
@@ -41,10 +39,15 @@ def pack_bits(codes: torch.Tensor, bits: int) -> torch.Tensor:
     if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= 1 << bits):
         raise ValueError(f"codes must lie in [0, {1 << bits}) for bits={bits}")
     out = torch.empty(packed_nbytes(flat.numel(), bits), dtype=torch.uint8, device=codes.device)
-    if _numba_ok(flat):
-        K.pack(flat.to(torch.uint8).contiguous().numpy(), bits, out.numpy())
-        return out
-    return _pack_torch(flat.to(torch.uint8), bits)
+    flat = flat.to(torch.uint8).contiguous()
+    if _core.on_cuda_backend(flat):
+        from . import _cuda as C
+        C.launch(C.pack, C.groups(flat.numel()), codes=flat, k=bits, out=out)
+    elif flat.device.type == "cpu":
+        K.pack(flat.numpy(), bits, out.numpy())
+    else:
+        out = _pack_torch(flat, bits)
+    return out
 
 
 def unpack_bits(packed: torch.Tensor, bits: int, numel: int) -> torch.Tensor:
@@ -55,11 +58,15 @@ def unpack_bits(packed: torch.Tensor, bits: int, numel: int) -> torch.Tensor:
     if packed.numel() != packed_nbytes(numel, bits):
         raise ValueError(f"packed has {packed.numel()} bytes; {numel} codes of {bits} bits "
                          f"need {packed_nbytes(numel, bits)}")
-    if _numba_ok(packed):
-        out = torch.empty(numel, dtype=torch.uint8)
+    out = torch.empty(numel, dtype=torch.uint8, device=packed.device)
+    if _core.on_cuda_backend(packed):
+        from . import _cuda as C
+        C.launch(C.unpack, C.groups(numel), packed=packed.contiguous(), k=bits, out=out)
+    elif packed.device.type == "cpu":
         K.unpack(packed.contiguous().numpy(), bits, out.numpy())
-        return out
-    return _unpack_torch(packed, bits, numel)
+    else:
+        out = _unpack_torch(packed, bits, numel)
+    return out
 
 
 def _pack_torch(codes: torch.Tensor, bits: int) -> torch.Tensor:
