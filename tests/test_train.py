@@ -185,7 +185,9 @@ def test_torch_bench_quick(tmp_path, capsys):
     # (and the per-call overhead case: the digits MLP step, every op group PA, 1 thread)
     assert any("digits MLP" in n and "1 thr" in n for n in names)
     assert len(rows) == 7 and all(0 < r["seconds"] and 0 < r["ratio"] < 1e3 for r in rows)
-    assert [r["target"] for r in rows].count(5.0) == 3
+    # issue 13: the PAM-matmul step <= 3x at 1 and at all threads, the MLP step <= 5x
+    assert [r["target"] for r in rows].count(3.0) == 2
+    assert [r["target"] for r in rows].count(5.0) == 1
     assert "native fp32 step" in capsys.readouterr().out
 
 
