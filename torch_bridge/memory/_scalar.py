@@ -19,15 +19,7 @@ NVVM contracts by default), so the CPU, the GPU and the simulator round alike.
 import math
 
 import numpy as np
-from numba.extending import overload, register_jitable
-
-
-def definition(fn):
-    """``register_jitable`` (a device function in the CUDA kernels), and for the CPU
-    kernels inlined at Numba-IR level: only then do their loops unroll and vectorise
-    (the CUDA target cannot inline such overloads; NVVM inlines on its own)."""
-    overload(fn, target="cpu", inline="always", strict=False)(lambda *args, **kwargs: fn)
-    return register_jitable(fn)
+from numba.extending import register_jitable
 
 
 @register_jitable
@@ -37,7 +29,7 @@ def mul(a, b):
     return a * b
 
 
-@definition
+@register_jitable
 def bucket(v, bp, k):
     """The interval index of v: #{breakpoints < v} among the 2**k - 1 sorted ``bp``
     (padded with +inf); NaN compares false everywhere and lands in interval 0.
@@ -54,13 +46,13 @@ def bucket(v, bp, k):
     return pos
 
 
-@definition
+@register_jitable
 def code_of(v, bp, k, even):
     """The few-bit code of v: its interval among ``bp``, of |v| for an even f'."""
     return bucket(abs(v) if even else v, bp, k)
 
 
-@definition
+@register_jitable
 def put_code(acc, code, e, k):
     """acc with ``code`` as the e-th k-bit code of its group."""
     return acc | (np.uint64(code) << np.uint64(k * e))
@@ -72,13 +64,13 @@ def get_code(acc, e, k):
     return (acc >> np.uint64(k * e)) & np.uint64((1 << k) - 1)
 
 
-@definition
+@register_jitable
 def group_size(n, g):
     """Elements of group g of a stream of n (8, fewer in the last group)."""
     return min(8, np.int64(n) - 8 * np.int64(g))
 
 
-@definition
+@register_jitable
 def store_group(acc, out, g, k):
     """Write the packed group ``acc`` to bytes [g*k, g*k + k) of ``out`` (those that exist)."""
     base = np.int64(g) * k
@@ -100,7 +92,7 @@ def load_group(packed, g, k):
 
 # --- one group of 8 elements: what every kernel's iteration calls ------------------------
 
-@definition
+@register_jitable
 def pack_group(codes, g, k, out):
     """pack_bits: group g of the uint8 ``codes``."""
     i0 = 8 * np.int64(g)
@@ -138,7 +130,7 @@ def scale_group(grad, packed, g, k, levels, out):
         out[i0 + e] = grad[i0 + e] * levels[get_code(acc, e, k)]
 
 
-@definition
+@register_jitable
 def affine_group(x, g, bp, k, slope, intercept, y, out):
     """PA forward over group g: y = x * slope[i] + intercept[i] (two roundings) with
     i the segment of x among the knots ``bp`` (float64 compares), and the packed i."""
@@ -152,7 +144,7 @@ def affine_group(x, g, bp, k, slope, intercept, y, out):
     store_group(acc, out, g, k)
 
 
-@definition
+@register_jitable
 def window_offset(bits, first):
     """The offset of a bit pattern from ``first`` as uint64: a pattern below ``first``
     is huge, so ``window_offset(b, first) < count`` is the window test."""
