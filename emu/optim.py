@@ -20,12 +20,12 @@ kernel call, a temporary and a Python round trip per operation.
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, prange, types
-from numba.extending import intrinsic, register_jitable
+from numba import njit, prange
+from numba.extending import register_jitable
 
 from . import _scalar as S
-from ._kernels import as_f32
+from . import _kernels as K
+from ._kernels import as_f32, as_i32
 from ._numba_cache import drop_stale
 from .formats import Format, float32, format
 from .ops import rounding_mode, stochastic_key
@@ -41,18 +41,7 @@ def _cache_probe():
     return 0
 
 
-drop_stale(_cache_probe, __file__, S.__file__)
-
-
-@intrinsic
-def _bits(typingctx, x):
-    """The int32 pattern of a float32 (a register move): as_f32's inverse."""
-    sig = types.int32(types.float32)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(32))
-
-    return sig, codegen
+drop_stale(_cache_probe, __file__, S.__file__, K.__file__)
 
 
 @register_jitable
@@ -62,7 +51,7 @@ def _f(x):
 
 @register_jitable
 def _p(x):
-    return np.int64(_bits(x)) & 0xFFFFFFFF
+    return np.int64(as_i32(x)) & 0xFFFFFFFF
 
 
 def _kernel(rnd):
