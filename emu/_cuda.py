@@ -164,7 +164,7 @@ def _grad_binary(op_a, op_b):
     @cuda.jit
     def kernel(a, b, d, outa, outb, fc):
         for i in range(cuda.grid(1), a.size, cuda.gridsize(1)):
-            step(a, b, d, outa, outb, i, fc)
+            step(a, b, d, outa, outb, i, fc, False)
     return kernel
 
 

@@ -104,16 +104,24 @@ def from_bits(b, out, fc):
 def _unary(op):
     @njit(parallel=True, cache=True)
     def kernel(x, out, fc):
-        for i in prange(x.size):
-            out[i] = op(S.operand(x[i], fc), fc)
+        if S.is_float32(fc):        # operands need no rounding: a loop LLVM vectorises
+            for i in prange(x.size):
+                out[i] = op(np.int64(x[i]), fc)
+        else:
+            for i in prange(x.size):
+                out[i] = op(S.operand(x[i], fc), fc)
     return kernel
 
 
 def _binary(op):
     @njit(parallel=True, cache=True)
     def kernel(x, y, out, fc):
-        for i in prange(x.size):
-            out[i] = op(S.operand(x[i], fc), S.operand(y[i], fc), fc)
+        if S.is_float32(fc):        # operands need no rounding: a loop LLVM vectorises
+            for i in prange(x.size):
+                out[i] = op(np.int64(x[i]), np.int64(y[i]), fc)
+        else:
+            for i in prange(x.size):
+                out[i] = op(S.operand(x[i], fc), S.operand(y[i], fc), fc)
     return kernel
 
 

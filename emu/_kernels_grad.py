@@ -45,19 +45,25 @@ drop_stale(_cache_probe, __file__, S.__file__, G.__file__, K.__file__)
 def _unary(op):
     @njit(parallel=True, cache=True)
     def kernel(x, d, out, fc):
-        for i in prange(x.size):
-            out[i] = op(S.operand(x[i], fc), S.operand(d[i], fc), fc)
+        if S.is_float32(fc):        # operands need no rounding: a loop LLVM vectorises
+            for i in prange(x.size):
+                out[i] = op(np.int64(x[i]), np.int64(d[i]), fc)
+        else:
+            for i in prange(x.size):
+                out[i] = op(S.operand(x[i], fc), S.operand(d[i], fc), fc)
     return kernel
 
 
 def binary_step(op_a, op_b):
-    """Element i of a binary op's two exact derivatives, operands rounded first: the
-    body of the CPU kernel below and of the CUDA kernel (emu/_cuda.py)."""
+    """Element i of a binary op's two exact derivatives, operands rounded first (not
+    when ``raw``: float32's rounding is the identity): the body of the CPU kernel below
+    and of the CUDA kernel (emu/_cuda.py)."""
     @register_jitable
-    def step(a, b, d, outa, outb, i, fc):
-        x = S.operand(a[i], fc)
-        y = S.operand(b[i], fc)
-        g = S.operand(d[i], fc)
+    def step(a, b, d, outa, outb, i, fc, raw):
+        if raw:
+            x, y, g = np.int64(a[i]), np.int64(b[i]), np.int64(d[i])
+        else:
+            x, y, g = S.operand(a[i], fc), S.operand(b[i], fc), S.operand(d[i], fc)
         outa[i] = op_a(x, y, g, fc)
         outb[i] = op_b(x, y, g, fc)
     return step
@@ -68,8 +74,12 @@ def _binary(op_a, op_b):
 
     @njit(parallel=True, cache=True)
     def kernel(a, b, d, outa, outb, fc):
-        for i in prange(a.size):
-            step(a, b, d, outa, outb, i, fc)
+        if S.is_float32(fc):        # a loop LLVM vectorises
+            for i in prange(a.size):
+                step(a, b, d, outa, outb, i, fc, True)
+        else:
+            for i in prange(a.size):
+                step(a, b, d, outa, outb, i, fc, False)
     return kernel
 
 

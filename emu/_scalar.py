@@ -200,9 +200,17 @@ def operand(x, fc):
     operand to the canonical NaN itself: skip it (the kernels' loops are then
     unswitched and vectorised by LLVM).
     """
-    if fc.exp_bits == 8 and fc.man_bits == 23:
+    if is_float32(fc):
         return np.int64(x)
     return quantize(x, fc, RNE, True, False, 0, 0)
+
+
+@register_jitable
+def is_float32(fc):
+    """Whether ``fc`` is float32's, where :func:`operand` is the identity: the CPU
+    kernels test it once, outside their loops, so that LLVM vectorises the float32 one
+    (it no longer unswitches the test itself once ``quantize`` is inlined)."""
+    return fc.exp_bits == 8 and fc.man_bits == 23
 
 
 @register_jitable
