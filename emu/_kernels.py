@@ -82,53 +82,77 @@ def f16_round(typingctx, x):
 
 
 # --- elementwise ------------------------------------------------------------------
+#
+# Each elementwise kernel comes twice, from one loop: compiled parallel (prange splits
+# the elements over Numba's threads) and serial (prange is then range).  A parallel
+# region has a fixed cost even on one thread, and on a loaded machine it can wait for a
+# descheduled worker, so below SERIAL elements the backends run the serial twin.
 
-@njit(parallel=True, cache=True)
-def quantize(x, out, fc, mode, subnormals, saturate, key):
+#: below this many elements an elementwise kernel's serial twin runs
+SERIAL = 1 << 16
+
+
+def twins(variant, py_func):
+    """``{True: parallel, False: serial}`` kernels of ``py_func`` (a prange loop),
+    cached under ``variant`` (which must name every factory argument compiled in)."""
+    return {par: njit_variant(f"{variant} parallel={par}", parallel=par)(py_func)
+            for par in (True, False)}
+
+
+def _quantize(x, out, fc, mode, subnormals, saturate, key):
     for i in prange(x.size):
         out[i] = S.quantize(x[i], fc, mode, subnormals, saturate, key, i)
 
 
-@njit(parallel=True, cache=True)
-def to_bits(x, out, fc):
+def _to_bits(x, out, fc):
     for i in prange(x.size):
         out[i] = S.f32_to_bits(S.quantize(x[i], fc, S.RNE, True, False, 0, 0), fc)
 
 
-@njit(parallel=True, cache=True)
-def from_bits(b, out, fc):
+def _from_bits(b, out, fc):
     for i in prange(b.size):
         out[i] = S.bits_to_f32(b[i], fc)
 
 
-def _unary(op):
-    @njit(parallel=True, cache=True)
+QUANTIZE = twins("quantize", _quantize)
+quantize = QUANTIZE[True]
+to_bits = twins("to_bits", _to_bits)[True]
+from_bits = twins("from_bits", _from_bits)[True]
+
+
+def _unary(op, parallel):
+    scalar = op.scalar
+
     def kernel(x, out, fc):
         if S.is_float32(fc):        # operands need no rounding: a loop LLVM vectorises
             for i in prange(x.size):
-                out[i] = op(np.int64(x[i]), fc)
+                out[i] = scalar(np.int64(x[i]), fc)
         else:
             for i in prange(x.size):
-                out[i] = op(S.operand(x[i], fc), fc)
-    return kernel
+                out[i] = scalar(S.operand(x[i], fc), fc)
+    return njit_variant(f"unary {op.name} parallel={parallel}", parallel=parallel)(kernel)
 
 
-def _binary(op):
-    @njit(parallel=True, cache=True)
+def _binary(op, parallel):
+    scalar = op.scalar
+
     def kernel(x, y, out, fc):
         if S.is_float32(fc):        # operands need no rounding: a loop LLVM vectorises
             for i in prange(x.size):
-                out[i] = op(np.int64(x[i]), np.int64(y[i]), fc)
+                out[i] = scalar(np.int64(x[i]), np.int64(y[i]), fc)
         else:
             for i in prange(x.size):
-                out[i] = op(S.operand(x[i], fc), S.operand(y[i], fc), fc)
-    return kernel
+                out[i] = scalar(S.operand(x[i], fc), S.operand(y[i], fc), fc)
+    return njit_variant(f"binary {op.name} parallel={parallel}", parallel=parallel)(kernel)
 
 
-#: one CPU kernel per elementwise op of the registry (emu/registry.py), by name; the
-#: CUDA kernels (emu/_cuda.py) are built from the same scalar definitions
-UNARY = {op.name: _unary(op.scalar) for op in ops(1)}
-BINARY = {op.name: _binary(op.scalar) for op in ops(2)}
+#: one CPU kernel per elementwise op of the registry (emu/registry.py), by name, and
+#: its serial twin; the CUDA kernels (emu/_cuda.py) are built from the same scalar
+#: definitions
+UNARY = {op.name: _unary(op, True) for op in ops(1)}
+BINARY = {op.name: _binary(op, True) for op in ops(2)}
+UNARY_SERIAL = {op.name: _unary(op, False) for op in ops(1)}
+BINARY_SERIAL = {op.name: _binary(op, False) for op in ops(2)}
 
 
 # --- PAM matmul -----------------------------------------------------------------

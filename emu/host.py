@@ -69,6 +69,11 @@ def alloc(op: str, shape, dtype=np.uint32) -> np.ndarray:
                           f"{n * np.dtype(dtype).itemsize / 2**30:,.1f} GiB)") from None
 
 
+def _pick(parallel, serial, out):
+    """The kernel table for a result of ``out.size`` elements: serial below K.SERIAL."""
+    return parallel if out.size >= K.SERIAL else serial
+
+
 class HostBackend:
     """emu's operations on host operands: each method takes the front end's plan
     (emu/shapes.py) and operands already made by :meth:`operand`."""
@@ -80,7 +85,8 @@ class HostBackend:
 
     def quantize(self, plan, x, mode, subnormals, saturate, key):
         out = alloc(plan.op, plan.shape).reshape(-1)
-        K.quantize(flat_u32(x), out, plan.fc, mode, subnormals, saturate, key)
+        K.QUANTIZE[out.size >= K.SERIAL](flat_u32(x), out, plan.fc, mode, subnormals,
+                                          saturate, key)
         return finish(out, plan.shape, plan.scalar)
 
     def to_bits(self, plan, x):
@@ -107,24 +113,27 @@ class HostBackend:
 
     def unary(self, plan, x):
         out = alloc(plan.op, plan.shape).reshape(-1)
-        K.UNARY[plan.op](flat_u32(x, plan.shape), out, plan.fc)
+        _pick(K.UNARY, K.UNARY_SERIAL, out)[plan.op](flat_u32(x, plan.shape), out, plan.fc)
         return finish(out, plan.shape, plan.scalar)
 
     def binary(self, plan, a, b):
         out = alloc(plan.op, plan.shape).reshape(-1)
-        K.BINARY[plan.op](flat_u32(a, plan.shape), flat_u32(b, plan.shape), out, plan.fc)
+        _pick(K.BINARY, K.BINARY_SERIAL, out)[plan.op](flat_u32(a, plan.shape),
+                                                       flat_u32(b, plan.shape), out, plan.fc)
         return finish(out, plan.shape, plan.scalar)
 
     def grad_unary(self, plan, x, dy):
         out = alloc(plan.op, plan.shape).reshape(-1)
-        KG.UNARY[plan.op](flat_u32(x, plan.shape), flat_u32(dy, plan.shape), out, plan.fc)
+        _pick(KG.UNARY, KG.UNARY_SERIAL, out)[plan.op](flat_u32(x, plan.shape),
+                                                       flat_u32(dy, plan.shape), out, plan.fc)
         return finish(out, plan.shape, plan.scalar)
 
     def grad_binary(self, plan, a, b, dy):
         outa = alloc(plan.op, plan.shape).reshape(-1)
         outb = alloc(plan.op, plan.shape).reshape(-1)
-        KG.BINARY[plan.op](flat_u32(a, plan.shape), flat_u32(b, plan.shape),
-                           flat_u32(dy, plan.shape), outa, outb, plan.fc)
+        _pick(KG.BINARY, KG.BINARY_SERIAL, outa)[plan.op](
+            flat_u32(a, plan.shape), flat_u32(b, plan.shape), flat_u32(dy, plan.shape), outa,
+            outb, plan.fc)
         return finish(outa, plan.shape, plan.scalar), finish(outb, plan.shape, plan.scalar)
 
     def matmul(self, plan, a, b, fmt, acc):
@@ -168,7 +177,8 @@ class HostBackend:
             # map every NaN operand to the canonical NaN themselves
             return np.ascontiguousarray(x).view(np.int32)
         out = np.empty(x.shape, np.uint32)
-        K.quantize(flat_u32(x), out.reshape(-1), fmt.consts, S.RNE, True, False, 0)
+        K.QUANTIZE[out.size >= K.SERIAL](flat_u32(x), out.reshape(-1), fmt.consts, S.RNE,
+                                          True, False, 0)
         return out.view(np.int32)
 
 

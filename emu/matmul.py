@@ -12,6 +12,7 @@ and return a device array (emu/cuda_backend.py).
 from __future__ import annotations
 
 from .formats import Format, format, float32
+from .host import HOST
 from .ops import backend_for
 from .shapes import matmul_shapes
 
@@ -32,3 +33,10 @@ def pam_matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *
     acc = format(acc, argname="acc")
     backend, (a, b) = backend_for(stream, {"A": A, "B": B})
     return backend.matmul(matmul_shapes(a.shape, b.shape), a, b, fmt, acc)
+
+
+def host_matmul(a, b, fmt: Format, acc: Format):
+    """:func:`pam_matmul` of float32 numpy arrays with Format objects, without the front
+    end's conversions (for callers that checked their operands already, e.g.
+    torch_bridge's per-call path); the shapes are still checked."""
+    return HOST.matmul(matmul_shapes(a.shape, b.shape), a, b, fmt, acc)

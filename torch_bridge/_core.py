@@ -31,6 +31,12 @@ import torch
 import emu
 import emu.mx
 import emu.grad as G
+from emu import _kernels as K
+from emu import _kernels_grad as KG
+from emu._scalar_approx import ln2_pattern
+from emu.grad import host_matmul_grad
+from emu.matmul import host_matmul
+from emu.ops import ROUNDING
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -232,16 +238,143 @@ def _matmul_work(a, b) -> int:
     return math.prod(batch) * m * n * a.shape[-1]
 
 
+# --- the per-call path ---------------------------------------------------------------
+#
+# Models run PA ops on tensors of a few hundred elements, where every microsecond of
+# Python per call counts, not the arithmetic.  CPU operands of at most SERIAL_WORK
+# elements therefore skip emu's front ends (formats, operands and shapes are already
+# checked here) and run emu's serial kernel twins on the tensors' memory directly:
+# rounding into the format (a kernel per operand, only when the format is not float32),
+# then one kernel for the op, one for its two derivatives.  The kernels are emu's, so
+# the bits are those of the emu calls of the general path (tests/test_fused.py).
+
+
+class _Numerics:
+    """What the kernels need of (fmt, rounding): constants, rounding code, ln2."""
+    __slots__ = ("fc", "f32", "mode", "ln2")
+
+    def __init__(self, fmt, rounding):
+        self.fc = fmt.consts
+        self.f32 = fmt == emu.float32
+        self.mode = ROUNDING[rounding]
+        self.ln2 = ln2_pattern(fmt)
+
+
+_NUMERICS: dict = {}
+
+
+def numerics(fmt, rounding) -> _Numerics:
+    """The (cached) kernel constants of ``fmt`` and ``rounding``."""
+    key = (fmt, rounding)
+    n = _NUMERICS.get(key)
+    if n is None:
+        n = _NUMERICS[key] = _Numerics(fmt, rounding)
+    return n
+
+
+def lean(rounding: str, *tensors) -> bool:
+    """Whether a call takes the per-call path: deterministic rounding, CPU tensors (not
+    routed to the CUDA backend) of at most SERIAL_WORK elements each."""
+    if rounding == "stochastic" or _CUDA_FOR_CPU:
+        return False
+    for t in tensors:
+        if t.device.type != "cpu" or t.numel() > SERIAL_WORK:
+            return False
+    return True
+
+
+def flat(t: torch.Tensor, shape=None) -> np.ndarray:
+    """A float32 CPU tensor (broadcast to ``shape`` if given) as a flat uint32 array,
+    the kernels' operand: a view when it is contiguous, else a contiguous copy."""
+    if shape is not None and t.shape != shape:
+        t = t.expand(shape)
+    return t.detach().reshape(-1).numpy().view(np.uint32)
+
+
+def out_flat(t: torch.Tensor) -> np.ndarray:
+    """The flat uint32 view a kernel writes a new (contiguous) float32 tensor through."""
+    return t.view(-1).numpy().view(np.uint32)
+
+
+def round_lean(x: torch.Tensor, fmt: emu.Format, rounding: str) -> torch.Tensor:
+    """:func:`round_to` for the per-call path (deterministic rounding, a float32 CPU
+    tensor): emu's serial quantize kernel."""
+    if fmt == emu.float32:
+        return x
+    out = torch.empty(x.shape)
+    K.QUANTIZE[False](flat(x), out_flat(out), fmt.consts, ROUNDING[rounding], True, False, 0)
+    return out
+
+
+def _rounded_lean(ctx, tensors, fmt, rounding):
+    """:func:`_rounded` on the per-call path: the same tensors rounded and saved."""
+    rounded, saved = [], []
+    for t in tensors:
+        x = as_float32(t)
+        r = round_lean(x, fmt, rounding)
+        rounded.append(r)
+        saved.append(t if r is x and t.dtype == torch.float32 else r)
+    ctx.save_for_backward(*saved)
+    ctx.operands = [(t.shape, t.dtype) for t in tensors]
+    return rounded
+
+
+def binary_kernel(op, a, b, nm):
+    """emu's op ``op`` (a binary registry op) of two float32 CPU tensors that are values
+    of the format, with broadcasting, by its serial kernel."""
+    shape = a.shape if a.shape == b.shape else torch.broadcast_shapes(a.shape, b.shape)
+    out = torch.empty(shape)
+    K.BINARY_SERIAL[op](flat(a, shape), flat(b, shape), out_flat(out), nm.fc)
+    return out
+
+
+def unary_kernel(op, x, nm):
+    out = torch.empty(x.shape)
+    K.UNARY_SERIAL[op](flat(x), out_flat(out), nm.fc)
+    return out
+
+
+def binary_grad_kernel(op, kind, a, b, g, nm):
+    """emu.grad's (δA, δB) of ``op`` (Table 1, ``kind``) by one serial kernel, at the
+    broadcast shape of ``g``."""
+    shape = g.shape
+    da, db = torch.empty(shape), torch.empty(shape)
+    args = flat(a, shape), flat(b, shape), flat(g), out_flat(da), out_flat(db)
+    if kind == "exact":
+        KG.BINARY_SERIAL[op](*args, nm.fc)
+    else:
+        KG.APPROX[False][op](*args, nm.ln2, nm.fc)
+    return da, db
+
+
+def unary_grad_kernel(op, kind, x, g, nm):
+    dx = torch.empty(g.shape)
+    if kind == "exact":
+        KG.UNARY_SERIAL[op](flat(x, g.shape), flat(g), out_flat(dx), nm.fc)
+    else:
+        KG.APPROX[False][op](flat(x, g.shape), flat(g), out_flat(dx), nm.ln2, nm.fc)
+    return dx
+
+
+# --- the autograd Functions -------------------------------------------------------------
+
 class PAMMatmul(torch.autograd.Function):
     """PAM matmul with torch.matmul's shapes; backward 'approx' or 'exact' (emu.grad)."""
 
     @staticmethod
     def forward(ctx, a, b, fmt, acc, kind, rounding):
         work = _matmul_work(a, b)
+        ctx.lean = (work <= SERIAL_WORK and not isinstance(fmt, emu.mx.MXFormat)
+                    and lean(rounding, a, b))
         with emu_threads(work):
-            # MX blocks run along the contraction axis of each operand
-            A, B = _rounded(ctx, (a, b), fmt, rounding, (-1, -2 if b.dim() > 1 else -1))
-            C = emu_call(emu.pam_matmul, A, B, kernel_fmt(fmt), acc)
+            if ctx.lean:
+                A, B = _rounded_lean(ctx, (a, b), fmt, rounding)
+                C = torch.from_numpy(host_matmul(A.detach().numpy(), B.detach().numpy(),
+                                                 kernel_fmt(fmt), acc))
+            else:
+                # MX blocks run along the contraction axis of each operand
+                A, B = _rounded(ctx, (a, b), fmt, rounding, (-1, -2 if b.dim() > 1 else -1))
+                C = emu_call(emu.pam_matmul, A, B, kernel_fmt(fmt), acc)
         ctx.meta = (fmt, acc, kind, rounding, work)
         return C.to(torch.promote_types(a.dtype, b.dtype))
 
@@ -251,8 +384,14 @@ class PAMMatmul(torch.autograd.Function):
         a, b = ctx.saved_tensors
         need = ctx.needs_input_grad[:2]
         with emu_threads(work):
-            dA, dB = emu_call(G.pam_matmul, a, b, round_to(as_float32(dc), fmt, rounding),
-                              kernel_fmt(fmt), acc, kind, need=need)
+            if ctx.lean and dc.device.type == "cpu":
+                g = round_lean(as_float32(dc), fmt, rounding)
+                dA, dB = (None if r is None else torch.from_numpy(r) for r in host_matmul_grad(
+                    as_float32(a).numpy(), as_float32(b).numpy(), g.detach().numpy(),
+                    kernel_fmt(fmt), acc, kind, need))
+            else:
+                dA, dB = emu_call(G.pam_matmul, a, b, round_to(as_float32(dc), fmt, rounding),
+                                  kernel_fmt(fmt), acc, kind, need=need)
         return (_grad_out(dA, ctx.operands[0]) if need[0] else None,
                 _grad_out(dB, ctx.operands[1]) if need[1] else None, None, None, None, None)
 
@@ -262,9 +401,14 @@ class PABinary(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a, b, op, fmt, kind, rounding):
-        with emu_threads(max(a.numel(), b.numel())):
-            A, B = _rounded(ctx, (a, b), fmt, rounding)
-            y = emu_call(getattr(emu, op), A, B, fmt)
+        ctx.lean = lean(rounding, a, b)
+        if ctx.lean:
+            A, B = _rounded_lean(ctx, (a, b), fmt, rounding)
+            y = binary_kernel(op, A, B, numerics(fmt, rounding))
+        else:
+            with emu_threads(max(a.numel(), b.numel())):
+                A, B = _rounded(ctx, (a, b), fmt, rounding)
+                y = emu_call(getattr(emu, op), A, B, fmt)
         ctx.meta = (op, fmt, kind, rounding)
         return y.to(torch.promote_types(a.dtype, b.dtype))
 
@@ -272,9 +416,14 @@ class PABinary(torch.autograd.Function):
     def backward(ctx, dy):
         op, fmt, kind, rounding = ctx.meta
         a, b = ctx.saved_tensors
-        with emu_threads(dy.numel()):
-            da, db = emu_call(getattr(G, op), a, b, round_to(as_float32(dy), fmt, rounding),
-                              fmt, kind)
+        if ctx.lean and lean(rounding, dy):
+            g = round_lean(as_float32(dy), fmt, rounding)
+            da, db = binary_grad_kernel(op, kind, as_float32(a), as_float32(b), g,
+                                        numerics(fmt, rounding))
+        else:
+            with emu_threads(dy.numel()):
+                da, db = emu_call(getattr(G, op), a, b,
+                                  round_to(as_float32(dy), fmt, rounding), fmt, kind)
         need = ctx.needs_input_grad
         return (_grad_out(da, ctx.operands[0]) if need[0] else None,
                 _grad_out(db, ctx.operands[1]) if need[1] else None, None, None, None, None)
@@ -285,9 +434,14 @@ class PAUnary(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, op, fmt, kind, rounding):
-        with emu_threads(x.numel()):
-            (X,) = _rounded(ctx, (x,), fmt, rounding)
-            y = emu_call(getattr(emu, op), X, fmt)
+        ctx.lean = lean(rounding, x)
+        if ctx.lean:
+            (X,) = _rounded_lean(ctx, (x,), fmt, rounding)
+            y = unary_kernel(op, X, numerics(fmt, rounding))
+        else:
+            with emu_threads(x.numel()):
+                (X,) = _rounded(ctx, (x,), fmt, rounding)
+                y = emu_call(getattr(emu, op), X, fmt)
         ctx.meta = (op, fmt, kind, rounding)
         return y.to(x.dtype)
 
@@ -295,6 +449,12 @@ class PAUnary(torch.autograd.Function):
     def backward(ctx, dy):
         op, fmt, kind, rounding = ctx.meta
         (x,) = ctx.saved_tensors
-        with emu_threads(dy.numel()):
-            dx = emu_call(getattr(G, op), x, round_to(as_float32(dy), fmt, rounding), fmt, kind)
+        if ctx.lean and lean(rounding, dy):
+            g = round_lean(as_float32(dy), fmt, rounding)
+            dx = unary_grad_kernel(op, kind, as_float32(x), g, numerics(fmt, rounding))
+        else:
+            with emu_threads(dy.numel()):
+                dx = emu_call(getattr(G, op), x, round_to(as_float32(dy), fmt, rounding), fmt,
+                              kind)
         return _grad_out(dx, ctx.operands[0]), None, None, None, None
+
