@@ -13,11 +13,12 @@ import numpy as np
 from . import _kernels as K
 from . import _kernels_acc as KA
 from . import _kernels_grad as KG
+from . import _kernels_reduce as KR
 from . import _scalar as S
 from .formats import float32
 from .shapes import batch_index
 
-__all__ = ["as_float32", "flat_u32", "finish", "alloc", "HostBackend", "HOST"]
+__all__ = ["as_float32", "flat_u32", "finish", "alloc", "host_fold", "HostBackend", "HOST"]
 
 _ML_FLOATS = {np.dtype(getattr(ml_dtypes, n)) for n in (
     "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2fnuz",
@@ -136,6 +137,11 @@ class HostBackend:
             outb, plan.fc)
         return finish(outa, plan.shape, plan.scalar), finish(outb, plan.shape, plan.scalar)
 
+    def fold_sum(self, plan, x):
+        """emu.fold_sum (emu/reduce.py has the definition and the plan)."""
+        res = host_fold(x, plan)
+        return res[()] if plan.out == () else res
+
     def matmul(self, plan, a, b, fmt, acc):
         """emu.pam_matmul (emu/matmul.py has the definition) of float32 operands."""
         batch, (m, k, n) = plan.batch, plan.mkn
@@ -180,6 +186,22 @@ class HostBackend:
         K.QUANTIZE[out.size >= K.SERIAL](flat_u32(x), out.reshape(-1), fmt.consts, S.RNE,
                                           True, False, 0)
         return out.view(np.int32)
+
+
+def host_fold(x: np.ndarray, plan) -> np.ndarray:
+    """emu.fold_sum of the float32 array ``x`` by its plan (emu/reduce.py): a float32
+    array of shape ``plan.out``; serial kernels below K.SERIAL elements."""
+    if plan.perm is not None:
+        x = np.transpose(x, plan.perm)
+    x3 = np.ascontiguousarray(x).reshape(plan.outer, plan.n, plan.inner)
+    par = x3.size >= K.SERIAL
+    if plan.inner == 1:
+        out = np.empty(plan.outer, np.float32)
+        KR.FOLD_ROWS[par](x3.reshape(plan.outer, plan.n), out)
+    else:
+        out = np.empty((plan.outer, plan.inner), np.float32)
+        KR.FOLD_SUM[par](x3, out)
+    return out.reshape(plan.out)
 
 
 #: the one CPU backend (it has no state)
