@@ -100,8 +100,32 @@ def twins(variant, py_func):
 
 
 def _quantize(x, out, fc, mode, subnormals, saturate, key):
-    for i in prange(x.size):
-        out[i] = S.quantize(x[i], fc, mode, subnormals, saturate, key, i)
+    if _in_place(fc, mode, subnormals, saturate):
+        sh = np.uint32(23 - fc.man_bits)
+        low = (np.int64(1) << (23 - fc.man_bits)) - 1
+        rne = np.uint32(1) if mode == S.RNE else np.uint32(0)
+        half = np.uint32(low >> 1) * rne            # S.quantize's RNE: + (low >> 1) + lsb
+        keep = np.uint32(~low & S.M32)
+        for i in prange(x.size):        # branch-free: a loop LLVM vectorises
+            a = x[i] & np.uint32(S.ABS32)
+            r = ((a + half + ((a >> sh) & rne)) & keep) | (x[i] & np.uint32(S.SIGN32))
+            out[i] = np.uint32(S.QNAN32) if a > np.uint32(S.INF32) else r
+    else:
+        for i in prange(x.size):
+            out[i] = S.quantize(x[i], fc, mode, subnormals, saturate, key, i)
+
+
+@register_jitable
+def _in_place(fc, mode, subnormals, saturate):
+    """Whether rounding into the format is rounding the float32 pattern in place, as in
+    S.quantize's normal-range branch, for *every* input: an IEEE format narrower than
+    float32 with 8 exponent bits (float32's exponent range, so its subnormals are float32's subnormals on a
+    coarser grid), RNE or toward zero, subnormals kept, no saturation.  A carry out of
+    the mantissa moves to the next binade and past max to inf (RNE's overflow); toward
+    zero never rounds up, so it ends at max (its overflow); ±0 and ±inf stay; a NaN
+    becomes the canonical NaN."""
+    return (fc.exp_bits == 8 and fc.man_bits < 23 and fc.nan_kind == S.NAN_IEEE
+            and mode != S.SR and subnormals and not saturate)
 
 
 def _to_bits(x, out, fc):

@@ -74,15 +74,21 @@ def binary_step(op_a, op_b):
 
 
 def _binary(op, parallel):
-    step = binary_step(*op.grads)
+    op_a, op_b = op.grads
 
     def kernel(a, b, d, outa, outb, fc):
-        if S.is_float32(fc):        # a loop LLVM vectorises
+        # (not binary_step: its operand rounding, a runtime branch there, would keep
+        # quantize in the float32 loop, which LLVM then neither inlines nor vectorises)
+        if S.is_float32(fc):
             for i in prange(a.size):
-                step(a, b, d, outa, outb, i, fc, True)
+                x, y, g = np.int64(a[i]), np.int64(b[i]), np.int64(d[i])
+                outa[i] = op_a(x, y, g, fc)
+                outb[i] = op_b(x, y, g, fc)
         else:
             for i in prange(a.size):
-                step(a, b, d, outa, outb, i, fc, False)
+                x, y, g = S.operand(a[i], fc), S.operand(b[i], fc), S.operand(d[i], fc)
+                outa[i] = op_a(x, y, g, fc)
+                outb[i] = op_b(x, y, g, fc)
     return njit_variant(f"grad {op.name} parallel={parallel}", parallel=parallel)(kernel)
 
 
@@ -96,20 +102,30 @@ BINARY_SERIAL = {op.name: _binary(op, False) for op in ops(2, differentiable=Tru
 
 
 def _approx_unary(op, parallel):
-    rule = op.approx_scalar
+    rule, rule32 = op.approx_scalar, A.FLOAT32[op.approx_scalar.__name__]
 
     def kernel(x, d, out, ln2, fc):
-        for i in prange(x.size):
-            out[i] = rule(np.int64(x[i]), np.int64(d[i]), ln2, fc)
+        if S.is_float32(fc):        # the rule specialised for float32 (no operand rounding)
+            for i in prange(x.size):
+                out[i] = rule32(np.int64(x[i]), np.int64(d[i]), ln2, fc)
+        else:
+            for i in prange(x.size):
+                out[i] = rule(np.int64(x[i]), np.int64(d[i]), ln2, fc)
     return njit_variant(f"approx {op.name} parallel={parallel}", parallel=parallel)(kernel)
 
 
 def _approx_binary(op, parallel):
-    rule = op.approx_scalar
+    rule, rule32 = op.approx_scalar, A.FLOAT32[op.approx_scalar.__name__]
 
     def kernel(a, b, d, outa, outb, ln2, fc):
-        for i in prange(a.size):
-            outa[i], outb[i] = rule(np.int64(a[i]), np.int64(b[i]), np.int64(d[i]), ln2, fc)
+        if S.is_float32(fc):        # the rule specialised for float32 (no operand rounding)
+            for i in prange(a.size):
+                outa[i], outb[i] = rule32(np.int64(a[i]), np.int64(b[i]), np.int64(d[i]),
+                                          ln2, fc)
+        else:
+            for i in prange(a.size):
+                outa[i], outb[i] = rule(np.int64(a[i]), np.int64(b[i]), np.int64(d[i]), ln2,
+                                        fc)
     return njit_variant(f"approx {op.name} parallel={parallel}", parallel=parallel)(kernel)
 
 

@@ -14,6 +14,7 @@ from . import _kernels as K
 from . import _kernels_acc as KA
 from . import _kernels_grad as KG
 from . import _kernels_reduce as KR
+from . import _kernels_small as KS
 from . import _scalar as S
 from .formats import float32
 from .shapes import batch_index
@@ -159,6 +160,9 @@ class HostBackend:
         ia = batch_index(a.shape[:-2], batch)
         ib = batch_index(b.shape[:-2], batch)
         c = c.reshape(nout, m, n)
+        if acc == float32 and nout * m * n * k <= KS.SMALL:
+            KS.matmul_small(a3, b3, ia, ib, c, fmt.consts)
+            return c.reshape(plan.out)
         if acc == float32 or KA.fast_path(acc):
             # narrow: the sticky test reads the unpadded operands
             sticky = acc != float32 and KA.needs_sticky(a3, b3, fmt.consts, acc.consts)
