@@ -9,6 +9,7 @@
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 import emu
 import emu.grad as G
@@ -164,3 +165,120 @@ def test_adamw_updates_in_place_with_the_sequences_bits():
     opt.step()
     assert w._version > v0 and w.data_ptr() == ptr
     assert opt.state[w]["exp_avg"].abs().sum() > 0
+
+
+# --- the fused composites against their graphs ------------------------------------------------
+
+from torch_bridge import _fused                      # noqa: E402
+from torch_bridge import elementwise as PE            # noqa: E402
+from torch_bridge import losses as PL                 # noqa: E402
+from torch_bridge import norms as PN                  # noqa: E402
+
+
+def _graph(fn, args, seed=0):
+    with _fused.use(False):
+        return _run(fn, args, seed)
+
+
+def _composites(kw):
+    """name -> (function, arguments): every fused composite, with its variants."""
+    x = specials((4, 9), 3)
+    x[1, 2], x[2, 3] = 40.0, -95.0                  # past the 88 and 16 clamps
+    w, b = specials((9,), 4), specials((9,), 5)
+    x3 = specials((2, 3, 9), 6, 2.0)
+    masked = x.clone()
+    masked[0] = float("-inf")                       # a fully masked softmax row
+    masked[1, :4] = float("-inf")
+    T = torch.tensor([3, -100, 8, 0])
+    Tw = torch.tensor([1, 2, 2, -100])
+    cw = specials((9,), 7).abs() + 0.25
+    P = torch.softmax(torch.randn(4, 9, generator=torch.Generator().manual_seed(8)), -1)
+    z3 = specials((3, 9, 2), 9, 2.0)                 # (N, C, d) logits
+    T3 = torch.tensor([[1, 8], [-100, 0], [4, 4]])
+    return {
+        "sigmoid": (lambda a: PE.pa_sigmoid(a, **kw), (x,)),
+        "tanh": (lambda a: PE.pa_tanh(a, **kw), (x,)),
+        "silu": (lambda a: PE.pa_silu(a, **kw), (x,)),
+        "gelu tanh": (lambda a: PE.pa_gelu(a, "tanh", **kw), (x,)),
+        "gelu erf": (lambda a: PE.pa_gelu(a, **kw), (x,)),
+        "softplus": (lambda a: PE.pa_softplus(a, **kw), (x,)),
+        "softplus beta": (lambda a: PE.pa_softplus(a, 2.0, 5.0, **kw), (x,)),
+        "softmax": (lambda a: PF.pa_softmax(a, -1, **kw), (x,)),
+        "softmax masked": (lambda a: PF.pa_softmax(a, -1, **kw), (masked,)),
+        "softmax dim 1": (lambda a: PF.pa_softmax(a, 1, **kw), (x3,)),
+        "log_softmax": (lambda a: PL.pa_log_softmax(a, -1, **kw), (x,)),
+        "log_softmax dim 0": (lambda a: PL.pa_log_softmax(a, 0, **kw), (x3,)),
+        "layer_norm": (lambda a, w, b: PF.pa_layer_norm(a, (9,), w, b, **kw), (x, w, b)),
+        "layer_norm plain": (lambda a: PF.pa_layer_norm(a, 9, eps=1e-3, **kw), (x,)),
+        "layer_norm 2 dims": (lambda a, w: PF.pa_layer_norm(a, (3, 9), w, **kw),
+                              (x3, specials((3, 9), 10))),
+        "rms_norm": (lambda a, w: PE.pa_rms_norm(a, 9, w, 1e-6, **kw), (x, w)),
+        "rms_norm plain": (lambda a: PE.pa_rms_norm(a, (3, 9), **kw), (x3,)),
+        "group_norm": (lambda a, w, b: PN.pa_group_norm(a, 3, w[:6], b[:6], **kw),
+                       (specials((2, 6, 5), 11), w, b)),
+        "cross_entropy": (lambda a: PF.pa_cross_entropy(a, T, **kw), (x,)),
+        "cross_entropy smoothing weights": (
+            lambda a: PF.pa_cross_entropy(a, Tw, cw, label_smoothing=0.1, **kw), (x.clamp(-50, 50),)),
+        "cross_entropy none": (lambda a: PF.pa_cross_entropy(a, T, reduction="none", **kw), (x,)),
+        "cross_entropy sum": (lambda a: PF.pa_cross_entropy(a, Tw, reduction="sum",
+                                                            label_smoothing=0.3, **kw), (x,)),
+        "cross_entropy probs": (lambda a: PF.pa_cross_entropy(a, P, label_smoothing=0.1, **kw),
+                                (x.clamp(-50, 50),)),
+        "cross_entropy (N, C, d)": (lambda a: PF.pa_cross_entropy(a, T3, cw, **kw), (z3,)),
+        "cross_entropy 1-D": (lambda a: PF.pa_cross_entropy(a, torch.tensor(2), **kw), (x[0],)),
+        # other consumers of the input: its gradient contributions keep the graph's order
+        "tanh + residual": (lambda a: PE.pa_tanh(a, **kw) * 3.0 + a * a, (x,)),
+        "gelu + residual": (lambda a: a * 0.5 + PE.pa_gelu(a, "tanh", **kw), (x,)),
+        "residual + gelu": (lambda a: PE.pa_gelu(a, "tanh", **kw) + a * 0.5, (x,)),
+        "residual + gelu erf": (lambda a: PE.pa_gelu(a, **kw) - a * 0.25, (x,)),
+        "residual + silu": (lambda a: PE.pa_silu(a, **kw) - a * 0.25, (x,)),
+        "residual + softplus": (lambda a: PE.pa_softplus(a, **kw) - a * 0.25, (x,)),
+        "layer_norm + residual": (lambda a: a + PF.pa_layer_norm(a, 9, **kw) * 2.0, (x,)),
+        "rms_norm + residual": (lambda a: PE.pa_rms_norm(a, 9, **kw) - a * 3.0, (x,)),
+    }
+
+
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_fused_composites_are_their_graphs(fmt, kind, rounding):
+    """Forward, and backward of both derivative kinds, of every fused composite equal its
+    graph of PA Functions bit for bit (NaNs by class), specials included."""
+    for name, (fn, args) in _composites(dict(fmt=fmt, backward=kind, rounding=rounding)).items():
+        _same(_run(fn, args), _graph(fn, args), name)
+
+
+def test_fused_composites_under_pam_mode():
+    """The tiny models' paths: F.softmax / layer_norm / gelu / silu / cross_entropy / sdpa
+    under pam_mode, fused and as graphs."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 6, 8)
+    ln = torch.nn.LayerNorm(8)
+    t = torch.randint(0, 8, (2 * 4 * 6,))
+
+    def model(a):
+        h = F.scaled_dot_product_attention(a, a, a, is_causal=True)
+        h = ln(h + a)
+        h = F.gelu(h) + torch.tanh(h) + F.silu(h) + torch.sigmoid(h)
+        return F.cross_entropy(h.reshape(-1, 8), t, label_smoothing=0.1) + \
+            F.log_softmax(h, -1).mean()
+    for cfg in (tb.PAMConfig("bf16"), tb.PAMConfig("bf16", backward="exact",
+                                                    pa_fmt="bf16")):
+        def run(a):
+            with tb.pam_mode(cfg):
+                return model(a)
+        fused = _run(run, (x,))
+        _same(fused, _graph(run, (x,)), str(cfg))
+        assert ln.weight.grad is not None
+        ln.zero_grad()
+
+
+def test_fused_takes_the_graph_where_it_cannot_run():
+    """Stochastic rounding, bf16 tensors and a disabled switch run the graph."""
+    x = specials((3, 5), 1)
+    assert _fused.fusable("nearest_even", x) and not _fused.fusable("stochastic", x)
+    assert not _fused.fusable("nearest_even", x.bfloat16())
+    with _fused.use(False):
+        assert not _fused.fusable("nearest_even", x)
+    y = PE.pa_gelu(x.bfloat16().requires_grad_())
+    assert y.dtype == torch.bfloat16 and y.grad_fn.name() != "ElementwiseBackward"

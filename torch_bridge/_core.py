@@ -35,8 +35,10 @@ from emu import _kernels as K
 from emu import _kernels_grad as KG
 from emu._scalar_approx import ln2_pattern
 from emu.grad import host_matmul_grad
+from emu.host import host_fold
 from emu.matmul import host_matmul
 from emu.ops import ROUNDING
+from emu.reduce import fold_plan
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -458,3 +460,60 @@ class PAUnary(torch.autograd.Function):
                               kind)
         return _grad_out(dx, ctx.operands[0]), None, None, None, None
 
+
+# --- the composites' sums: emu.fold_sum's defined order ----------------------------------
+
+def fold(x: torch.Tensor, dims) -> torch.Tensor:
+    """emu.fold_sum of ``x`` over ``dims`` with the reduced dimensions kept (size 1), as
+    a float32 tensor on x's device (no autograd)."""
+    plan = fold_plan(x.shape, dims, True)
+    if x.device.type == "cpu" and not _CUDA_FOR_CPU:
+        return torch.from_numpy(host_fold(as_float32(x).numpy(), plan))
+    return emu_call(emu.fold_sum, x, dims, True)
+
+
+class FoldSum(torch.autograd.Function):
+    """The float32 sum over ``dims`` (kept as size-1 dimensions) in emu.fold_sum's
+    defined order (docs/semantics.md §6); its backward broadcasts the gradient back, as
+    torch's sum does."""
+
+    @staticmethod
+    def forward(ctx, x, dims):
+        ctx.shape = x.shape
+        return fold(x, dims).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.expand(ctx.shape), None
+
+
+class Expand(torch.autograd.Function):
+    """``t`` broadcast to ``shape``, its backward summing the gradient over the broadcast
+    dimensions with emu.fold_sum (torch's expand sums with torch's order): the
+    composites' broadcasts of row statistics."""
+
+    @staticmethod
+    def forward(ctx, t, shape):
+        ctx.tshape = t.shape
+        return t.expand(shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        lead = g.dim() - len(ctx.tshape)
+        dims = tuple(range(lead)) + tuple(lead + d for d, s in enumerate(ctx.tshape)
+                                          if s == 1 and g.shape[lead + d] != 1)
+        if not dims:
+            return g, None
+        return fold(g, dims).reshape(ctx.tshape).to(g.dtype), None
+
+
+def fold_sum(x: torch.Tensor, dims, keepdim: bool = True) -> torch.Tensor:
+    """:class:`FoldSum` over ``dims`` (an int or a tuple), as ``x.sum(dims, keepdim)``."""
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    y = FoldSum.apply(x, dims)
+    return y if keepdim else y.squeeze(dims) if dims else y
+
+
+def expand(t: torch.Tensor, shape) -> torch.Tensor:
+    """:class:`Expand`: ``t`` broadcast to ``shape`` (itself if it has that shape)."""
+    return t if tuple(t.shape) == tuple(shape) else Expand.apply(t, tuple(shape))

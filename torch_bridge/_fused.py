@@ -1,0 +1,495 @@
+"""Fused composites: one kernel forward and one backward per activation, norm and loss.
+
+A composite of torch_bridge (functional.py, elementwise.py, losses.py) is a graph of PA
+primitives, each an autograd Function with its own kernel calls and Python; the fused
+version is one autograd Function whose forward is one CPU kernel and whose backward is
+one CPU kernel, computing the same nodes in the same order with emu's scalar
+definitions (torch_bridge/_fused_scalar.py has the definitions and the rules), so its
+outputs and gradients are the graph's bit for bit (tests/test_fused.py).  The graph
+stays: it is the reference of the tests and the path for stochastic rounding, CUDA
+tensors (docs/gpu.md), dtypes other than float32 and ``enabled(False)``.
+
+Where the composite's input gets several gradient contributions in the graph (e.g.
+layer norm's x, through x - μ and through Σx), the fused Function takes the input once
+per contribution and returns them separately, so autograd adds them to whatever the
+input received before in the graph's order.  Gradients of broadcast parameters (a
+norm's weight and bias) are reduced by torch's ``sum_to_size`` in both.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+from numba import njit, prange
+from numba.extending import register_jitable
+
+from emu import _kernels as K
+from emu import _kernels_reduce as KR
+from emu import _scalar as S
+from emu import _scalar_approx as A
+from emu import _scalar_grad as G
+from emu._kernels import as_f32, as_i32, twins
+from emu._kernels_reduce import fold
+from emu._numba_cache import drop_stale
+from emu.registry import log2e
+
+from . import _core
+from . import _fused_scalar as FS
+from ._core import numerics, out_flat
+
+__all__ = ["enabled", "use", "elementwise", "rows", "layer_norm", "rms_norm",
+           "cross_entropy"]
+
+
+@njit(cache=True)
+def _cache_probe():
+    return 0
+
+
+drop_stale(_cache_probe, __file__, FS.__file__, S.__file__, G.__file__, A.__file__,
+           K.__file__, KR.__file__)
+
+
+@register_jitable
+def _F(p):
+    return as_f32(np.int32(p & 0xFFFFFFFF))
+
+
+@register_jitable
+def _P(v):
+    return np.int64(as_i32(v)) & 0xFFFFFFFF
+
+
+@register_jitable
+def _fadd(a, b):
+    return a + b
+
+
+@register_jitable
+def _fsub(a, b):
+    return a - b
+
+
+#: the definitions for float32 (every rounding compiled out) and for any other format;
+#: each kernel tests the format once, outside its loop
+D32 = FS.define(_F, _P, _fadd, _fsub, True)
+D = FS.define(_F, _P, _fadd, _fsub, False)
+
+# --- switch -------------------------------------------------------------------------------
+
+_ENABLED = True
+
+
+def enabled() -> bool:
+    """Whether the composites take their fused kernels where they can."""
+    return _ENABLED
+
+
+@contextmanager
+def use(on: bool):
+    """Run the composites fused (``True``, the default) or as their graphs (``False``)."""
+    global _ENABLED
+    old, _ENABLED = _ENABLED, bool(on)
+    try:
+        yield
+    finally:
+        _ENABLED = old
+
+
+def fusable(rounding: str, *tensors) -> bool:
+    """Whether a composite runs fused: enabled, deterministic rounding, float32 CPU
+    tensors (None entries are absent optional operands)."""
+    if not _ENABLED or rounding == "stochastic" or _core.cuda_backend_active():
+        return False
+    return all(t is None or (isinstance(t, torch.Tensor) and t.dtype == torch.float32
+                             and t.device.type == "cpu") for t in tensors)
+
+
+def _kind(kind: str) -> int:
+    return FS.EXACT if kind == "exact" else FS.APPROX
+
+
+def _f32(t: torch.Tensor) -> np.ndarray:
+    """A float32 CPU tensor's values as a flat contiguous float32 array (no autograd)."""
+    return t.detach().reshape(-1).numpy()
+
+
+def _par(n: int) -> bool:
+    return n >= K.SERIAL
+
+
+_CONSTS: dict = {}
+
+
+def consts(key, fmt, rounding, *items) -> np.ndarray:
+    """The constants array of a composite, as patterns: ``R(1.0)``, then each item: a
+    number as float32 rounded into ``fmt`` (round_to of a constant operand), or
+    ``("raw", v)``: ``v`` as float32 (a constant that is added, not a PA operand)."""
+    k = (key, fmt, rounding, items)
+    c = _CONSTS.get(k)
+    if c is None:
+        vals = [1.0] + [v[1] if isinstance(v, tuple) else float(v) for v in items]
+        keep = np.array([False] + [isinstance(v, tuple) for v in items])
+        t = torch.tensor(vals, dtype=torch.float32)
+        r = _core.round_lean(t, fmt, rounding).numpy()
+        pats = np.where(keep, t.numpy(), r).astype(np.float32).view(np.uint32).astype(np.int64)
+        if len(_CONSTS) > 4096:
+            _CONSTS.clear()
+        c = _CONSTS[k] = pats
+    return c
+
+
+# --- elementwise composites ----------------------------------------------------------------
+
+#: name -> number of gradient contributions ("slots") of its input in the graph
+SLOTS = {"sigmoid": 1, "tanh": 2, "silu": 2, "gelu_tanh": 5, "gelu_erf": 3, "softplus": 2}
+
+
+def _elementwise_kernels(name):
+    fwd, bwd = D[name + "_fwd"], D[name + "_bwd"]
+    fwd32, bwd32 = D32[name + "_fwd"], D32[name + "_bwd"]
+
+    def forward(x, y, c, fc, mode):
+        if S.is_float32(fc):
+            for i in prange(x.size):
+                y[i] = _F(fwd32(_P(x[i]), c, fc, mode))
+        else:
+            for i in prange(x.size):
+                y[i] = _F(fwd(_P(x[i]), c, fc, mode))
+
+    def backward(x, g, dx, c, kind, ln2, fc, mode):
+        if S.is_float32(fc):
+            for i in prange(x.size):
+                bwd32(_P(x[i]), _P(g[i]), c, kind, ln2, fc, mode, dx, i)
+        else:
+            for i in prange(x.size):
+                bwd(_P(x[i]), _P(g[i]), c, kind, ln2, fc, mode, dx, i)
+    return twins(f"fused {name} forward", forward), twins(f"fused {name} backward", backward)
+
+
+ELEMENTWISE = {name: _elementwise_kernels(name) for name in SLOTS}
+
+
+class Elementwise(torch.autograd.Function):
+    """An elementwise composite (``SLOTS``) fused; its input passed once per slot."""
+
+    @staticmethod
+    def forward(ctx, name, c, fmt, rounding, kind, x, *_):
+        nm = numerics(fmt, rounding)
+        y = torch.empty(x.shape)
+        ELEMENTWISE[name][0][_par(x.numel())](_f32(x), out_flat(y).view(np.float32), c, nm.fc,
+                                              nm.mode)
+        ctx.save_for_backward(x)
+        ctx.meta = name, c, nm, kind
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        name, c, nm, kind = ctx.meta
+        (x,) = ctx.saved_tensors
+        n = SLOTS[name]
+        dx = torch.empty((n,) + tuple(x.shape))
+        ELEMENTWISE[name][1][_par(x.numel())](_f32(x), _f32(g.float()), dx.view(n, -1).numpy(),
+                                              c, kind, nm.ln2, nm.fc, nm.mode)
+        return (None,) * 5 + tuple(dx.unbind(0))
+
+
+def elementwise(name: str, x: torch.Tensor, c: np.ndarray, kw: dict) -> torch.Tensor:
+    """The composite ``name`` of ``x`` fused (the caller checked :func:`fusable`)."""
+    return Elementwise.apply(name, c, kw["fmt"], kw["rounding"], _kind(kw["backward"]),
+                             *(x,) * SLOTS[name])
+
+
+# --- rows: softmax, log_softmax -------------------------------------------------------------
+
+def _row_kernels(name):
+    fwd, bwd = D[name + "_fwd"], D[name + "_bwd"]
+    fwd32, bwd32 = D32[name + "_fwd"], D32[name + "_bwd"]
+
+    def forward(x, out, rows, n, c, fc, mode):
+        if S.is_float32(fc):
+            for r in prange(rows):
+                fwd32(x, r * n, n, out, c, fc, mode)
+        else:
+            for r in prange(rows):
+                fwd(x, r * n, n, out, c, fc, mode)
+
+    def backward(x, g, dx, tmp, rows, n, c, kind, ln2, fc, mode):
+        if S.is_float32(fc):
+            for r in prange(rows):
+                bwd32(x, g, r * n, n, dx, tmp, c, kind, ln2, fc, mode)
+        else:
+            for r in prange(rows):
+                bwd(x, g, r * n, n, dx, tmp, c, kind, ln2, fc, mode)
+    return twins(f"fused {name} forward", forward), twins(f"fused {name} backward", backward)
+
+
+ROWS = {name: _row_kernels(name) for name in ("softmax", "log_softmax")}
+
+
+class Rows(torch.autograd.Function):
+    """softmax or log_softmax over the last dimension, fused."""
+
+    @staticmethod
+    def forward(ctx, name, c, fmt, rounding, kind, x):
+        nm = numerics(fmt, rounding)
+        n = x.shape[-1]
+        out = torch.empty(x.shape)
+        ROWS[name][0][_par(x.numel())](_f32(x), out_flat(out).view(np.float32),
+                                       x.numel() // max(n, 1), n, c, nm.fc, nm.mode)
+        ctx.save_for_backward(x)
+        ctx.meta = name, c, nm, kind
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        name, c, nm, kind = ctx.meta
+        (x,) = ctx.saved_tensors
+        n = x.shape[-1]
+        dx = torch.empty(x.shape)
+        tmp = np.empty(x.numel(), np.float32)
+        ROWS[name][1][_par(x.numel())](_f32(x), _f32(g.float()), out_flat(dx).view(np.float32),
+                                       tmp, x.numel() // max(n, 1), n, c, kind, nm.ln2, nm.fc,
+                                       nm.mode)
+        return None, None, None, None, None, dx
+
+
+def rows(name: str, x: torch.Tensor, dim: int, kw: dict) -> torch.Tensor:
+    """softmax / log_softmax of ``x`` along ``dim``, fused (the caller checked
+    :func:`fusable` and that x is not empty)."""
+    fmt = kw["fmt"]
+    c = consts("rows", fmt, kw["rounding"], log2e(fmt))
+    last = dim % x.dim() == x.dim() - 1 if x.dim() else True
+    xm = x if last else x.movedim(dim, -1)
+    y = Rows.apply(name, c, fmt, kw["rounding"], _kind(kw["backward"]), xm)
+    return y if last else y.movedim(-1, dim)
+
+
+# --- rows: layer norm, RMS norm -------------------------------------------------------------
+
+_EMPTY = np.zeros(0, np.float32)
+
+
+def _norm_kernels(name):
+    fwd, fwd32 = D[name + "_fwd"], D32[name + "_fwd"]
+
+    def forward(x, w, b, out, rows, n, c, fc, mode):
+        if S.is_float32(fc):
+            for r in prange(rows):
+                fwd32(x, r * n, n, w, b, out, c, fc, mode)
+        else:
+            for r in prange(rows):
+                fwd(x, r * n, n, w, b, out, c, fc, mode)
+    return twins(f"fused {name} forward", forward), D[name + "_bwd"], D32[name + "_bwd"]
+
+
+def _ln_backward(x, g, w, dx, dsum, dw, tmp, rows, n, c, kind, ln2, fc, mode):
+    if S.is_float32(fc):
+        for r in prange(rows):
+            dsum[r] = LN_BWD32(x, g, r * n, n, w, dx, dw, tmp, c, kind, ln2, fc, mode)
+    else:
+        for r in prange(rows):
+            dsum[r] = LN_BWD(x, g, r * n, n, w, dx, dw, tmp, c, kind, ln2, fc, mode)
+
+
+def _rms_backward(x, g, w, dx, dx2, dx3, dw, tmp, rows, n, c, kind, ln2, fc, mode):
+    if S.is_float32(fc):
+        for r in prange(rows):
+            RMS_BWD32(x, g, r * n, n, w, dx, dx2, dx3, dw, tmp, c, kind, ln2, fc, mode)
+    else:
+        for r in prange(rows):
+            RMS_BWD(x, g, r * n, n, w, dx, dx2, dx3, dw, tmp, c, kind, ln2, fc, mode)
+
+
+LN_FWD, LN_BWD, LN_BWD32 = _norm_kernels("layer_norm")
+RMS_FWD, RMS_BWD, RMS_BWD32 = _norm_kernels("rms_norm")
+LN_BACKWARD = twins("fused layer_norm backward", _ln_backward)
+RMS_BACKWARD = twins("fused rms_norm backward", _rms_backward)
+
+
+def _norm_forward(ctx, kernels, c, fmt, rounding, kind, x, weight, bias, n):
+    nm = numerics(fmt, rounding)
+    out = torch.empty(x.shape)
+    kernels[_par(x.numel())](_f32(x), _EMPTY if weight is None else _f32(weight),
+                             _EMPTY if bias is None else _f32(bias),
+                             out_flat(out).view(np.float32), x.numel() // n, n, c, nm.fc,
+                             nm.mode)
+    ctx.save_for_backward(x, weight)
+    ctx.meta = c, nm, kind, n, None if bias is None else bias.shape
+    return out
+
+
+class LayerNorm(torch.autograd.Function):
+    """pa_layer_norm over the trailing ``n`` elements, fused; x passed twice (its
+    gradient through x - μ, then through Σx)."""
+
+    @staticmethod
+    def forward(ctx, c, fmt, rounding, kind, n, x, _x, weight, bias):
+        return _norm_forward(ctx, LN_FWD, c, fmt, rounding, kind, x, weight, bias, n)
+
+    @staticmethod
+    def backward(ctx, g):
+        c, nm, kind, n, bshape = ctx.meta
+        x, weight = ctx.saved_tensors
+        rows = x.numel() // n
+        dx = torch.empty(x.shape)
+        dsum = torch.empty(rows)
+        dw = torch.empty(x.shape) if weight is not None else None
+        g = g.float()
+        LN_BACKWARD[_par(x.numel())](
+            _f32(x), _f32(g), _EMPTY if weight is None else _f32(weight),
+            out_flat(dx).view(np.float32), dsum.numpy(),
+            _EMPTY if dw is None else out_flat(dw).view(np.float32),
+            np.empty(x.numel(), np.float32), rows, n, c, kind, nm.ln2, nm.fc, nm.mode)
+        dsum = dsum.view(-1, 1).expand(rows, n).reshape(x.shape)
+        gw = None if dw is None else dw.sum_to_size(weight.shape)
+        gb = None if bshape is None else g.sum_to_size(bshape)
+        return None, None, None, None, None, dx, dsum, gw, gb
+
+
+class RMSNorm(torch.autograd.Function):
+    """pa_rms_norm over the trailing ``n`` elements, fused; x passed three times (the
+    division's numerator, then x ·̂ x's two operands)."""
+
+    @staticmethod
+    def forward(ctx, c, fmt, rounding, kind, n, x, _x2, _x3, weight):
+        return _norm_forward(ctx, RMS_FWD, c, fmt, rounding, kind, x, weight, None, n)
+
+    @staticmethod
+    def backward(ctx, g):
+        c, nm, kind, n, _ = ctx.meta
+        x, weight = ctx.saved_tensors
+        rows = x.numel() // n
+        dx, dx2, dx3 = (torch.empty(x.shape) for _ in range(3))
+        dw = torch.empty(x.shape) if weight is not None else None
+        RMS_BACKWARD[_par(x.numel())](
+            _f32(x), _f32(g.float()), _EMPTY if weight is None else _f32(weight),
+            *(out_flat(t).view(np.float32) for t in (dx, dx2, dx3)),
+            _EMPTY if dw is None else out_flat(dw).view(np.float32),
+            np.empty(x.numel(), np.float32), rows, n, c, kind, nm.ln2, nm.fc, nm.mode)
+        gw = None if dw is None else dw.sum_to_size(weight.shape)
+        return None, None, None, None, None, dx, dx2, dx3, gw
+
+
+def layer_norm(x, n, weight, bias, eps, kw):
+    """pa_layer_norm fused over the trailing ``n`` elements (checked by the caller)."""
+    fmt = kw["fmt"]
+    c = consts("norm", fmt, kw["rounding"], float(n), ("raw", eps))
+    return LayerNorm.apply(c, fmt, kw["rounding"], _kind(kw["backward"]), n, x, x,
+                           weight, bias)
+
+
+def rms_norm(x, n, weight, eps, kw):
+    """pa_rms_norm fused over the trailing ``n`` elements (checked by the caller)."""
+    fmt = kw["fmt"]
+    c = consts("norm", fmt, kw["rounding"], float(n), ("raw", eps))
+    return RMSNorm.apply(c, fmt, kw["rounding"], _kind(kw["backward"]), n, x, x, x, weight)
+
+
+# --- cross-entropy --------------------------------------------------------------------------
+
+REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}
+
+
+C_ROWS = FS.C_A + 3        # the row count N, rounded: the 'mean' divisor of probability targets
+CE_FWD, CE_FWD32, CE_BWD, CE_BWD32 = D["ce_fwd"], D32["ce_fwd"], D["ce_bwd"], D32["ce_bwd"]
+RND, DIV_G, DIV_G32 = D["rnd"], D["div_g"], D32["div_g"]
+
+
+def _ce_forward(x, t, valid, q, w, wy, loss, tmp, res, rows, n, c, smooth, red, fc, mode):
+    """Per row the masked loss into ``loss``; then ``res`` = (Σ loss, Σ valid weights, the
+    reduction) by defined-order folds."""
+    f32 = S.is_float32(fc)
+    for r in prange(rows):
+        if f32:
+            v = CE_FWD32(x, r * n, n, t[r], q, w, tmp, c, smooth, fc, mode)
+        else:
+            v = CE_FWD(x, r * n, n, t[r], q, w, tmp, c, smooth, fc, mode)
+        loss[r] = _F(v) if valid[r] else np.float32(0.0)
+    total = fold(loss, 0, rows, 1)
+    res[0] = total
+    if red == 2:
+        if q.size:
+            denom = _F(c[C_ROWS])
+        else:
+            for r in range(rows):
+                tmp[r] = wy[r] if valid[r] else np.float32(0.0)
+            denom = fold(tmp, 0, rows, 1)
+        res[1] = denom
+        if f32:
+            res[2] = _F(S.pa_div(_P(total), _P(denom), fc))
+        else:
+            res[2] = _F(S.pa_div(RND(_P(total), fc, mode), RND(_P(denom), fc, mode), fc))
+
+
+def _ce_backward(x, g, t, valid, q, w, dx, tmp, res, rows, n, c, smooth, red, kind, ln2, fc,
+                 mode):
+    f32 = S.is_float32(fc)
+    gtot = _P(g[0])
+    if red == 2:
+        if f32:
+            gtot = DIV_G32(_P(res[0]), _P(res[1]), gtot, kind, ln2, fc, mode)[0]
+        else:
+            gtot = DIV_G(RND(_P(res[0]), fc, mode), RND(_P(res[1]), fc, mode), gtot, kind,
+                         ln2, fc, mode)[0]
+    for r in prange(rows):
+        gl = _P(g[r]) if red == 0 else gtot
+        if not q.size:
+            gl = gl if valid[r] else np.int64(0)
+        if f32:
+            CE_BWD32(x, gl, r * n, n, t[r], q, w, dx, tmp, c, smooth, kind, ln2, fc, mode)
+        else:
+            CE_BWD(x, gl, r * n, n, t[r], q, w, dx, tmp, c, smooth, kind, ln2, fc, mode)
+
+
+CE = (twins("fused cross_entropy forward", _ce_forward),
+      twins("fused cross_entropy backward", _ce_backward))
+
+
+class CrossEntropy(torch.autograd.Function):
+    """pa_cross_entropy of (rows, C) logits, fused (no gradient to targets or weights)."""
+
+    @staticmethod
+    def forward(ctx, c, fmt, rounding, kind, red, smooth, t, valid, q, w, wy, z):
+        nm = numerics(fmt, rounding)
+        rows, n = z.shape
+        loss = torch.empty(rows)
+        res = np.zeros(3, np.float32)
+        qa = _EMPTY if q is None else _f32(q)
+        wa = _EMPTY if w is None else _f32(w)
+        CE[0][_par(z.numel())](_f32(z), t, valid, qa, wa, wy, loss.numpy(),
+                               np.empty(max(z.numel(), rows), np.float32), res, rows, n, c,
+                               smooth, red, nm.fc, nm.mode)
+        ctx.save_for_backward(z)
+        ctx.meta = c, nm, kind, red, smooth, t, valid, qa, wa, res
+        if red == 0:
+            return loss
+        return torch.tensor(res[0] if red == 1 else res[2])
+
+    @staticmethod
+    def backward(ctx, g):
+        c, nm, kind, red, smooth, t, valid, qa, wa, res = ctx.meta
+        (z,) = ctx.saved_tensors
+        rows, n = z.shape
+        dz = torch.empty(z.shape)
+        CE[1][_par(z.numel())](_f32(z), _f32(g.float()), t, valid, qa, wa,
+                               out_flat(dz).view(np.float32), np.empty(z.numel(), np.float32),
+                               res, rows, n, c, smooth, red, kind, nm.ln2, nm.fc, nm.mode)
+        return (None,) * 11 + (dz,)
+
+
+def cross_entropy(z, t, valid, q, weight, wy, reduction, eps, eps_c, kw):
+    """pa_cross_entropy of the (rows, C) float32 logits ``z`` fused: class targets ``t``
+    (int64, 0 where not ``valid``) or probability targets ``q`` (smoothed already);
+    ``wy``: the targets' weights (float32, rows), for 'mean'."""
+    fmt = kw["fmt"]
+    c = consts("ce", fmt, kw["rounding"], log2e(fmt), 1.0 - eps, eps_c, float(z.shape[0]))
+    rows = z.shape[0]
+    smooth = q is None and eps > 0
+    ta = np.zeros(rows, np.int64) if t is None else t.numpy()
+    va = np.ones(rows, np.bool_) if valid is None else valid.numpy()
+    wya = np.ones(rows, np.float32) if wy is None else _f32(wy)
+    return CrossEntropy.apply(c, fmt, kw["rounding"], _kind(kw["backward"]),
+                              REDUCTIONS[reduction], smooth, ta, va, q, weight, wya, z)
+
