@@ -282,3 +282,53 @@ def test_fused_takes_the_graph_where_it_cannot_run():
         assert not _fused.fusable("nearest_even", x)
     y = PE.pa_gelu(x.bfloat16().requires_grad_())
     assert y.dtype == torch.bfloat16 and y.grad_fn.name() != "ElementwiseBackward"
+
+
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("fmt", ["float32", "bf16", "float8_e4m3fn", "e3m2"])
+def test_fused_recurrent_cells_are_their_graphs(fmt, kind, rounding):
+    """GRU and LSTM layers (two layers, bidirectional, batch first) with every op group PA:
+    the fused gate arithmetic per step equals the graph of PA operations; output, h_n,
+    c_n and every parameter's gradient, bit for bit."""
+    cfg = tb.PAMConfig("bf16", pa_fmt=fmt, backward=kind, rounding=rounding)
+    for cell in (torch.nn.GRU, torch.nn.LSTM):
+        torch.manual_seed(0)
+        rnn = cell(6, 5, num_layers=2, bidirectional=True, batch_first=True)
+        x = specials((3, 4, 6), 12).nan_to_num(0.0, 50.0, -50.0)
+
+        def run(a):
+            with tb.pam_mode(cfg):
+                out = rnn(a)
+            h_n = out[1][0] if cell is torch.nn.LSTM else out[1]
+            loss = out[0].sum() * 0.5 + h_n.square().sum()
+            if cell is torch.nn.LSTM:
+                loss = loss + out[1][1].sum() * 3.0
+            return loss
+
+        def grads(fn):
+            rnn.zero_grad()
+            res = fn(run, (x,))
+            return res + [p.grad.clone() for p in rnn.parameters()]
+        _same(grads(_run), grads(_graph), cell.__name__)
+
+
+def test_fused_lstm_unused_outputs():
+    """An LSTM step whose c' (or h') gets no gradient from outside: as the graph."""
+    kw = dict(fmt=emu.float32, backward="exact", rounding="nearest_even")
+    gi, gh, cp = specials((3, 8), 13), specials((3, 8), 14), specials((3, 2), 15)
+    for pick in (0, 1):
+        def fn(a, b, c):
+            return _fused.lstm_step(a, b, c, kw)[pick] * 2.0 if _fused.enabled() else \
+                _graph_lstm(a, b, c, kw)[pick] * 2.0
+        fused = _run(fn, (gi, gh, cp))
+        with _fused.use(False):
+            graph = _run(fn, (gi, gh, cp))
+        _same(fused, graph, f"output {pick}")
+
+
+def _graph_lstm(gi, gh, c, kw):
+    from torch_bridge.recurrent import _cell, _Ops
+    ops = _Ops(tb.PAMConfig("bf16", pa_fmt=kw["fmt"], backward=kw["backward"]))
+    ops.linear = lambda h, w, b: gh
+    return _cell("lstm", ops, gi, None, c, None, None)

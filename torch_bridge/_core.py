@@ -30,6 +30,7 @@ import torch
 
 import emu
 import emu.mx
+import emu.shapes
 import emu.grad as G
 from emu import _kernels as K
 from emu import _kernels_grad as KG
@@ -236,8 +237,29 @@ def _matmul_work(a, b) -> int:
     """Multiply-adds of torch.matmul(a, b)."""
     m = a.shape[-2] if a.dim() > 1 else 1
     n = b.shape[-1] if b.dim() > 1 else 1
-    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    return math.prod(batch) * m * n * a.shape[-1]
+    if a.dim() <= 2 and b.dim() <= 2:
+        return m * n * a.shape[-1]
+    batch = broadcast_shape(a.shape[:-2], b.shape[:-2])
+    return math.prod(batch) * m * n * a.shape[-1] if batch is not None else 0
+
+
+def broadcast_shape(a, b):
+    """The broadcast of two shapes (a torch.Size), or None if they do not broadcast
+    (torch.broadcast_shapes costs ~70 us a call)."""
+    if a == b:
+        return torch.Size(a)
+    n = max(len(a), len(b))
+    a = (1,) * (n - len(a)) + tuple(a)
+    b = (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            return None
+    return torch.Size(out)
 
 
 # --- the per-call path ---------------------------------------------------------------
@@ -290,7 +312,17 @@ def flat(t: torch.Tensor, shape=None) -> np.ndarray:
     the kernels' operand: a view when it is contiguous, else a contiguous copy."""
     if shape is not None and t.shape != shape:
         t = t.expand(shape)
-    return t.detach().reshape(-1).numpy().view(np.uint32)
+    a = t.detach().numpy()
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    return a.reshape(-1).view(np.uint32)
+
+
+def new(shape):
+    """A new float32 CPU tensor of ``shape`` and the flat uint32 view kernels write it
+    through (numpy's allocation: cheaper than torch.empty and a view of it)."""
+    a = np.empty(shape, np.float32)
+    return torch.from_numpy(a), a.reshape(-1).view(np.uint32)
 
 
 def out_flat(t: torch.Tensor) -> np.ndarray:
@@ -301,19 +333,21 @@ def out_flat(t: torch.Tensor) -> np.ndarray:
 def round_lean(x: torch.Tensor, fmt: emu.Format, rounding: str) -> torch.Tensor:
     """:func:`round_to` for the per-call path (deterministic rounding, a float32 CPU
     tensor): emu's serial quantize kernel."""
-    if fmt == emu.float32:
+    nm = numerics(fmt, rounding)
+    if nm.f32:
         return x
-    out = torch.empty(x.shape)
-    K.QUANTIZE[False](flat(x), out_flat(out), fmt.consts, ROUNDING[rounding], True, False, 0)
+    out, o = new(x.shape)
+    K.QUANTIZE[False](flat(x), o, nm.fc, nm.mode, True, False, 0)
     return out
 
 
 def _rounded_lean(ctx, tensors, fmt, rounding):
     """:func:`_rounded` on the per-call path: the same tensors rounded and saved."""
+    f32 = numerics(fmt, rounding).f32
     rounded, saved = [], []
     for t in tensors:
-        x = as_float32(t)
-        r = round_lean(x, fmt, rounding)
+        x = t.detach() if t.dtype == torch.float32 else t.detach().float()
+        r = x if f32 else round_lean(x, fmt, rounding)
         rounded.append(r)
         saved.append(t if r is x and t.dtype == torch.float32 else r)
     ctx.save_for_backward(*saved)
@@ -324,15 +358,17 @@ def _rounded_lean(ctx, tensors, fmt, rounding):
 def binary_kernel(op, a, b, nm):
     """emu's op ``op`` (a binary registry op) of two float32 CPU tensors that are values
     of the format, with broadcasting, by its serial kernel."""
-    shape = a.shape if a.shape == b.shape else torch.broadcast_shapes(a.shape, b.shape)
-    out = torch.empty(shape)
-    K.BINARY_SERIAL[op](flat(a, shape), flat(b, shape), out_flat(out), nm.fc)
+    shape = a.shape if a.shape == b.shape else broadcast_shape(a.shape, b.shape)
+    if shape is None:           # emu's error, naming the shapes
+        emu.shapes.broadcast(("a", a.shape), ("b", b.shape))
+    out, o = new(shape)
+    K.BINARY_SERIAL[op](flat(a, shape), flat(b, shape), o, nm.fc)
     return out
 
 
 def unary_kernel(op, x, nm):
-    out = torch.empty(x.shape)
-    K.UNARY_SERIAL[op](flat(x), out_flat(out), nm.fc)
+    out, o = new(x.shape)
+    K.UNARY_SERIAL[op](flat(x), o, nm.fc)
     return out
 
 
@@ -340,8 +376,8 @@ def binary_grad_kernel(op, kind, a, b, g, nm):
     """emu.grad's (δA, δB) of ``op`` (Table 1, ``kind``) by one serial kernel, at the
     broadcast shape of ``g``."""
     shape = g.shape
-    da, db = torch.empty(shape), torch.empty(shape)
-    args = flat(a, shape), flat(b, shape), flat(g), out_flat(da), out_flat(db)
+    (da, oa), (db, ob) = new(shape), new(shape)
+    args = flat(a, shape), flat(b, shape), flat(g), oa, ob
     if kind == "exact":
         KG.BINARY_SERIAL[op](*args, nm.fc)
     else:
@@ -350,11 +386,11 @@ def binary_grad_kernel(op, kind, a, b, g, nm):
 
 
 def unary_grad_kernel(op, kind, x, g, nm):
-    dx = torch.empty(g.shape)
+    dx, o = new(g.shape)
     if kind == "exact":
-        KG.UNARY_SERIAL[op](flat(x, g.shape), flat(g), out_flat(dx), nm.fc)
+        KG.UNARY_SERIAL[op](flat(x, g.shape), flat(g), o, nm.fc)
     else:
-        KG.APPROX[False][op](flat(x, g.shape), flat(g), out_flat(dx), nm.ln2, nm.fc)
+        KG.APPROX[False][op](flat(x, g.shape), flat(g), o, nm.ln2, nm.fc)
     return dx
 
 

@@ -493,3 +493,153 @@ def cross_entropy(z, t, valid, q, weight, wy, reduction, eps, eps_c, kw):
     return CrossEntropy.apply(c, fmt, kw["rounding"], _kind(kw["backward"]),
                               REDUCTIONS[reduction], smooth, ta, va, q, weight, wya, z)
 
+
+
+# --- recurrent cells ------------------------------------------------------------------------
+
+GRU_FWD, GRU_FWD32, GRU_BWD, GRU_BWD32 = D["gru_fwd"], D32["gru_fwd"], D["gru_bwd"], D32["gru_bwd"]
+LSTM_FWD, LSTM_FWD32 = D["lstm_fwd"], D32["lstm_fwd"]
+LSTM_BWD, LSTM_BWD32 = D["lstm_bwd"], D32["lstm_bwd"]
+
+
+def _gru_forward(gi, gh, h, out, rows, H, c, fc, mode):
+    """gi, gh: (rows, 3H) flat; h, out: (rows, H) flat."""
+    f32 = S.is_float32(fc)
+    for r in prange(rows):
+        a, o = r * 3 * H, r * H
+        for j in range(H):
+            args = (_P(gi[a + j]), _P(gi[a + H + j]), _P(gi[a + 2 * H + j]), _P(gh[a + j]),
+                    _P(gh[a + H + j]), _P(gh[a + 2 * H + j]), _P(h[o + j]))
+            if f32:
+                out[o + j] = _F(GRU_FWD32(*args, c, fc, mode))
+            else:
+                out[o + j] = _F(GRU_FWD(*args, c, fc, mode))
+
+
+def _gru_backward(gi, gh, h, g, dgi, dgh, dh, rows, H, c, kind, ln2, fc, mode):
+    f32 = S.is_float32(fc)
+    for r in prange(rows):
+        a, o = r * 3 * H, r * H
+        for j in range(H):
+            args = (_P(gi[a + j]), _P(gi[a + H + j]), _P(gi[a + 2 * H + j]), _P(gh[a + j]),
+                    _P(gh[a + H + j]), _P(gh[a + 2 * H + j]), _P(h[o + j]), _P(g[o + j]))
+            if f32:
+                gar, gaz, gan, ghn, gd = GRU_BWD32(*args, c, kind, ln2, fc, mode)
+            else:
+                gar, gaz, gan, ghn, gd = GRU_BWD(*args, c, kind, ln2, fc, mode)
+            dgi[a + j] = dgh[a + j] = _F(gar)
+            dgi[a + H + j] = dgh[a + H + j] = _F(gaz)
+            dgi[a + 2 * H + j] = _F(gan)
+            dgh[a + 2 * H + j] = _F(ghn)
+            dh[o + j] = _F(gd)
+
+
+def _lstm_forward(gi, gh, cp, h2, c2, rows, H, c, fc, mode):
+    """gi, gh: (rows, 4H) flat; cp, h2, c2: (rows, H) flat."""
+    f32 = S.is_float32(fc)
+    for r in prange(rows):
+        a, o = r * 4 * H, r * H
+        for j in range(H):
+            args = (_P(gi[a + j]), _P(gi[a + H + j]), _P(gi[a + 2 * H + j]),
+                    _P(gi[a + 3 * H + j]), _P(gh[a + j]), _P(gh[a + H + j]),
+                    _P(gh[a + 2 * H + j]), _P(gh[a + 3 * H + j]), _P(cp[o + j]))
+            if f32:
+                hv, cv = LSTM_FWD32(*args, c, fc, mode)
+            else:
+                hv, cv = LSTM_FWD(*args, c, fc, mode)
+            h2[o + j] = _F(hv)
+            c2[o + j] = _F(cv)
+
+
+def _lstm_backward(gi, gh, cp, gh2, has_h, gc2, has_c, ds, dcp, rows, H, c, kind, ln2, fc,
+                   mode):
+    f32 = S.is_float32(fc)
+    for r in prange(rows):
+        a, o = r * 4 * H, r * H
+        for j in range(H):
+            args = (_P(gi[a + j]), _P(gi[a + H + j]), _P(gi[a + 2 * H + j]),
+                    _P(gi[a + 3 * H + j]), _P(gh[a + j]), _P(gh[a + H + j]),
+                    _P(gh[a + 2 * H + j]), _P(gh[a + 3 * H + j]), _P(cp[o + j]),
+                    _P(gh2[o + j]) if has_h else np.int64(0), has_h,
+                    _P(gc2[o + j]) if has_c else np.int64(0), has_c)
+            if f32:
+                gi_, gf, gg, go, gcp = LSTM_BWD32(*args, c, kind, ln2, fc, mode)
+            else:
+                gi_, gf, gg, go, gcp = LSTM_BWD(*args, c, kind, ln2, fc, mode)
+            ds[a + j], ds[a + H + j] = _F(gi_), _F(gf)
+            ds[a + 2 * H + j], ds[a + 3 * H + j] = _F(gg), _F(go)
+            dcp[o + j] = _F(gcp)
+
+
+GRU = (twins("fused gru forward", _gru_forward), twins("fused gru backward", _gru_backward))
+LSTM = (twins("fused lstm forward", _lstm_forward), twins("fused lstm backward", _lstm_backward))
+
+
+def _new(*shape):
+    a = np.empty(shape, np.float32)
+    return torch.from_numpy(a), a.reshape(-1)
+
+
+class GRUStep(torch.autograd.Function):
+    """One GRU step's gate arithmetic (recurrent._cell) fused: gi, gh (N, 3H), h (N, H)."""
+
+    @staticmethod
+    def forward(ctx, c, fmt, rounding, kind, gi, gh, h):
+        nm = numerics(fmt, rounding)
+        rows, H = h.shape
+        out, o = _new(rows, H)
+        GRU[0][_par(gh.numel())](_f32(gi), _f32(gh), _f32(h), o, rows, H, c, nm.fc, nm.mode)
+        ctx.save_for_backward(gi, gh, h)
+        ctx.meta = c, nm, kind
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        c, nm, kind = ctx.meta
+        gi, gh, h = ctx.saved_tensors
+        rows, H = h.shape
+        (dgi, a), (dgh, b), (dh, d) = _new(rows, 3 * H), _new(rows, 3 * H), _new(rows, H)
+        GRU[1][_par(gh.numel())](_f32(gi), _f32(gh), _f32(h), _f32(g.float()), a, b, d, rows,
+                                 H, c, kind, nm.ln2, nm.fc, nm.mode)
+        return None, None, None, None, dgi, dgh, dh
+
+
+class LSTMStep(torch.autograd.Function):
+    """One LSTM step's gate arithmetic (recurrent._cell) fused: gi, gh (N, 4H), c (N, H)
+    -> (h', c')."""
+
+    @staticmethod
+    def forward(ctx, c, fmt, rounding, kind, gi, gh, cp):
+        nm = numerics(fmt, rounding)
+        rows, H = cp.shape
+        (h2, a), (c2, b) = _new(rows, H), _new(rows, H)
+        LSTM[0][_par(gh.numel())](_f32(gi), _f32(gh), _f32(cp), a, b, rows, H, c, nm.fc,
+                                  nm.mode)
+        ctx.save_for_backward(gi, gh, cp)
+        ctx.meta = c, nm, kind
+        ctx.set_materialize_grads(False)        # an unused output: no gradient, as the graph
+        return h2, c2
+
+    @staticmethod
+    def backward(ctx, gh2, gc2):
+        c, nm, kind = ctx.meta
+        gi, gh, cp = ctx.saved_tensors
+        rows, H = cp.shape
+        (ds, a), (dcp, b) = _new(rows, 4 * H), _new(rows, H)
+        LSTM[1][_par(gh.numel())](_f32(gi), _f32(gh), _f32(cp),
+                                  _EMPTY if gh2 is None else _f32(gh2.float()), gh2 is not None,
+                                  _EMPTY if gc2 is None else _f32(gc2.float()), gc2 is not None,
+                                  a, b, rows, H, c, kind, nm.ln2, nm.fc, nm.mode)
+        return None, None, None, None, ds, ds, dcp
+
+
+def gru_step(gi, gh, h, kw):
+    """GRUStep of the gates ``gi``, ``gh`` and the state ``h`` (checked by the caller)."""
+    c = consts("cell", kw["fmt"], kw["rounding"])
+    return GRUStep.apply(c, kw["fmt"], kw["rounding"], _kind(kw["backward"]), gi, gh, h)
+
+
+def lstm_step(gi, gh, cp, kw):
+    """LSTMStep: ``(h', c')`` (checked by the caller)."""
+    c = consts("cell", kw["fmt"], kw["rounding"])
+    return LSTMStep.apply(c, kw["fmt"], kw["rounding"], _kind(kw["backward"]), gi, gh, cp)

@@ -573,4 +573,76 @@ def define(F, P, fadd, fsub, f32):
             dx[base + j] = F(mul_g(rnd(P(x[base + j]), fc, mode), c[C_A], gt, kind, ln2, fc,
                                    mode)[0])
 
+    # --- recurrent cells (recurrent.py), element j of a batch row ----------------------
+    # the gates' pre-activations as recurrent._cell chunks them; c: [R(1)]
+
+    @register_jitable
+    def gru_nodes(ir, iz, in_, hr, hz, hn, h, c, fc, mode):
+        ar = add(ir, hr)
+        az = add(iz, hz)
+        r = rnd(sigmoid(ar, c, fc, mode), fc, mode)
+        an = add(in_, S.pam_mul(r, rnd(hn, fc, mode), fc))
+        n = tanh_fwd(an, c, fc, mode)
+        z = rnd(sigmoid(az, c, fc, mode), fc, mode)
+        d = sub(h, n)
+        return ar, az, r, an, n, z, d
+
+    @register_jitable
+    def gru_fwd(ir, iz, in_, hr, hz, hn, h, c, fc, mode):
+        """``r, z = σ(gi_r + gh_r), σ(gi_z + gh_z)``, ``n = tanh(gi_n + r ·̂ gh_n)``,
+        ``h' = n + z ·̂ (h - n)``."""
+        _, _, _, _, n, z, d = gru_nodes(ir, iz, in_, hr, hz, hn, h, c, fc, mode)
+        return add(n, S.pam_mul(z, rnd(d, fc, mode), fc))
+
+    @register_jitable
+    def gru_bwd(ir, iz, in_, hr, hz, hn, h, g, c, kind, ln2, fc, mode):
+        """(δ(gi_r + gh_r), δ(gi_z + gh_z), δgi_n, δgh_n, δh) from δh'."""
+        ar, az, r, an, n, z, d = gru_nodes(ir, iz, in_, hr, hz, hn, h, c, fc, mode)
+        gz, gd = mul_g(z, rnd(d, fc, mode), g, kind, ln2, fc, mode)
+        gn = add(g, neg(gd))                        # n + ...'s, then h - n's
+        gxx = sigmoid_g(add(an, an), add(gn, gn), c, kind, ln2, fc, mode)
+        gan = add(gxx, gxx)                         # tanh's x + x
+        gr, ghn = mul_g(r, rnd(hn, fc, mode), gan, kind, ln2, fc, mode)
+        return (sigmoid_g(ar, gr, c, kind, ln2, fc, mode),
+                sigmoid_g(az, gz, c, kind, ln2, fc, mode), gan, ghn, gd)
+
+    @register_jitable
+    def lstm_nodes(gi, gf, gg, go, hi, hf, hg, ho, cp, c, fc, mode):
+        i, f, gc, o = add(gi, hi), add(gf, hf), add(gg, hg), add(go, ho)
+        sf = rnd(sigmoid(f, c, fc, mode), fc, mode)
+        si = rnd(sigmoid(i, c, fc, mode), fc, mode)
+        tg = rnd(tanh_fwd(gc, c, fc, mode), fc, mode)
+        c2 = add(S.pam_mul(sf, rnd(cp, fc, mode), fc), S.pam_mul(si, tg, fc))
+        so = rnd(sigmoid(o, c, fc, mode), fc, mode)
+        tc = rnd(tanh_fwd(c2, c, fc, mode), fc, mode)
+        return i, f, gc, o, sf, si, tg, c2, so, tc
+
+    @register_jitable
+    def lstm_fwd(gi, gf, gg, go, hi, hf, hg, ho, cp, c, fc, mode):
+        """``i, f, g, o`` of ``gi + gh``; ``c' = σ(f) ·̂ c + σ(i) ·̂ tanh(g)``,
+        ``h' = σ(o) ·̂ tanh(c')``: (h', c')."""
+        nodes = lstm_nodes(gi, gf, gg, go, hi, hf, hg, ho, cp, c, fc, mode)
+        return S.pam_mul(nodes[8], nodes[9], fc), nodes[7]
+
+    @register_jitable
+    def lstm_bwd(gi, gf, gg, go, hi, hf, hg, ho, cp, gh2, has_h, gc2, has_c, c, kind, ln2,
+                 fc, mode):
+        """(δi, δf, δg, δo, δc) from δh' and δc' (``has_*``: whether each reached the
+        step; without δh' nothing flows through tanh(c') and σ(o))."""
+        i, f, gc, o, sf, si, tg, c2, so, tc = lstm_nodes(gi, gf, gg, go, hi, hf, hg, ho, cp,
+                                                         c, fc, mode)
+        dc = gc2
+        dgo = np.int64(0)
+        if has_h:
+            gso, gtc = mul_g(so, tc, gh2, kind, ln2, fc, mode)
+            gxc = sigmoid_g(add(c2, c2), add(gtc, gtc), c, kind, ln2, fc, mode)
+            # c' gets the next step's gradient first, then tanh(c')'s x + x
+            dc = add(add(gc2, gxc), gxc) if has_c else add(gxc, gxc)
+            dgo = sigmoid_g(o, gso, c, kind, ln2, fc, mode)
+        gsi, gtg = mul_g(si, tg, dc, kind, ln2, fc, mode)
+        gsf, gcp = mul_g(sf, rnd(cp, fc, mode), dc, kind, ln2, fc, mode)
+        gxg = sigmoid_g(add(gc, gc), add(gtg, gtg), c, kind, ln2, fc, mode)
+        return (sigmoid_g(i, gsi, c, kind, ln2, fc, mode),
+                sigmoid_g(f, gsf, c, kind, ln2, fc, mode), add(gxg, gxg), dgo, gcp)
+
     return {name: f for name, f in locals().items() if callable(f)}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
+from . import _fused
 from . import elementwise as PE
 from . import functional as PF
 
@@ -48,9 +49,19 @@ class _Ops:
     def mul(self, a, b):
         return PF.pam_mul(a, b, **self.kw) if self.pa else a * b
 
+    def fused(self, *tensors):
+        """Whether the step's gate arithmetic runs fused (torch_bridge/_fused.py: the same
+        bits as the PA operations below)."""
+        return self.pa and _fused.fusable(self.kw["rounding"], *tensors) and all(
+            t.dim() == 2 for t in tensors)
+
 
 def _cell(mode, ops, gi, h, c, w_hh, b_hh):
     gh = ops.linear(h, w_hh, b_hh)
+    if mode == "gru" and ops.fused(gi, gh, h):
+        return _fused.gru_step(gi, gh, h, ops.kw), None
+    if mode == "lstm" and ops.fused(gi, gh, c):
+        return _fused.lstm_step(gi, gh, c, ops.kw)
     if mode == "gru":
         (ir, iz, in_), (hr, hz, hn) = gi.chunk(3, -1), gh.chunk(3, -1)
         r, z = ops.sigmoid(ir + hr), ops.sigmoid(iz + hz)
