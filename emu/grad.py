@@ -152,6 +152,15 @@ def host_matmul_grad(a, b, g, fmt: Format, acc: Format, kind: str, need=(True, T
     """:func:`pam_matmul` of float32 numpy arrays with Format objects and a checked
     ``kind``, without the front end's conversions (for callers that checked their
     operands already, e.g. torch_bridge's per-call path); the shapes are still checked."""
+    if (kind == "approx" and a.ndim == 2 and b.ndim == 2 and g.shape == (a.shape[0], b.shape[1])
+            and a.shape[1] == b.shape[0]):
+        # plain 2-D: what the general code below computes, without its layout work
+        da = _pam_matmul(g, b.T, fmt, acc) if need[0] else None
+        db = None
+        if need[1]:
+            db = _pam_matmul(a.T, g, fmt, acc) if a.size <= g.size else \
+                _pam_matmul(g.T, a, fmt, acc).T
+        return da, db
     a2shape, b2shape, batch, full = matmul_grad_shapes(a.shape, b.shape, g.shape)
     a2 = a.reshape(a2shape)
     b2 = b.reshape(b2shape)
