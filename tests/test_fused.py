@@ -332,3 +332,39 @@ def _graph_lstm(gi, gh, c, kw):
     ops = _Ops(tb.PAMConfig("bf16", pa_fmt=kw["fmt"], backward=kw["backward"]))
     ops.linear = lambda h, w, b: gh
     return _cell("lstm", ops, gi, None, c, None, None)
+
+
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("fmt", ["float32", "bf16", "float16", "e3m2"])
+def test_fused_linear_is_its_graph(fmt, kind, rounding):
+    """pam_linear as one Function equals its graph (reshape, PAMMatmul, reshape, bias
+    add): output and the gradients of x, weight and bias."""
+    w, b = specials((5, 7), 16, 1.0).nan_to_num(0.0), specials((5,), 17)
+    kw = dict(backward=kind, rounding=rounding)
+    cases = {
+        "3-D with bias": (lambda x, w, b: PF.pam_linear(x, w, b, fmt, **kw),
+                          (specials((2, 3, 7), 18).nan_to_num(0.0, 1e4, -1e4), w, b)),
+        "2-D": (lambda x, w: PF.pam_linear(x, w, None, fmt, **kw), (specials((4, 7), 19), w)),
+        "1-D": (lambda x, w, b: PF.pam_linear(x, w, b, fmt, **kw), (specials((7,), 20), w, b)),
+        "frozen weight": (lambda x: PF.pam_linear(x, w, b, fmt, **kw),
+                          (specials((3, 7), 21),)),
+    }
+    for name, (fn, args) in cases.items():
+        _same(_run(fn, args), _graph(fn, args), name)
+
+
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_number_operands_are_tensor_operands(fmt, kind, rounding):
+    """``x op number`` and ``number op x`` (no tensor of the number) give the bits of the
+    number as a 0-d float32 tensor."""
+    x = specials((3, 5), 22)
+    kw = dict(backward=kind, rounding=rounding)
+    for v in (0.3, -2.5, 3, 1e-40, 7e38, float("inf"), float("nan"), 0.0):
+        for name, fn in (("x * v", lambda a: PF.pam_mul(a, v, fmt, **kw)),
+                         ("v * x", lambda a: PF.pam_mul(v, a, fmt, **kw)),
+                         ("x / v", lambda a: PF.pa_div(a, v, fmt, **kw)),
+                         ("v / x", lambda a: PF.pa_div(v, a, fmt, **kw))):
+            _same(_run(fn, (x,)), _graph(fn, (x,)), f"{name}, v={v}")

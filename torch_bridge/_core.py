@@ -312,7 +312,7 @@ def flat(t: torch.Tensor, shape=None) -> np.ndarray:
     the kernels' operand: a view when it is contiguous, else a contiguous copy."""
     if shape is not None and t.shape != shape:
         t = t.expand(shape)
-    a = t.detach().numpy()
+    a = t.detach().numpy() if t.requires_grad else t.numpy()
     if not a.flags.c_contiguous:
         a = np.ascontiguousarray(a)
     return a.reshape(-1).view(np.uint32)
@@ -432,6 +432,40 @@ class PAMMatmul(torch.autograd.Function):
                                   kernel_fmt(fmt), acc, kind, need=need)
         return (_grad_out(dA, ctx.operands[0]) if need[0] else None,
                 _grad_out(dB, ctx.operands[1]) if need[1] else None, None, None, None, None)
+
+
+class PAMLinear(torch.autograd.Function):
+    """functional.pam_linear on the per-call path as one Function: its graph — ``x``
+    reshaped to rows, PAMMatmul of (rows, ``weight.t()``), reshaped back, ``+ bias`` in
+    float32 — with the graph's bits (the same emu calls on the same rounded operands; the
+    bias gradient reduced by ``sum_to_size``, as autograd's add reduces it) and one
+    autograd node instead of five.  Float32 tensors, deterministic rounding."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, fmt, acc, kind, rounding):
+        x2 = x.reshape(-1, x.shape[-1])
+        with emu_threads(x2.shape[0] * weight.numel()):
+            A, W = _rounded_lean(ctx, (x2, weight), fmt, rounding)
+            C = torch.from_numpy(host_matmul(A.detach().numpy(), W.detach().numpy().T,
+                                             kernel_fmt(fmt), acc))
+        y = C.reshape(*x.shape[:-1], weight.shape[0])
+        ctx.meta = fmt, acc, kind, rounding, x.shape, None if bias is None else bias.shape
+        return y if bias is None else y + bias.detach()
+
+    @staticmethod
+    def backward(ctx, dy):
+        fmt, acc, kind, rounding, xshape, bshape = ctx.meta
+        a, w = ctx.saved_tensors
+        need = ctx.needs_input_grad[:2]
+        g = round_lean(as_float32(dy).reshape(-1, w.shape[0]), fmt, rounding)
+        with emu_threads(a.numel() * w.shape[0]):
+            dA, dB = host_matmul_grad(as_float32(a).reshape(-1, w.shape[1]).numpy(),
+                                      as_float32(w).numpy().T, g.detach().numpy(),
+                                      kernel_fmt(fmt), acc, kind, need)
+        dx = torch.from_numpy(dA).reshape(xshape) if need[0] else None
+        dw = torch.from_numpy(dB.T) if need[1] else None
+        db = dy.sum_to_size(bshape) if bshape is not None and ctx.needs_input_grad[2] else None
+        return dx, dw, db, None, None, None, None
 
 
 class PABinary(torch.autograd.Function):

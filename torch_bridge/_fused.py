@@ -24,6 +24,7 @@ import torch
 from numba import njit, prange
 from numba.extending import register_jitable
 
+import emu
 from emu import _kernels as K
 from emu import _kernels_reduce as KR
 from emu import _scalar as S
@@ -643,3 +644,84 @@ def lstm_step(gi, gh, cp, kw):
     """LSTMStep: ``(h', c')`` (checked by the caller)."""
     c = consts("cell", kw["fmt"], kw["rounding"])
     return LSTMStep.apply(c, kw["fmt"], kw["rounding"], _kind(kw["backward"]), gi, gh, cp)
+
+
+# --- a binary primitive with a number operand ---------------------------------------------
+
+def _constant_kernels(op):
+    """pam_mul / pa_div of a tensor and a number (``c``, a pattern of a value of the
+    format), the tensor already rounded: emu's kernels of the op on the tensor and the
+    broadcast constant, without the broadcast."""
+    entry = emu.OPS[op]
+    scalar, (ga, gb) = entry.scalar, entry.grads
+    rule, rule32 = entry.approx_scalar, A.FLOAT32[entry.approx_scalar.__name__]
+
+    def forward(x, out, c, swap, fc):
+        for i in prange(x.size):
+            v = np.int64(x[i])
+            out[i] = scalar(c, v, fc) if swap else scalar(v, c, fc)
+
+    def backward(x, g, out, c, swap, exact, ln2, fc):
+        if exact:
+            for i in prange(x.size):
+                v, d = np.int64(x[i]), np.int64(g[i])
+                out[i] = gb(c, v, d, fc) if swap else ga(v, c, d, fc)
+        elif S.is_float32(fc):
+            for i in prange(x.size):
+                v, d = np.int64(x[i]), np.int64(g[i])
+                out[i] = rule32(c, v, d, ln2, fc)[1] if swap else rule32(v, c, d, ln2, fc)[0]
+        else:
+            for i in prange(x.size):
+                v, d = np.int64(x[i]), np.int64(g[i])
+                out[i] = rule(c, v, d, ln2, fc)[1] if swap else rule(v, c, d, ln2, fc)[0]
+    return twins(f"constant {op} forward", forward), twins(f"constant {op} backward", backward)
+
+
+CONSTANT = {op: _constant_kernels(op) for op in ("pam_mul", "pa_div")}
+
+_CONSTANT_PATTERNS: dict = {}
+
+
+def constant_ok(rounding, x) -> bool:
+    """Whether ``x op number`` takes :class:`Constant`: fusable and small."""
+    return fusable(rounding, x) and x.numel() <= _core.SERIAL_WORK
+
+
+def _constant(v, fmt, rounding) -> int:
+    """The number ``v`` as functional._operand makes it beside a float32 tensor (float32),
+    rounded into ``fmt`` as round_to rounds an operand: a pattern."""
+    key = (v, fmt, rounding)
+    c = _CONSTANT_PATTERNS.get(key)
+    if c is None:
+        r = _core.round_lean(torch.tensor(float(v), dtype=torch.float32), fmt, rounding)
+        c = int(r.numpy().reshape(1).view(np.uint32)[0])
+        if len(_CONSTANT_PATTERNS) > 4096:
+            _CONSTANT_PATTERNS.clear()
+        _CONSTANT_PATTERNS[key] = c
+    return c
+
+
+class Constant(torch.autograd.Function):
+    """PABinary with a number operand (``swap``: the number is the first): the same emu
+    ops on the tensor and the broadcast constant, without making and broadcasting a
+    tensor of the number."""
+
+    @staticmethod
+    def forward(ctx, x, v, swap, op, fmt, kind, rounding):
+        nm = numerics(fmt, rounding)
+        c = _constant(v, fmt, rounding)
+        (X,) = _core._rounded_lean(ctx, (x,), fmt, rounding)
+        out, o = _core.new(x.shape)
+        CONSTANT[op][0][_par(x.numel())](_core.flat(X), o, c, swap, nm.fc)
+        ctx.meta = op, c, swap, nm, kind, fmt, rounding
+        return out
+
+    @staticmethod
+    def backward(ctx, dy):
+        op, c, swap, nm, kind, fmt, rounding = ctx.meta
+        (x,) = ctx.saved_tensors
+        g = _core.round_lean(_core.as_float32(dy), fmt, rounding)
+        out, o = _core.new(g.shape)
+        CONSTANT[op][1][_par(g.numel())](_core.flat(_core.as_float32(x)), _core.flat(g), o, c,
+                                         swap, kind == "exact", nm.ln2, nm.fc)
+        return out, None, None, None, None, None, None

@@ -26,7 +26,8 @@ import emu
 from emu.registry import ops
 
 from . import _fused
-from ._core import PABinary, PAMMatmul, PAUnary, check_tensor, expand, fold_sum
+from ._core import (SERIAL_WORK, PABinary, PAMLinear, PAMMatmul, PAUnary, check_tensor, expand,
+                    fold_sum)
 from .config import PAMConfig, check_config
 
 __all__ = ["pam_matmul", "pam_linear", "pam_conv2d", "pa_softmax", "pa_layer_norm",
@@ -91,6 +92,10 @@ def pam_linear(x, weight, bias=None, fmt="float32", *, acc="float32", backward="
         raise ValueError(f"linear: input.shape={tuple(x.shape)} does not fit weight.shape="
                          f"{tuple(weight.shape)} (expected (..., {weight.shape[-1]}) and a "
                          f"2-D weight)")
+    f, kind, r, a = _numerics(fmt, backward, rounding, acc)
+    if (_fused.fusable(r, x, weight, bias) and not isinstance(f, emu.mx.MXFormat)
+            and x.numel() * weight.shape[0] <= SERIAL_WORK and x.numel()):
+        return PAMLinear.apply(x, weight, bias, f, a, kind, r)     # the graph below, fused
     x2 = x.reshape(-1, x.shape[-1])
     y = pam_matmul(x2, weight.t(), fmt, acc=acc, backward=backward, rounding=rounding)
     y = y.reshape(*x.shape[:-1], weight.shape[0])
@@ -162,9 +167,18 @@ def _operand(v, name, like):
                     f"{type(v).__name__}")
 
 
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _binary(op, doc):
     def f(a, b, fmt="float32", *, backward="approx", rounding="nearest_even"):
         fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
+        # a float32 CPU tensor and a number: the same ops without a tensor of the number
+        if _number(b) and isinstance(a, torch.Tensor) and _fused.constant_ok(rounding, a):
+            return _fused.Constant.apply(a, b, False, op, fmt, kind, rounding)
+        if _number(a) and isinstance(b, torch.Tensor) and _fused.constant_ok(rounding, b):
+            return _fused.Constant.apply(b, a, True, op, fmt, kind, rounding)
         a = _operand(a, "a", b)
         b = _operand(b, "b", a)
         return PABinary.apply(a, b, op, fmt, kind, rounding)
