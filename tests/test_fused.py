@@ -349,6 +349,9 @@ def test_fused_linear_is_its_graph(fmt, kind, rounding):
         "1-D": (lambda x, w, b: PF.pam_linear(x, w, b, fmt, **kw), (specials((7,), 20), w, b)),
         "frozen weight": (lambda x: PF.pam_linear(x, w, b, fmt, **kw),
                           (specials((3, 7), 21),)),
+        "wide output": (lambda x, w: PF.pam_linear(x, w, None, fmt, **kw),
+                        (specials((3, 4), 23), specials((9, 4), 24, 0.5).nan_to_num(0.0))),
+        "frozen input": (lambda w: PF.pam_linear(specials((6, 7), 25), w, None, fmt, **kw), (w,)),
     }
     for name, (fn, args) in cases.items():
         _same(_run(fn, args), _graph(fn, args), name)

@@ -437,33 +437,68 @@ class PAMMatmul(torch.autograd.Function):
 class PAMLinear(torch.autograd.Function):
     """functional.pam_linear on the per-call path as one Function: its graph — ``x``
     reshaped to rows, PAMMatmul of (rows, ``weight.t()``), reshaped back, ``+ bias`` in
-    float32 — with the graph's bits (the same emu calls on the same rounded operands; the
+    float32 — with the graph's bits (the same emu kernels on the same rounded operands; the
     bias gradient reduced by ``sum_to_size``, as autograd's add reduces it) and one
-    autograd node instead of five.  Float32 tensors, deterministic rounding."""
+    autograd node instead of five.  Float32 tensors, deterministic rounding.  Products of
+    at most emu's small-matmul size with a float32 accumulator round and multiply in one
+    kernel call each way (torch_bridge._fused.LINEAR; approximate backward)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, fmt, acc, kind, rounding):
+        from . import _fused
         x2 = x.reshape(-1, x.shape[-1])
-        with emu_threads(x2.shape[0] * weight.numel()):
-            A, W = _rounded_lean(ctx, (x2, weight), fmt, rounding)
-            C = torch.from_numpy(host_matmul(A.detach().numpy(), W.detach().numpy().T,
-                                             kernel_fmt(fmt), acc))
-        y = C.reshape(*x.shape[:-1], weight.shape[0])
+        (M, K), N = x2.shape, weight.shape[0]
+        nm = numerics(fmt, rounding)
+        one_call = acc is emu.float32 and M * N * K <= _fused.KS.SMALL
         ctx.meta = fmt, acc, kind, rounding, x.shape, None if bias is None else bias.shape
+        ctx.one_call = one_call
+        if one_call:
+            a = x2.detach().numpy() if x2.is_contiguous() else x2.detach().contiguous().numpy()
+            w = weight.detach().numpy() if weight.is_contiguous() else \
+                weight.detach().contiguous().numpy()
+            ra, rw = (a, w) if nm.f32 else (np.empty_like(a), np.empty_like(w))
+            out = np.empty((M, N), np.float32)
+            _fused.LINEAR[0](a, w, ra, rw, out, not nm.f32, nm.fc, nm.mode,
+                             kernel_fmt(fmt).consts)
+            if nm.f32:
+                ctx.save_for_backward(x, weight)
+            else:
+                ctx.save_for_backward(torch.from_numpy(ra), torch.from_numpy(rw))
+            C = torch.from_numpy(out)
+        else:
+            with emu_threads(M * N * K):
+                A, W = _rounded_lean(ctx, (x2, weight), fmt, rounding)
+                C = torch.from_numpy(host_matmul(A.detach().numpy(), W.detach().numpy().T,
+                                                 kernel_fmt(fmt), acc))
+        y = C.reshape(*x.shape[:-1], N)
         return y if bias is None else y + bias.detach()
 
     @staticmethod
     def backward(ctx, dy):
+        from . import _fused
         fmt, acc, kind, rounding, xshape, bshape = ctx.meta
         a, w = ctx.saved_tensors
         need = ctx.needs_input_grad[:2]
-        g = round_lean(as_float32(dy).reshape(-1, w.shape[0]), fmt, rounding)
-        with emu_threads(a.numel() * w.shape[0]):
-            dA, dB = host_matmul_grad(as_float32(a).reshape(-1, w.shape[1]).numpy(),
-                                      as_float32(w).numpy().T, g.detach().numpy(),
-                                      kernel_fmt(fmt), acc, kind, need)
+        N, K = w.shape
+        g = as_float32(dy).reshape(-1, N)
+        if ctx.one_call and kind == "approx":
+            nm = numerics(fmt, rounding)
+            gn = g.numpy() if g.is_contiguous() else g.contiguous().numpy()
+            dA = np.empty((gn.shape[0], K), np.float32) if need[0] else _fused._EMPTY2
+            dW = np.empty((N, K), np.float32) if need[1] else _fused._EMPTY2
+            _fused.LINEAR[1](as_float32(a).reshape(-1, K).contiguous().numpy(),
+                             as_float32(w).contiguous().numpy(), gn,
+                             gn if nm.f32 else np.empty_like(gn), dA, dW, not nm.f32, nm.fc,
+                             nm.mode, kernel_fmt(fmt).consts, need[0], need[1])
+        else:
+            g = round_lean(g, fmt, rounding)
+            with emu_threads(a.numel() * N):
+                dA, dB = host_matmul_grad(as_float32(a).reshape(-1, K).numpy(),
+                                          as_float32(w).numpy().T, g.detach().numpy(),
+                                          kernel_fmt(fmt), acc, kind, need)
+            dW = dB.T if need[1] else None
         dx = torch.from_numpy(dA).reshape(xshape) if need[0] else None
-        dw = torch.from_numpy(dB.T) if need[1] else None
+        dw = torch.from_numpy(dW) if need[1] else None
         db = dy.sum_to_size(bshape) if bshape is not None and ctx.needs_input_grad[2] else None
         return dx, dw, db, None, None, None, None
 

@@ -27,6 +27,7 @@ from numba.extending import register_jitable
 import emu
 from emu import _kernels as K
 from emu import _kernels_reduce as KR
+from emu import _kernels_small as KS
 from emu import _scalar as S
 from emu import _scalar_approx as A
 from emu import _scalar_grad as G
@@ -49,7 +50,7 @@ def _cache_probe():
 
 
 drop_stale(_cache_probe, __file__, FS.__file__, S.__file__, G.__file__, A.__file__,
-           K.__file__, KR.__file__)
+           K.__file__, KR.__file__, KS.__file__)
 
 
 @register_jitable
@@ -725,3 +726,180 @@ class Constant(torch.autograd.Function):
         CONSTANT[op][1][_par(g.numel())](_core.flat(_core.as_float32(x)), _core.flat(g), o, c,
                                          swap, kind == "exact", nm.ln2, nm.fc)
         return out, None, None, None, None, None, None
+
+
+# --- pam_linear on small operands: rounding and products in one kernel call ----------------
+
+_QUANTIZE = K.QUANTIZE[False]
+_MM = KS.matmul_small
+_Z1 = np.zeros(1, np.int64)
+
+
+@register_jitable
+def _round_into(x, out, rnd, fcq, mode):
+    """out = round_to(x) (emu's quantize kernel), or x itself when nothing rounds."""
+    if rnd:
+        _QUANTIZE(x.reshape(-1).view(np.uint32), out.reshape(-1).view(np.uint32), fcq, mode,
+                  True, False, 0)
+        return out
+    return x
+
+
+def _linear_forward(x, w, rx, rw, out, rnd, fcq, mode, fcm):
+    """out (M, N) = pam_matmul(R(x) (M, K), R(w)ᵀ): what PAMMatmul's per-call path computes
+    (emu.matmul.host_matmul's small kernel, operands rounded by emu's quantize kernel)."""
+    a = _round_into(x, rx, rnd, fcq, mode)
+    b = _round_into(w, rw, rnd, fcq, mode)
+    _MM(a.view(np.int32).reshape(1, a.shape[0], a.shape[1]),
+        np.ascontiguousarray(b.T).view(np.int32).reshape(1, b.shape[1], b.shape[0]),
+        _Z1, _Z1, out.reshape(1, out.shape[0], out.shape[1]), fcm)
+
+
+def _linear_backward(a, w, dy, rg, dx, dw, rnd, fcq, mode, fcm, need_x, need_w):
+    """The approximate gradients of ``pam_matmul(a, wᵀ)`` as emu.grad.host_matmul_grad
+    forms them for 2-D operands: dx = R(dy) w, dwᵀ = aᵀ R(dy) or (R(dy)ᵀ a)ᵀ."""
+    g = _round_into(dy, rg, rnd, fcq, mode)
+    M, K = a.shape
+    N = w.shape[0]
+    if need_x:
+        _MM(g.view(np.int32).reshape(1, M, N), w.view(np.int32).reshape(1, N, K), _Z1, _Z1,
+            dx.reshape(1, M, K), fcm)
+    if need_w:
+        if M * K <= M * N:
+            db = np.empty((1, K, N), np.float32)
+            _MM(np.ascontiguousarray(a.T).view(np.int32).reshape(1, K, M),
+                g.view(np.int32).reshape(1, M, N), _Z1, _Z1, db, fcm)
+            dw[:, :] = db[0].T
+        else:
+            _MM(np.ascontiguousarray(g.T).view(np.int32).reshape(1, N, M),
+                a.view(np.int32).reshape(1, M, K), _Z1, _Z1, dw.reshape(1, N, K), fcm)
+
+
+LINEAR = (njit(cache=True)(_linear_forward), njit(cache=True)(_linear_backward))
+_EMPTY2 = np.zeros((0, 0), np.float32)
+
+
+# --- recurrent layers: one Function per direction -------------------------------------------
+
+def _sum_in_order(*terms):
+    """Gradient contributions (numpy arrays or None) added left to right, as autograd
+    adds them in its buffer; None if there is none."""
+    acc = None
+    for t in terms:
+        if t is not None:
+            acc = t if acc is None else acc + t
+    return acc
+
+
+class Recurrence(torch.autograd.Function):
+    """One direction of a GRU or LSTM layer (recurrent.pa_recurrent's loop over steps) as
+    one Function: per step the hidden projection (PAMLinear's kernels: R(h), R(W_hh),
+    products, + b_hh) and the fused gate arithmetic, every gradient accumulated in the
+    order the per-step graph accumulates it: a step's output h gets the output stack's
+    slice (and h_T's, for the last step) first, then the next step's gate term (GRU) and
+    projection term; W_hh and b_hh the steps' terms from the last step back; gi the
+    steps' slices (zeros elsewhere: a -0 becomes +0 once two steps add up).  Outputs
+    (ys, h_T[, c_T]); inputs gi (T, N, G·H), h0, c0, W_hh, b_hh."""
+
+    @staticmethod
+    def forward(ctx, spec, gi, h0, c0, w, b):
+        mode, reverse, mm, ew = spec
+        (mfmt, _, _, mround), (efmt, _, eround) = mm, ew
+        T, N, GH = gi.shape
+        H = h0.shape[1]
+        nmm, nme = numerics(mfmt, mround), numerics(efmt, eround)
+        fcm = _core.kernel_fmt(mfmt).consts
+        gin = gi.detach().contiguous().numpy()
+        wn = w.detach().contiguous().numpy()
+        rw = wn if nmm.f32 else np.empty_like(wn)
+        bias = None if b is None else b.detach()
+        c = consts("cell", efmt, eround)
+        steps = list(range(T - 1, -1, -1) if reverse else range(T))
+        ys = np.empty((T, N, H), np.float32)
+        hraw = np.empty((T, N, H), np.float32)             # each step's h, as it came
+        hrnd = hraw if nmm.f32 else np.empty_like(hraw)     # and rounded for the product
+        ghs = np.empty((T, N, GH), np.float32)
+        craw = np.empty((T, N, H), np.float32) if mode == "lstm" else None
+        h = h0.detach().contiguous().numpy()
+        cc = None if c0 is None else c0.detach().contiguous().numpy()
+        for t in steps:
+            hraw[t] = h
+            LINEAR[0](hraw[t], wn, hrnd[t], rw, ghs[t], not nmm.f32, nmm.fc, nmm.mode, fcm)
+            if bias is not None:
+                torch.from_numpy(ghs[t]).add_(bias)         # PAMLinear's y + bias
+            if mode == "gru":
+                GRU[0][False](gin[t].reshape(-1), ghs[t].reshape(-1), hraw[t].reshape(-1),
+                              ys[t].reshape(-1), N, H, c, nme.fc, nme.mode)
+            else:
+                craw[t] = cc
+                cc = np.empty((N, H), np.float32)
+                LSTM[0][False](gin[t].reshape(-1), ghs[t].reshape(-1), craw[t].reshape(-1),
+                               ys[t].reshape(-1), cc.reshape(-1), N, H, c, nme.fc, nme.mode)
+            h = ys[t]
+        ctx.save_for_backward(gi, h0, c0, w, b)
+        ctx.meta = spec, steps, hraw, hrnd, ghs, craw, rw, c, nmm, nme, fcm
+        ctx.set_materialize_grads(False)
+        out = torch.from_numpy(ys), torch.from_numpy(ys[steps[-1]].copy())
+        return out + (torch.from_numpy(cc),) if mode == "lstm" else out
+
+    @staticmethod
+    def backward(ctx, g_ys, g_hT, g_cT=None):
+        spec, steps, hraw, hrnd, ghs, craw, rw, c, nmm, nme, fcm = ctx.meta
+        mode, _, mm, ew = spec
+        (mfmt, macc, mkind, mround), (_, ekind, _) = mm, ew
+        gi, _, _, _, b = ctx.saved_tensors
+        T, N, GH = gi.shape
+        H = hraw.shape[2]
+        gin = gi.detach().contiguous().numpy()
+        gy = None if g_ys is None else g_ys.float().contiguous().numpy()
+        ek = _kind(ekind)
+        dgi = np.empty((T, N, GH), np.float32)
+        dw = db = dh_gate = dx = None
+        dc = None if g_cT is None else g_cT.float().contiguous().numpy()
+        for k in range(T - 1, -1, -1):
+            t = steps[k]
+            first = [] if k < T - 1 or g_hT is None else [g_hT.float().contiguous().numpy()]
+            dh = _sum_in_order(*first, None if gy is None else gy[t], dh_gate, dx)
+            if mode == "gru":
+                dgh = np.empty((N, GH), np.float32)
+                dh_gate = np.empty((N, H), np.float32)
+                GRU[1][False](gin[t].reshape(-1), ghs[t].reshape(-1), hraw[t].reshape(-1),
+                              dh.reshape(-1), dgi[t].reshape(-1), dgh.reshape(-1),
+                              dh_gate.reshape(-1), N, H, c, ek, nme.ln2, nme.fc, nme.mode)
+            else:
+                dgh = dgi[t]                                # g_gi = g_gh = δ(gi + gh)
+                dcp = np.empty((N, H), np.float32)
+                LSTM[1][False](gin[t].reshape(-1), ghs[t].reshape(-1), craw[t].reshape(-1),
+                               _EMPTY if dh is None else dh.reshape(-1), dh is not None,
+                               _EMPTY if dc is None else dc.reshape(-1), dc is not None,
+                               dgh.reshape(-1), dcp.reshape(-1), N, H, c, ek, nme.ln2, nme.fc,
+                               nme.mode)
+                dc = dcp
+            if mkind == "approx":                           # PAMLinear's backward
+                dx = np.empty((N, H), np.float32)
+                dwt = np.empty((GH, H), np.float32)
+                LINEAR[1](hrnd[t], rw, dgh, dgh if nmm.f32 else np.empty_like(dgh), dx, dwt,
+                          not nmm.f32, nmm.fc, nmm.mode, fcm, True, True)
+            else:
+                g = _core.round_lean(torch.from_numpy(dgh), mfmt, mround).numpy()
+                dx, dB = _core.host_matmul_grad(hrnd[t], rw.T, g, _core.kernel_fmt(mfmt),
+                                                macc, mkind, (True, True))
+                dwt = dB.T
+            dw = dwt if dw is None else dw + dwt
+            if b is not None:
+                dbt = torch.from_numpy(dgh).sum_to_size(b.shape)
+                db = dbt if db is None else db + dbt
+        dh0 = _sum_in_order(dh_gate, dx)
+        if T >= 2:              # the steps' select_backward zeros: -0 + +0 = +0
+            dgi += np.float32(0.0)
+        return (None, torch.from_numpy(dgi), None if dh0 is None else torch.from_numpy(dh0),
+                None if mode != "lstm" or dc is None else torch.from_numpy(dc),
+                torch.from_numpy(np.ascontiguousarray(dw)), db)
+
+
+def recurrence(mode, gi, h0, c0, w, b, reverse, mm, ew):
+    """Recurrence of one layer direction: ``(ys, h_T, c_T)`` (c_T None for the GRU);
+    ``mm``: (fmt, acc, kind, rounding) of the projection, ``ew``: (fmt, kind, rounding)
+    of the gates (checked by the caller)."""
+    out = Recurrence.apply((mode, reverse, mm, ew), gi, h0, c0, w, b)
+    return out if mode == "lstm" else (out[0], out[1], None)
