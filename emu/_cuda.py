@@ -182,7 +182,8 @@ def _make_matmul_grad(f32acc):
     on contiguous patterns already rounded to fmt (emu/grad.py quantizes them), one
     thread per output with c fastest, so the x and w reads of a warp are coalesced and
     its g read is one broadcast.  Every term takes the scalar definition (the CPU
-    kernel's integer fast path is an optimisation of the same bits, not used here).
+    kernel's integer fast path is an optimisation of the same bits, not used here); a
+    narrow accumulator adds it with the forward kernel's narrow_add.
     """
     step = _f32_grad_step if f32acc else _fmt_grad_step
     store = _f32_store if f32acc else _fmt_store
@@ -213,6 +214,10 @@ def _f32_grad_step(acc, term, fca):
 
 @register_jitable
 def _fmt_grad_step(acc, term, fca):
+    """One step of a narrow accumulator: narrow_add (below) as in the forward kernel,
+    S.fp_add for 23 significant bits."""
+    if fca.man_bits <= 21:
+        return narrow_add(acc, term, fca)
     return S.fp_add(acc, term, fca)
 
 

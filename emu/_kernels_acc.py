@@ -121,14 +121,16 @@ def _mantissa_or(x, mn):
     return acc
 
 
-def needs_sticky(a, b, fc, fca) -> bool:
+def needs_sticky(a, b, fc, fca, extra=0) -> bool:
     """False when PLAIN is exact (module docstring): every product has p_y <= p_acc
     significant bits and p_acc <= 11.  A product's pattern is |a| + |b| - ONE32, so its
-    low bits are clear wherever both operands' are."""
+    low bits are clear wherever both operands' are.  ``b`` may be None; ``extra``:
+    mantissa bits of further addends (the exact gradient's saturated ±max)."""
     if fca.man_bits > 10:
         return True
-    bits = int(_mantissa_or(a.reshape(-1), np.int32(fc.minnorm32))
-               | _mantissa_or(b.reshape(-1), np.int32(fc.minnorm32)))
+    bits = int(_mantissa_or(a.reshape(-1), np.int32(fc.minnorm32))) | int(extra)
+    if b is not None:
+        bits |= int(_mantissa_or(b.reshape(-1), np.int32(fc.minnorm32)))
     tz = (bits & -bits).bit_length() - 1 if bits else 23     # trailing zeros
     return 23 - tz > fca.man_bits
 
@@ -210,9 +212,12 @@ def _step(sticky, e8, finite, f16=False):
     return step
 
 
-def _make(sticky, e8, f16=False):
-    """The kernel for STICKY or PLAIN steps, for an E = 8 accumulator or a narrower one,
-    or (``f16``) for F16 steps."""
+def steps(sticky, e8, f16=False):
+    """``(step, step_finite)``: ``step(x, y, ac)`` = RNE_acc(x + y) for int32 patterns, ac
+    from acc_consts, by the STICKY or PLAIN argument (the caller's), for an E = 8
+    accumulator or a narrower one, or (``f16``) the F16 step; ``step_finite`` for a
+    finite y and an x that is no NaN but the canonical one (_step's ``finite``).  Used
+    by the matmul kernels below and the exact-gradient kernels (emu/_kernels_grad.py)."""
     step_ir = _step(sticky, e8, False, f16)
     step_fin = _step(sticky, e8, e8, f16)
 
@@ -226,6 +231,14 @@ def _make(sticky, e8, f16=False):
         """step for a finite y (CLEAN and ZEROS blocks)."""
         sh, half, keep, amn, amx, ovf, ovf_sign, csub, _, nan = ac
         return step_fin(x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub, nan)
+
+    return step, step_finite
+
+
+def _make(sticky, e8, f16=False):
+    """The kernel for STICKY or PLAIN steps, for an E = 8 accumulator or a narrower one,
+    or (``f16``) for F16 steps."""
+    step, step_finite = steps(sticky, e8, f16)
 
     # Each loop: for k in [k0, k0 + nk), for each of the QR rows, acc[r, :jw] <- step(
     # acc[r, :jw], a[r, k] ·̂ B[k, j0:j0 + jw]); the long column loop vectorises.

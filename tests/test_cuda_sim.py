@@ -245,6 +245,22 @@ else:
             assert host(d).shape == x.shape
             assert_bits_equal(host(d), w, what=f"d{which} {sa}x{sb} {acc} {kind}")
 
+    @pytest.mark.parametrize("fmt,acc", [("bfloat16", "float16"), ("float32", "bfloat16"),
+                                         ("bfloat16", "float8_e4m3fnuz"),
+                                         ("float8_e4m3fn", "float6_e3m2fn"),
+                                         ("bfloat16", "e8m22")])
+    def test_grad_matmul_narrow_accumulators(fmt, acc, rng):
+        """The exact gradient folds with narrow accumulators (narrow_add; fp_add for
+        23 significant bits): specials, zeros, policies without -0 or NaN."""
+        a = _with_specials(rng.standard_normal((6, 20)).astype(np.float32), rng, fmt)
+        b = _with_specials(rng.standard_normal((20, 5)).astype(np.float32), rng, fmt)
+        b[3] = -0.0
+        g = _with_specials(rng.standard_normal((6, 5)).astype(np.float32), rng, fmt)
+        got = emu.grad.pam_matmul(dev(a), dev(b), dev(g), fmt, acc, "exact")
+        want = emu.grad.pam_matmul(a, b, g, fmt, acc, "exact")
+        for d, w, which in zip(got, want, "AB"):
+            assert_bits_equal(host(d), w, what=f"d{which} {fmt} acc {acc}")
+
     def test_grad_matmul_transposed_operand_and_need(rng):
         """A transposed device view is read like the CPU reads it; ``need`` skips one."""
         a = rng.standard_normal((6, 5)).astype(np.float32)
