@@ -186,6 +186,38 @@ def test_fast_plain_steps_match_fold(acc, case, rng):
         assert_bits_equal(narrow(A, B, fmt, acc, False, fast), want, what=f"{acc} {case} {fast}")
 
 
+@pytest.mark.parametrize("acc", ["bfloat16", "float16", "e8m3", "e8m10", "e8m21"])
+@pytest.mark.parametrize("case", ["dense", "cancel", "tiny", "huge"])
+def test_sticky_blocked_matches_fold(acc, case, rng):
+    """The register-blocked STICKY step (round-to-odd, then in place on an E = 8 grid or
+    the F16 conversion) where every block is CLEAN: float32 operands (and bf16 ones,
+    forced STICKY) crossing every block edge but the row padding (M a multiple of QR);
+    sums that cancel to (signed) zero, sums in the accumulator's subnormal range, sums
+    that overflow it."""
+    A = rng.standard_normal((136, 37)).astype(np.float32)
+    B = rng.standard_normal((37, 1041)).astype(np.float32)
+    if case == "cancel":
+        A[:, 1::2] = A[:, ::2][:, :18]
+        B[1::2] = -B[::2][:18]
+    if case == "tiny":      # products just above 2^-126 (fp16: 2^-26), sums that cancel
+        e = -63 if acc != "float16" else -13    # into the acc's subnormals, and -0
+        A = (rng.uniform(1, 2, A.shape) * rng.choice([-1, 1], A.shape) * 2.0 ** e)
+        B = (rng.uniform(1, 2, B.shape) * rng.choice([-1, 1], B.shape) * 2.0 ** e)
+        A, B = A.astype(np.float32), B.astype(np.float32)
+    if case == "huge":
+        A *= np.float32(2.0 ** 61)      # products up to ~2^127, sums past the max
+        B *= np.float32(2.0 ** 62) if acc != "float16" else np.float32(2.0 ** -50)
+    fa = emu.format(acc)
+    if acc == "float16" and not KA._HAS_F16C:
+        pytest.skip("the F16 step needs F16C")
+    for fmt in ("float32", "bfloat16"):
+        a, sta, b, stb = step_args(A, B, fmt, acc)
+        assert KA.step_kind(True, a, sta, b, stb, emu.format(fmt).consts, fa.consts) \
+            == KA.STICKY_BLOCKED
+        assert_bits_equal(narrow(A, B, fmt, acc, True, KA.STICKY_BLOCKED), fold(A, B, fmt, acc),
+                          what=f"{fmt}/{acc} {case}")
+
+
 def test_bench_data_takes_the_blocked_steps(rng):
     """bf16 operands (the bench's): SCALED for a bf16 accumulator; for an fp16 one its
     tiny products can make sums subnormal, so F16_BLOCKED (with F16C), and with zeros
