@@ -122,7 +122,7 @@ else:
         return np.concatenate([c, f32, near, nan_payload, rnd, f32_patterns(rng, n // 2)])
 
     FORMATS = ["float32", "bfloat16", "float16", "float8_e5m2", "float8_e4m3fn", "e3m2",
-               "float8_e4m3fnuz"]
+               "float8_e4m3fnuz", "float6_e3m2fn"]     # every encoding policy
     UNARY = [op.name for op in ops(1)]
     BINARY = [op.name for op in ops(2)]      # fp_mul_daz: fp_mul(subnormals=False)
 
@@ -184,7 +184,8 @@ else:
     # --- derivatives (emu.grad) ---------------------------------------------------------
 
     @pytest.mark.parametrize("kind", ["exact", "approx"])
-    @pytest.mark.parametrize("fmt", ["float32", "bfloat16", "float8_e4m3fn"])
+    @pytest.mark.parametrize("fmt", ["float32", "bfloat16", "float8_e4m3fn", "e3m2b5fnuz",
+                                     "float6_e3m2fn"])
     @pytest.mark.parametrize("op", [op.name for op in ops(1, differentiable=True)])
     def test_grad_unary(op, fmt, kind, rng):
         f = emu.format(fmt)
@@ -287,11 +288,14 @@ else:
         a, b = np.meshgrid(v, v, indexing="ij")
         return a.ravel(), b.ravel()
 
-    @pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2"])
+    @pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2", "e3m2b5fnuz",
+                                     "float6_e2m3fn", "float4_e2m1fn"])
     @pytest.mark.parametrize("op", BINARY)
     def test_exhaustive_fp8_pairs(op, fmt):
+        """Every operand pair: the fp8 formats, and 6- and 4-bit ones of the fnuz and
+        none (saturating, no NaN) policies."""
         a, b = all_pairs(fmt)
-        assert a.size == 65536
+        assert a.size == 1 << (2 * emu.format(fmt).width)
         kw = {"subnormals": False} if op == "fp_mul_daz" else {}
         name = "fp_mul" if op == "fp_mul_daz" else op
         got = getattr(emu, name)(dev(a), dev(b), fmt, **kw)
@@ -373,7 +377,9 @@ else:
 
     @pytest.mark.parametrize("fmt,acc", [("float32", "bfloat16"), ("bfloat16", "bfloat16"),
                                          ("float8_e4m3fn", "float16"),
-                                         ("float8_e4m3fn", "float8_e4m3fn")])
+                                         ("float8_e4m3fn", "float8_e4m3fn"),
+                                         ("bfloat16", "float8_e4m3fnuz"),
+                                         ("float4_e2m1fn", "float6_e3m2fn")])
     def test_matmul_narrow_accumulator(fmt, acc, rng):
         a, b = mm_case("general", (20, 18), (18, 9), rng)
         a[0, :] = 0                         # a SKIP-able row does not change the fold
