@@ -222,7 +222,7 @@ def mx_pam_matmul(a, b, elem, block: int = 32, acc="float32", *, stream=None):
     from .ops import backend_for
     from .shapes import matmul_shapes
     mx = MXFormat(elem, block)
-    acc = format(acc, argname="acc")
+    acc = format(acc, argname="acc").arithmetic("acc")
     _, (av, bv) = backend_for(stream, {"a": a, "b": b})       # checked before any kernel
     matmul_shapes(av.shape, bv.shape, "mx_pam_matmul")
     return pam_matmul(mx.round(a, -1, stream=stream),

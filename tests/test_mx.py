@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import emu
+import emu.grad
 import emu.reference as R
 from conftest import assert_bits_equal
 
@@ -41,6 +42,12 @@ def test_e8m0_decodes_every_code_as_ml_dtypes():
 
 @pytest.mark.parametrize("call,match", [
     (lambda: emu.pam_mul(1.0, 2.0, "float8_e8m0fnu"), "scale format"),
+    (lambda: emu.pam_matmul(np.ones((2, 2)), np.ones((2, 2)), "bf16", "e8m0fnu"),
+     "acc=float8_e8m0fnu is a scale format"),
+    (lambda: emu.mx_pam_matmul(np.ones((2, 2)), np.ones((2, 2)), "mxfp4", acc="e8m0fnu"),
+     "acc=float8_e8m0fnu is a scale format"),
+    (lambda: emu.grad.pam_matmul(np.ones((2, 2)), np.ones((2, 2)), np.ones((2, 2)), "bf16",
+                                 "e8m0fnu"), "acc=float8_e8m0fnu is a scale format"),
     (lambda: emu.quantize(1.0, "e8m0fnu", "toward_zero"), "defaults only"),
     (lambda: emu.from_bits([256], "e8m0fnu"), r"\[0, 2\*\*8\)"),
     (lambda: emu.mx_quantize([1.0], "mxfp5"), "elem='mxfp5'.*mxfp4_e2m1"),
