@@ -50,12 +50,16 @@ def ldexp32(x, k, f32c):
     ``f32c`` is float32's constants (emu.float32.consts)."""
     x = np.int64(x) & S.M32
     a = x & S.ABS32
+    k = np.int64(k)
     if a > S.INF32:
         return np.int64(S.QNAN32)
     if a == S.INF32 or a == 0:
         return x
+    e = (a >> 23) + k
+    if a >= 0x800000 and e >= 1 and e <= 254:      # normal in, normal out: exact
+        return x + (k << 23)
     sig, exp = S._unpack(a)
-    return S.round_to_fmt(x >> 31, sig, exp + np.int64(k), f32c, S.RNE, True, False, 0)
+    return S.round_to_fmt(x >> 31, sig, exp + k, f32c, S.RNE, True, False, 0)
 
 
 @register_jitable
