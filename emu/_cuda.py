@@ -28,6 +28,7 @@ from numba.extending import register_jitable
 
 from . import _scalar as S
 from . import _scalar_grad as G
+from . import _scalar_mx as X
 from ._kernels_grad import binary_step
 from ._tiles import CLEAN, MASKED, SKIP, tile_mode
 from .registry import ops
@@ -181,7 +182,8 @@ def _make_matmul_grad(f32acc):
     on contiguous patterns already rounded to fmt (emu/grad.py quantizes them), one
     thread per output with c fastest, so the x and w reads of a warp are coalesced and
     its g read is one broadcast.  Every term takes the scalar definition (the CPU
-    kernel's integer fast path is an optimisation of the same bits, not used here).
+    kernel's integer fast path is an optimisation of the same bits, not used here); a
+    narrow accumulator adds it with the forward kernel's narrow_add.
     """
     step = _f32_grad_step if f32acc else _fmt_grad_step
     store = _f32_store if f32acc else _fmt_store
@@ -212,7 +214,50 @@ def _f32_grad_step(acc, term, fca):
 
 @register_jitable
 def _fmt_grad_step(acc, term, fca):
+    """One step of a narrow accumulator: narrow_add (below) as in the forward kernel,
+    S.fp_add for 23 significant bits."""
+    if fca.man_bits <= 21:
+        return narrow_add(acc, term, fca)
     return S.fp_add(acc, term, fca)
+
+
+# --- the E8M0 scale type and MX blocks (emu/_scalar_mx.py, like emu/_kernels_mx.py) ---
+
+@cuda.jit
+def e8m0(x, out, to_bits):
+    """out[i] = the E8M0 code of x[i] (``to_bits``) or its value's float32 pattern."""
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+        c = X.e8m0_code(x[i])
+        if to_bits:
+            out[i] = c
+        else:
+            out[i] = X.e8m0_value(c)
+
+
+@cuda.jit
+def e8m0_from_bits(b, out, bad):
+    """Decode E8M0 codes; ``bad[0]`` is set to 1 if any lies outside [0, 256)."""
+    for i in range(cuda.grid(1), b.size, cuda.gridsize(1)):
+        v = np.int64(b[i])
+        if v < 0 or v > X.E8M0_NAN:
+            bad[0] = 1
+            out[i] = S.QNAN32
+        else:
+            out[i] = X.e8m0_value(v)
+
+
+@cuda.jit
+def mx_quantize(x, out, scales, ntask, nb, n, inner, block, efc, emax, int8, values, f32c):
+    """One thread per MX block of x viewed as (outer, n, inner), blocks along n
+    (X.mx_block: the block's amax, its scale code, then its elements)."""
+    for t in range(cuda.grid(1), ntask, cuda.gridsize(1)):
+        X.mx_block(x, out, scales, t, nb, n, inner, block, efc, emax, int8, values, f32c)
+
+
+@cuda.jit
+def mx_dequantize(p, scales, out, nb, n, inner, block, f32c):
+    for i in range(cuda.grid(1), p.size, cuda.gridsize(1)):
+        out[i] = X.mx_dequantize_at(p, scales, i, nb, n, inner, block, f32c)
 
 
 # --- layout: strided gather ---------------------------------------------------------
@@ -562,6 +607,11 @@ def signatures():
     sigs += [(f"grad_{name}", k, (u32, u32, u32, fc)) for name, k in GRAD_UNARY.items()]
     sigs += [(f"grad_{name}", k, (u32, u32, u32, u32, u32, fc))
              for name, k in GRAD_BINARY.items()]
+    sigs += [("e8m0", e8m0, (u32, u32, types.boolean)),
+             ("e8m0_from_bits", e8m0_from_bits, (vec("int64"), u32, stats.copy(ndim=1))),
+             ("mx_quantize", mx_quantize, (u32, u32, vec("uint8"), i64, i64, i64, i64, i64, fc,
+                                           i64, types.boolean, types.boolean, fc)),
+             ("mx_dequantize", mx_dequantize, (u32, vec("int64"), u32, i64, i64, i64, i64, fc))]
     mg = (u32, u32, u32, vec("int64"), vec("int64"), u32, i64, i64, i64, fc, fc)
     sigs += [("matmul_grad_f32acc", matmul_grad_f32acc, mg),
              ("matmul_grad_fmtacc", matmul_grad_fmtacc, mg)]

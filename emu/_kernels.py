@@ -205,13 +205,16 @@ _M_ALL = MT((1 << W) - 1)
 _MASK_A, _MASK_B, _MASK_AB = 4, 5, 6      # MASKED, by which operand holds the zeros
 
 
-def _micro_kernel(mask_a, mask_b, sh=0):
+def _micro_kernel(mask_a, mask_b, sh=0, sticky=False):
     """``acc[r, :] += A[r, k] ·̂ B[k, :]`` for QR rows, PW columns and k = 0..nk-1 in
     increasing order, the accumulators in vector registers (LLVM IR, so the block is
     register-allocated as written).  Masked-off products are not added.  ``sh`` > 0:
     each sum is then rounded onto the grid of a format with 23 - sh mantissa bits, the
     SCALED step of emu/_kernels_acc.py; ``sh`` = F16: rounded to binary16 (its F16
-    step); the preconditions are the caller's."""
+    step).  ``sticky``: the sum is first made round-to-odd with 2Sum's error, then
+    rounded to binary16 (``sh`` = F16) or, in place on its pattern, onto the grid of an
+    E = 8 format with 23 - sh mantissa bits (the STICKY step with _kernels_acc's finite
+    rounding).  The preconditions are the caller's."""
     i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
     vi, vf, vm = ir.VectorType(i32, W), ir.VectorType(f32, W), ir.VectorType(ir.IntType(1), W)
     mt = ir.IntType(W)
@@ -271,10 +274,35 @@ def _micro_kernel(mask_a, mask_b, sh=0):
                 ma = builder.bitcast(builder.load(at(amp, kr)), vm) if mask_a else None
                 for v in range(NV):
                     s = accs[r * NV + v]
-                    t = builder.fadd(s, builder.bitcast(builder.add(bs[v], av), vf))
+                    y = builder.bitcast(builder.add(bs[v], av), vf)
+                    t = builder.fadd(s, y)
+                    if sticky:  # round-to-odd: to the odd neighbour on 2Sum's error's side
+                        bb = builder.fsub(t, s)
+                        err = builder.fadd(builder.fsub(s, builder.fsub(t, bb)),
+                                           builder.fsub(y, bb))
+                        nz = builder.fcmp_ordered("!=", err, ir.Constant(vf, [0.0] * W))
+                        tv = builder.bitcast(t, vi)
+                        away = builder.icmp_signed(">=", builder.xor(builder.bitcast(err, vi), tv),
+                                                   ir.Constant(vi, [0] * W))
+                        if sh == F16:
+                            tz = builder.and_(nz, builder.not_(away))
+                            t = builder.bitcast(builder.or_(builder.sub(tv, builder.zext(tz, vi)),
+                                                            builder.zext(nz, vi)), vf)
+                        else:
+                            # E = 8, finite operands: round the pattern in place, the tie
+                            # bit (which only decides exact ties) being, for an inexact
+                            # sum, whether the error points away from zero: what rounding
+                            # its round-to-odd pattern gives
+                            low = (1 << sh) - 1
+                            lsb = builder.and_(builder.lshr(tv, ir.Constant(vi, [sh] * W)),
+                                               ir.Constant(vi, [1] * W))
+                            tie = builder.select(nz, builder.zext(away, vi), lsb)
+                            t = builder.bitcast(builder.and_(builder.add(
+                                builder.add(tv, ir.Constant(vi, [low >> 1] * W)), tie),
+                                ir.Constant(vi, [~low] * W)), vf)
                     if sh == F16:
                         t = builder.fpext(builder.fptrunc(t, ir.VectorType(ir.HalfType(), W)), vf)
-                    elif sh:    # c = ±2^(e + sh), e the exponent of t: (t + c) - c
+                    elif sh and not sticky:  # c = ±2^(e + sh), e the exponent of t: (t + c) - c
                         c = builder.bitcast(builder.add(builder.and_(
                             builder.bitcast(t, vi), ir.Constant(vi, [-0x800000] * W)),
                             ir.Constant(vi, [sh << 23] * W)), vf)
@@ -386,17 +414,35 @@ def matmul_prepare_b(B, fc):
     return Bp, Bm, st
 
 
-def matmul_blocked(sh):
+def matmul_blocked(sh, sticky=False):
     """The register-blocked PAM matmul: float32 accumulation for ``sh`` = 0, else the
     SCALED step onto a 23 - sh mantissa-bit grid or (``sh`` = F16) the F16 step, of
-    emu/_kernels_acc.py (whose preconditions make MASKED and SKIP exact)."""
-    mk_clean = _micro_kernel(False, False, sh)
-    mk_mask_a = _micro_kernel(True, False, sh)
-    mk_mask_b = _micro_kernel(False, True, sh)
-    mk_mask_ab = _micro_kernel(True, True, sh)
+    emu/_kernels_acc.py (whose preconditions make MASKED and SKIP exact); ``sticky``:
+    its STICKY step, rounded to binary16 (F16) or in place onto an E = 8 grid (called
+    only where every block is CLEAN)."""
+    mk_clean = _micro_kernel(False, False, sh, sticky)
+    mk_mask_a = _micro_kernel(True, False, sh, sticky)
+    mk_mask_b = _micro_kernel(False, True, sh, sticky)
+    mk_mask_ab = _micro_kernel(True, True, sh, sticky)
+    low = (1 << max(sh, 0)) - 1
 
     @register_jitable
-    def rnd(s):
+    def add_rnd(x, y):
+        """The micro-kernel's step for one product y (any value: GENERAL blocks)."""
+        s = x + y
+        if sticky:
+            bb = s - x
+            err = (x - (s - bb)) + (y - bb)
+            v = np.int64(as_i32(s))
+            if err > 0 or err < 0:          # inexact (a NaN error: s is ±inf)
+                if (np.int64(as_i32(err)) ^ v) < 0:
+                    v -= 1
+                v |= 1
+            if sh == F16:
+                return f16_round(as_f32(np.int32(v)))
+            if (v & S.ABS32) > S.INF32:
+                return s                    # NaN (made canonical when C is written)
+            return as_f32(np.int32((v + (low >> 1) + ((v >> sh) & 1)) & ~np.int64(low)))
         if sh == 0:
             return s
         if sh == F16:
@@ -404,7 +450,10 @@ def matmul_blocked(sh):
         c = as_f32(np.int32((as_i32(s) & np.int32(-0x800000)) + np.int32(sh << 23)))
         return (s + c) - c
 
-    @njit_variant(f"sh={sh}", parallel=True)
+    # the lanes are in the key too: an index entry written by a process with another
+    # PAMSIM_VECTOR_LANES (drop_stale's config races with concurrent processes) is
+    # never taken for this one
+    @njit_variant(f"sh={sh} sticky={sticky} lanes={W}", parallel=True)
     def kernel(A, Am, sta, Bp, Bm, stb, ia, ib, C, fc):
         """PAM matmul with float32 (or SCALED) accumulation.
 
@@ -476,7 +525,7 @@ def matmul_blocked(sh):
                                         b_row = Bp[bb, p0 + p, k]
                                         for j in range(PW):
                                             b = (np.int64(b_row[j]) + S.ONE32) & S.M32
-                                            acc_row[j] = rnd(acc_row[j] + as_f32(np.int32(
+                                            acc_row[j] = add_rnd(acc_row[j], as_f32(np.int32(
                                                 np.uint32(S.pam_mul(a_row[k], b, fc)))))
                             g = g1
             for p in range(npl):

@@ -55,6 +55,12 @@ F16    (acc IEEE binary16 on a host with F16C, any operands): RNE_acc(s) is the
        register-blocked (F16_BLOCKED), else in the column loops below.
 otherwise the integer rounding below.
 
+A STICKY call where every block is CLEAN (clean_ok) and acc is IEEE-style with E = 8
+(bf16, e8mX) or binary16 on a host with F16C runs register-blocked too
+(STICKY_BLOCKED): the round-to-odd sum, rounded in place on its pattern (E = 8: the
+finite step below; every product is finite, so no sum is NaN and inf stays inf) or
+by the F16 conversion.  No product is ±0, so a -0 accumulator is harmless.
+
 The rounding of the float32 pattern ``v`` into acc is quantize's (RNE, subnormals,
 overflow to inf, NaN or max by the policy, docs/semantics.md §9) without branches: in
 acc's normal range (and everywhere for E = 8, whose subnormal grid is float32 patterns
@@ -96,6 +102,7 @@ drop_stale(_cache_probe, __file__, S.__file__, _tiles.__file__, K.__file__, conf
 
 JW = 256        # columns per vectorised loop: QR rows of JW accumulators stay in L1
 F16, SCALED, F16_BLOCKED = 1, 2, 3  # the fast PLAIN steps (module docstring)
+STICKY_BLOCKED = 4      # the STICKY step register-blocked (module docstring)
 #: the F16 step needs the F16C conversions (else LLVM would call a library routine)
 _HAS_F16C = bool(llvm.get_host_cpu_features().get("f16c", False))
 
@@ -121,14 +128,16 @@ def _mantissa_or(x, mn):
     return acc
 
 
-def needs_sticky(a, b, fc, fca) -> bool:
+def needs_sticky(a, b, fc, fca, extra=0) -> bool:
     """False when PLAIN is exact (module docstring): every product has p_y <= p_acc
     significant bits and p_acc <= 11.  A product's pattern is |a| + |b| - ONE32, so its
-    low bits are clear wherever both operands' are."""
+    low bits are clear wherever both operands' are.  ``b`` may be None; ``extra``:
+    mantissa bits of further addends (the exact gradient's saturated ±max)."""
     if fca.man_bits > 10:
         return True
-    bits = int(_mantissa_or(a.reshape(-1), np.int32(fc.minnorm32))
-               | _mantissa_or(b.reshape(-1), np.int32(fc.minnorm32)))
+    bits = int(_mantissa_or(a.reshape(-1), np.int32(fc.minnorm32))) | int(extra)
+    if b is not None:
+        bits |= int(_mantissa_or(b.reshape(-1), np.int32(fc.minnorm32)))
     tz = (bits & -bits).bit_length() - 1 if bits else 23     # trailing zeros
     return 23 - tz > fca.man_bits
 
@@ -210,9 +219,12 @@ def _step(sticky, e8, finite, f16=False):
     return step
 
 
-def _make(sticky, e8, f16=False):
-    """The kernel for STICKY or PLAIN steps, for an E = 8 accumulator or a narrower one,
-    or (``f16``) for F16 steps."""
+def steps(sticky, e8, f16=False):
+    """``(step, step_finite)``: ``step(x, y, ac)`` = RNE_acc(x + y) for int32 patterns, ac
+    from acc_consts, by the STICKY or PLAIN argument (the caller's), for an E = 8
+    accumulator or a narrower one, or (``f16``) the F16 step; ``step_finite`` for a
+    finite y and an x that is no NaN but the canonical one (_step's ``finite``).  Used
+    by the matmul kernels below and the exact-gradient kernels (emu/_kernels_grad.py)."""
     step_ir = _step(sticky, e8, False, f16)
     step_fin = _step(sticky, e8, e8, f16)
 
@@ -226,6 +238,14 @@ def _make(sticky, e8, f16=False):
         """step for a finite y (CLEAN and ZEROS blocks)."""
         sh, half, keep, amn, amx, ovf, ovf_sign, csub, _, nan = ac
         return step_fin(x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub, nan)
+
+    return step, step_finite
+
+
+def _make(sticky, e8, f16=False):
+    """The kernel for STICKY or PLAIN steps, for an E = 8 accumulator or a narrower one,
+    or (``f16``) for F16 steps."""
+    step, step_finite = steps(sticky, e8, f16)
 
     # Each loop: for k in [k0, k0 + nk), for each of the QR rows, acc[r, :jw] <- step(
     # acc[r, :jw], a[r, k] ·̂ B[k, j0:j0 + jw]); the long column loop vectorises.
@@ -264,7 +284,7 @@ def _make(sticky, e8, f16=False):
                 for j in range(jw):
                     ar[j] = step(ar[j], _pam(av, np.int64(brow[j]), fmn, fmx, fovf), ac)
 
-    @njit_variant(f"sticky={sticky} e8={e8} f16={f16}", parallel=True)
+    @njit_variant(f"sticky={sticky} e8={e8} f16={f16} qr={QR}", parallel=True)  # as _kernels
     def kernel(A, sta, B, stb, ia, ib, C, fc, ac):
         """C (nout, M, N) int32 patterns from A (nA, Mq, K) patterns (rows padded to a
         multiple of QR), B (nB, K, N) patterns and the statistics of
@@ -345,7 +365,7 @@ _KERNELS = {(sticky, e8, False): _make(sticky, e8) for sticky in (False, True)
             for e8 in (False, True)}
 if _HAS_F16C:
     _KERNELS[False, False, True] = _make(False, False, True)
-_BLOCKED = {}       # K.matmul_blocked kernels by shift (SCALED 23 - M_acc, K.F16)
+_BLOCKED = {}       # K.matmul_blocked kernels by (shift: SCALED 23 - M_acc or K.F16, sticky)
 
 
 def is_binary16(fca) -> bool:
@@ -392,8 +412,13 @@ def clean_ok(sta, stb, fc) -> bool:
 def step_kind(sticky, A, sta, B, stb, fc, fca):
     """The fast step of a PLAIN call: SCALED where scaled_ok (fewest operations), else
     for a binary16 accumulator on a host with F16C F16 (register-blocked where every
-    block is CLEAN: no ±0 product meets a -0 accumulator), else None (integer rounding)."""
+    block is CLEAN: no ±0 product meets a -0 accumulator), else None (integer rounding).
+    A STICKY call: STICKY_BLOCKED where every block is CLEAN and acc is an IEEE-style
+    E = 8 format (its rounding in place) or binary16 with F16C, else None."""
     if sticky:
+        e8 = fca.exp_bits == 8 and fca.nan_kind == S.NAN_IEEE
+        if (e8 or (_HAS_F16C and is_binary16(fca))) and clean_ok(sta, stb, fc):
+            return STICKY_BLOCKED
         return None
     if scaled_ok(A, sta, B, stb, fc, fca):
         return SCALED
@@ -408,11 +433,13 @@ def matmul_narrow(A, Am, sta, B, Bp, Bm, stb, ia, ib, C, fc, fca, sticky, fast=-
     ``fast`` from step_kind unless given (tests force each)."""
     if fast == -1:
         fast = step_kind(sticky, A, sta, B, stb, fc, fca)
-    if fast in (SCALED, F16_BLOCKED):
-        sh = 23 - fca.man_bits if fast == SCALED else K.F16
-        if sh not in _BLOCKED:
-            _BLOCKED[sh] = K.matmul_blocked(sh)
-        _BLOCKED[sh](A, Am, sta, Bp, Bm, stb, ia, ib, C.view(np.float32), fc)
+    if fast in (SCALED, F16_BLOCKED, STICKY_BLOCKED):
+        sh = K.F16 if fast == F16_BLOCKED or (fast == STICKY_BLOCKED and is_binary16(fca)) \
+            else 23 - fca.man_bits
+        key = (sh, fast == STICKY_BLOCKED)
+        if key not in _BLOCKED:
+            _BLOCKED[key] = K.matmul_blocked(*key)
+        _BLOCKED[key](A, Am, sta, Bp, Bm, stb, ia, ib, C.view(np.float32), fc)
     else:
         e8 = fca.exp_bits == 8 and fca.nan_kind == S.NAN_IEEE     # the finite step's case
         _KERNELS[sticky, e8 and fast != F16, fast == F16](

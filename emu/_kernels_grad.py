@@ -19,12 +19,17 @@ the normal range, which per (p, r) two comparisons against the exponent range of
 row r of ``w`` decide; zero/subnormal ``w`` give ±0 terms (masked), and a ±0
 gradient gives ±0 terms only (skipped).  Both are exact because the accumulator is
 never -0.0 (see emu/_kernels.py).  Anything else takes the scalar definition.
+
+A narrow accumulator (p_acc <= 22) runs the same loops with the float32-add-and-round
+steps of emu/_kernels_acc.py instead of ``+`` and adds the ±0 terms (_make_narrow);
+wider ones fold with S.fp_add.
 """
 import numpy as np
 from numba import njit, prange
 from numba.extending import register_jitable
 
 from . import _kernels as K
+from . import _kernels_acc as KA
 from . import _scalar as S
 from . import _scalar_grad as G
 from . import _scalar_approx as A
@@ -40,7 +45,7 @@ def _cache_probe():
 
 
 drop_stale(_cache_probe, __file__, S.__file__, G.__file__, A.__file__, K.__file__,
-           registry.__file__)
+           KA.__file__, registry.__file__)
 
 
 # --- elementwise ------------------------------------------------------------------
@@ -186,6 +191,23 @@ def _x_mantissas(x, fc):
 
 
 @njit(parallel=True, cache=True)
+def _w_split(w):
+    """Per entry of w: its sign and exponent minus ONE32 (mod 2^32), and its mantissa
+    field: the two parts of the fast path's integer sum."""
+    nw, R, C = w.shape
+    wsh = np.empty((nw, R, C), np.int32)       # sign and exponent of w, minus ONE32
+    wm = np.empty((nw, R, C), np.int32)        # mantissa field of w
+    for t in prange(nw * R):
+        b = t // R
+        r = t % R
+        for c in range(C):
+            u = np.int64(w[b, r, c])
+            wsh[b, r, c] = np.int32(np.uint32(((u & 0xFF800000) - S.ONE32) & S.M32))
+            wm[b, r, c] = np.int32(u & G.MAN32)
+    return wsh, wm
+
+
+@njit(parallel=True, cache=True)
 def _matmul_grad_f32(g, x, w, ix, iw, fc):
     """The fold of the module docstring with float32 (numpy ``+``) accumulation.
 
@@ -196,16 +218,7 @@ def _matmul_grad_f32(g, x, w, ix, iw, fc):
     C = x.shape[2]
     lo, hi, hz, hs = _w_stats(w, fc)
     xm, xnan = _x_mantissas(x, fc)
-    nw = w.shape[0]
-    wsh = np.empty((nw, R, C), np.int32)       # sign and exponent of w, minus ONE32
-    wm = np.empty((nw, R, C), np.int32)        # mantissa field of w
-    for t in prange(nw * R):
-        b = t // R
-        r = t % R
-        for c in range(C):
-            u = np.int64(w[b, r, c])
-            wsh[b, r, c] = np.int32(np.uint32(((u & 0xFF800000) - S.ONE32) & S.M32))
-            wm[b, r, c] = np.int32(u & G.MAN32)
+    wsh, wm = _w_split(w)
     out = np.empty((nout, P, C), np.float32)
     mn = np.int32(fc.minnorm32)
     for t in prange(nout * P):
@@ -269,8 +282,93 @@ def _matmul_grad_fmtacc(g, x, w, ix, iw, fc, fca):
     return out.view(np.float32)
 
 
+def _make_narrow(sticky, e8, f16):
+    """The fold of the module docstring accumulating in a narrow format (p_acc <= 22)
+    with the float32-add-and-round steps of emu/_kernels_acc.py (STICKY or PLAIN, chosen
+    by the caller; E = 8 or narrower; F16), vectorised over c like the float32 kernel
+    and with its integer fast path for the terms.  Unlike float32 accumulation, a ±0
+    term is added, not skipped (a narrow accumulator can hold -0, and -0 + +0 = +0):
+    it is ((d XOR w) & sign) — +0 in formats without -0 — wherever the row is clean
+    (no NaN in x's row, no inf/NaN in w's) and d or w is zero-class, exactly what
+    G.pam_mul_da gives there (a ZERO slope, or a POW2 slope times a zero-class d)."""
+    step, step_finite = KA.steps(sticky, e8, f16)
+
+    @njit_variant(f"sticky={sticky} e8={e8} f16={f16}", parallel=True)
+    def kernel(g, x, w, ix, iw, fc, ac):
+        nout, P, R = g.shape
+        C = x.shape[2]
+        lo, hi, hz, hs = _w_stats(w, fc)
+        xm, xnan = _x_mantissas(x, fc)
+        wsh, wm = _w_split(w)
+        out = np.empty((nout, P, C), np.int32)
+        mn = np.int32(fc.minnorm32)
+        nz = np.int32(np.uint32(fc.negzero32))
+        sgn = np.int32(-0x80000000)
+        for t in prange(nout * P):
+            bo = t // P
+            p = t % P
+            bx = ix[bo]
+            bw = iw[bo]
+            acc = np.zeros(C, np.int32)
+            xmr = xm[bx, p]
+            nan_row = xnan[bx, p]
+            for r in range(R):
+                d = np.int64(g[bo, p, r])
+                ud = d & S.ABS32
+                clean = not (nan_row or hs[bw, r])
+                wr = w[bw, r]
+                if clean and ud < fc.minnorm32:
+                    sd = np.int32(np.uint32(d & S.SIGN32))
+                    for c in range(C):
+                        acc[c] = step_finite(acc[c], (sd ^ wr[c]) & sgn & nz, ac)
+                    continue
+                if (clean and ud < S.INF32 and ud + lo[bw, r] - S.ONE32 >= fc.minnorm32
+                        and ud + hi[bw, r] - S.ONE32 + 0x800000 <= fc.max32):
+                    di = np.int32(d)
+                    ws = wsh[bw, r]
+                    wmr = wm[bw, r]
+                    if hz[bw, r]:
+                        sd = np.int32(np.uint32(d & S.SIGN32))
+                        for c in range(C):
+                            y = np.int32(di + ws[c] + ((xmr[c] + wmr[c]) & np.int32(0x800000)))
+                            if (wr[c] & np.int32(S.ABS32)) < mn:
+                                y = (sd ^ wr[c]) & sgn & nz
+                            acc[c] = step_finite(acc[c], y, ac)
+                    else:
+                        for c in range(C):
+                            acc[c] = step_finite(acc[c], np.int32(
+                                di + ws[c] + ((xmr[c] + wmr[c]) & np.int32(0x800000))), ac)
+                    continue
+                xr = x[bx, p]
+                for c in range(C):
+                    acc[c] = step(acc[c], np.int32(np.uint32(G.pam_mul_da(xr[c], wr[c], d, fc))),
+                                  ac)
+            for c in range(C):          # as the forward kernel writes C
+                v = acc[c]
+                v = ac[8] if v == sgn else v
+                out[bo, p, c] = np.int32(S.QNAN32) if (v & np.int32(S.ABS32)) > np.int32(S.INF32) \
+                    else v
+        return out.view(np.float32)
+
+    return kernel
+
+
+_NARROW = {}        # the narrow-accumulator gradient kernels, built on first use
+
+
 def matmul_grad(g, x, w, ix, iw, fc, fca):
-    """Dispatch: float32 accumulation (fast paths) or a narrower accumulator."""
+    """Dispatch: float32 accumulation (fast paths), a narrow accumulator with p_acc <=
+    22 (the float32-add-and-round steps, PLAIN where every term has at most p_acc
+    significant bits: those of g, or of fmt's max where a term saturates), or a wider
+    one (fp_add per step)."""
     if fca is None:
         return _matmul_grad_f32(g, x, w, ix, iw, fc)
-    return _matmul_grad_fmtacc(g, x, w, ix, iw, fc, fca)
+    if not KA.fast_path(fca):
+        return _matmul_grad_fmtacc(g, x, w, ix, iw, fc, fca)
+    sticky = KA.needs_sticky(g, None, fc, fca, 0 if fc.has_inf else fc.max32 & G.MAN32)
+    f16 = not sticky and KA._HAS_F16C and KA.is_binary16(fca)
+    e8 = fca.exp_bits == 8 and fca.nan_kind == S.NAN_IEEE and not f16
+    key = (sticky, e8, f16)
+    if key not in _NARROW:
+        _NARROW[key] = _make_narrow(*key)
+    return _NARROW[key](g, x, w, ix, iw, fc, KA.acc_consts(fca))

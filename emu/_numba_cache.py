@@ -1,15 +1,49 @@
-"""Invalidate Numba's on-disk kernel cache when a kernel's *dependencies* change.
+"""Numba's on-disk kernel cache, made safe for pamsim: stale dependencies and
+concurrent processes.
 
 Numba keys a cached kernel on the timestamp of the file that defines it, not of
 the files whose ``register_jitable`` functions it inlines: editing emu/_scalar.py
 would otherwise leave stale machine code in place.  Every module with cached
 kernels calls :func:`drop_stale` at import time, before its kernels are used.
+
+Numba's cache index is not safe across processes: two processes that compile
+different specialisations of one function at once (``pytest -n 2`` on a cold cache,
+a factory's kernel variants) can both read the same index, pick the same data-file
+number and save, leaving an index entry that points at the *other* specialisation's
+machine code — wrong bits, not an error.  Importing this module therefore serialises
+each index's read-pick-write (:func:`_locked`, an ``flock`` on a file beside the
+index).
 """
 from __future__ import annotations
 
+import fcntl
+import functools
 import hashlib
 import warnings
 from pathlib import Path
+
+from numba.core import caching
+
+
+def _locked(method, mode):
+    """``method`` of Numba's IndexDataCacheFile under an flock (``mode``) of the
+    index's lock file; without a writable cache directory, unlocked as before."""
+    @functools.wraps(method)
+    def wrapper(self, *args):
+        try:
+            lock = open(self._index_path + ".lock", "a")
+        except OSError:
+            return method(self, *args)
+        with lock:
+            fcntl.flock(lock, mode)
+            return method(self, *args)      # closing the file releases the lock
+    return wrapper
+
+
+if not getattr(caching.IndexDataCacheFile.save, "_pamsim_locked", False):
+    caching.IndexDataCacheFile.save = _locked(caching.IndexDataCacheFile.save, fcntl.LOCK_EX)
+    caching.IndexDataCacheFile.load = _locked(caching.IndexDataCacheFile.load, fcntl.LOCK_SH)
+    caching.IndexDataCacheFile.save._pamsim_locked = True
 
 
 def drop_stale(probe, module_file: str, *dependencies: str, config: str = "") -> None:

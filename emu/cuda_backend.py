@@ -68,10 +68,14 @@ class CudaBackend(DeviceCall):
             res, out = self.empty(plan.shape, np.float32)
             n = math.prod(plan.shape)
             if n:
-                src = bits if c_contiguous(bits) else self.flat(bits, plan.shape, np.int64)
                 flag = self.upload(np.zeros(1, np.int32))
-                self.launch(self.K.from_bits, n, src.reshape(n), flat_view(out, n), plan.fc,
-                            flag)
+                if not fmt.signed:              # the E8M0 scale type (emu/mx.py)
+                    self.launch(self.K.e8m0_from_bits, n, self.flat(bits, plan.shape, np.int64),
+                                flat_view(out, n), flag)
+                else:
+                    src = bits if c_contiguous(bits) else self.flat(bits, plan.shape, np.int64)
+                    self.launch(self.K.from_bits, n, src.reshape(n), flat_view(out, n),
+                                plan.fc, flag)
                 bad = flag.copy_to_host(stream=self.stream)     # asynchronous on a stream
                 if hasattr(self.stream, "synchronize"):
                     self.stream.synchronize()
@@ -152,6 +156,38 @@ class CudaBackend(DeviceCall):
                         bstat, fc, acc.consts, block=(K_.TN // K_.R, K_.TM // K_.R))
             return res
 
+    # -- the E8M0 scale type and MX blocks (emu/mx.py) ------------------------------------
+    def e8m0(self, plan, x, to_bits):
+        """quantize (values) or to_bits (codes) into float8_e8m0fnu."""
+        with self.device():
+            res, out = self.empty(plan.shape, np.uint32 if to_bits else np.float32)
+            n = math.prod(plan.shape)
+            self.launch(self.K.e8m0, n, self.flat(x, plan.shape), flat_view(out, n), to_bits)
+            return res
+
+    def mx_quantize(self, plan, x, values):
+        """emu.mx_quantize (``values``: MXFormat.round) on the plan of emu/mx.py: one
+        thread per block."""
+        with self.device():
+            res, out = self.empty(plan.shape, np.float32)
+            sres, scales = self.empty(plan.scales if not values else (1,), np.uint8)
+            n = math.prod(plan.shape)
+            self.launch(self.K.mx_quantize, plan.ntask, self.flat(x, plan.shape),
+                        flat_view(out, n), _flat_u8(scales), plan.ntask, plan.nb, plan.n,
+                        plan.inner, plan.block, plan.efc, plan.emax, plan.int8, values,
+                        float32.consts)
+            return res if values else (res, sres)
+
+    def mx_dequantize(self, plan, p, scales):
+        with self.device():
+            res, out = self.empty(plan.shape, np.float32)
+            n = math.prod(plan.shape)
+            if n:
+                self.launch(self.K.mx_dequantize, n, self.flat(p, plan.shape),
+                            self.flat(scales, plan.scales, np.int64), flat_view(out, n),
+                            plan.nb, plan.n, plan.inner, plan.block, float32.consts)
+            return res
+
     # -- exact derivatives and PAM-matmul gradients (emu/grad.py) -----------------------
     def grad_unary(self, plan, x, dy):
         with self.device():
@@ -228,6 +264,11 @@ class CudaBackend(DeviceCall):
         _, out = self.empty((max(n, 1),), np.uint32)
         self.launch(self.K.quantize, n, flat_view(x, n), out, fc, self.K.S.RNE, True, False, 0)
         return out
+
+
+def _flat_u8(x):
+    """A contiguous uint8 Numba array as a flat view."""
+    return x.reshape(math.prod(x.shape)) if x.ndim != 1 else x
 
 
 def _batch_terms(own_shape, own_strides, batch, nterms):

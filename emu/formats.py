@@ -233,11 +233,16 @@ class Format:
         Raises ValueError for the unsigned scale type, which has no arithmetic:
         emu quantizes, encodes and decodes it (docs/semantics.md §9).
         """
+        return _consts(self.arithmetic())
+
+    def arithmetic(self, argname: str = "fmt") -> "Format":
+        """The format itself, or a ValueError naming ``argname`` for the unsigned scale
+        type, which has no arithmetic (operands, accumulators)."""
         if not self.signed:
-            raise ValueError(f"fmt={self.name} is a scale format without sign, mantissa or "
-                             "zero: only quantize, to_bits, from_bits and the MX functions "
+            raise ValueError(f"{argname}={self.name} is a scale format without sign, mantissa "
+                             "or zero: only quantize, to_bits, from_bits and the MX functions "
                              "accept it")
-        return _consts(self)
+        return self
 
 
 def _f32_pattern(value: Fraction) -> int:

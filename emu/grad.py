@@ -138,8 +138,8 @@ def pam_matmul(A, B, dY, fmt: Format | str = float32, acc: Format | str = float3
     gets one fold over (those batch indices in C order, then the contracted index).
     ``need``: which of (δA, δB) to compute; the other is None.
     """
-    fmt = format(fmt, argname="fmt")
-    acc = format(acc, argname="acc")
+    fmt = format(fmt, argname="fmt").arithmetic()
+    acc = format(acc, argname="acc").arithmetic("acc")
     kind = _kind(kind)
     gpu = cuda_backend.prepare(None, A=A, B=B, dY=dY)
     if gpu is not None:

@@ -13,6 +13,7 @@ import numpy as np
 from . import _kernels as K
 from . import _kernels_acc as KA
 from . import _kernels_grad as KG
+from . import _kernels_mx as KM
 from . import _kernels_reduce as KR
 from . import _kernels_small as KS
 from . import _scalar as S
@@ -110,7 +111,10 @@ class HostBackend:
             raise ValueError(f"bits must lie in [0, 2**{fmt.width}) for {fmt.name}; "
                              f"got values in [{own.min()}, {own.max()}]")
         out = alloc(plan.op, plan.shape).reshape(-1)
-        K.from_bits(np.ascontiguousarray(bits, dtype=np.uint32).reshape(-1), out, plan.fc)
+        if not fmt.signed:                      # the E8M0 scale type (emu/mx.py)
+            KM.e8m0_from_bits(np.ascontiguousarray(bits, dtype=np.uint32).reshape(-1), out)
+        else:
+            K.from_bits(np.ascontiguousarray(bits, dtype=np.uint32).reshape(-1), out, plan.fc)
         return finish(out, plan.shape, plan.scalar)
 
     def unary(self, plan, x):
@@ -178,6 +182,32 @@ class HostBackend:
         else:
             K.matmul_fmtacc(a3, b3, ia, ib, c.view(np.int32), fmt.consts, acc.consts)
         return c.reshape(plan.out)
+
+    # -- the E8M0 scale type and MX blocks (emu/mx.py) --------------------------------
+    def e8m0(self, plan, x, to_bits):
+        """quantize (values) or to_bits (codes) into float8_e8m0fnu."""
+        out = alloc(plan.op, plan.shape).reshape(-1)
+        KM.e8m0(flat_u32(x, plan.shape), out, to_bits)
+        if to_bits:
+            out = out.reshape(plan.shape)
+            return out[()] if plan.scalar else out
+        return finish(out, plan.shape, plan.scalar)
+
+    def mx_quantize(self, plan, x, values):
+        """emu.mx_quantize (``values``: MXFormat.round) on the plan of emu/mx.py."""
+        out = alloc("mx_quantize", plan.shape).reshape(-1)
+        scales = alloc("mx_quantize", plan.scales if not values else (1,), np.uint8)
+        KM.mx_quantize(flat_u32(x), out, scales.reshape(-1), plan.ntask, plan.nb, plan.n,
+                       plan.inner, plan.block, plan.efc, plan.emax, plan.int8, values,
+                       float32.consts)
+        res = out.view(np.float32).reshape(plan.shape)
+        return res if values else (res, scales)
+
+    def mx_dequantize(self, plan, p, scales):
+        out = alloc("mx_dequantize", plan.shape).reshape(-1)
+        KM.mx_dequantize(flat_u32(p), np.ascontiguousarray(scales).reshape(-1), out, plan.nb,
+                         plan.n, plan.inner, plan.block, float32.consts)
+        return out.view(np.float32).reshape(plan.shape)
 
     @staticmethod
     def _patterns(x, fmt):

@@ -32,8 +32,8 @@ def pam_matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *
     (read in place, transposed views included) give a device array of the same kind,
     computed on the caller's stream or on ``stream``.
     """
-    fmt = format(fmt, argname="fmt")
-    acc = format(acc, argname="acc")
+    fmt = format(fmt, argname="fmt").arithmetic()
+    acc = format(acc, argname="acc").arithmetic("acc")
     backend, (a, b) = backend_for(stream, {"A": A, "B": B})
     return backend.matmul(matmul_shapes(a.shape, b.shape), a, b, fmt, acc)
 

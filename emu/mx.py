@@ -21,15 +21,18 @@ codes of the float elements), scales as uint8 E8M0 codes.  docs/semantics.md
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from .formats import (Format, float4_e2m1fn, float6_e2m3fn, float6_e3m2fn, float8_e4m3fn,
                       float8_e5m2, format)
+from ._scalar_mx import E8M0_NAN  # noqa: F401 (the NaN code of E8M0, a NaN block's scale)
 
 __all__ = ["MX_TYPES", "MXFormat", "mx_format", "mx_type", "mx_quantize", "mx_dequantize",
-           "mx_pam_matmul", "e8m0_quantize", "e8m0_decode", "e8m0_op"]
+           "mx_pam_matmul"]
 
 #: MX type name -> element: a Format, or "int8" (two's complement, implicit scale 2^-6)
 MX_TYPES: dict[str, Format | str] = {
@@ -39,8 +42,6 @@ MX_TYPES: dict[str, Format | str] = {
 }
 _MX_ALIASES = {"mxfp8": "mxfp8_e4m3", "mxfp6": "mxfp6_e3m2", "mxfp4": "mxfp4_e2m1"}
 E8M0_BIAS = 127
-E8M0_NAN = 0xFF
-_INT8_MAX = 127            # symmetric saturation: the element range is ±127 · 2^-6
 
 
 def mx_type(spec, *, argname: str = "elem") -> str:
@@ -71,47 +72,36 @@ def _emax(name: str) -> int:
 
 # --- the E8M0 scale type ---------------------------------------------------------
 
-def e8m0_quantize(x) -> np.ndarray:
-    """E8M0 codes (uint8) of float32 values, as ml_dtypes rounds (docs/semantics.md):
-    NaN for x <= 0, NaN, inf or past 2^127; float32 normals round to the nearest power
-    of two, ties up; float32 subnormals give code 1 above 2^-127, else 0."""
-    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.int64)
-    sub = bits < 0x800000
-    # pattern-space rounding to a multiple of 2^23: ties up for normals, down below
-    code = (bits + np.where(sub, 0x3FFFFF, 0x400000)) >> 23
-    bad = (bits == 0) | (bits >= 0x7F800000)           # +0, inf, NaN, any negative
-    return np.where(bad, E8M0_NAN, code).astype(np.uint8)  # past 2^127 code is 255 itself
-
-
-def e8m0_decode(codes) -> np.ndarray:
-    """Float32 values of E8M0 codes: 2^(code - 127), NaN for 0xFF."""
-    c = np.asarray(codes).astype(np.int64)
-    v = np.ldexp(1.0, c - E8M0_BIAS)
-    return np.where(c == E8M0_NAN, np.nan, v).astype(np.float32)
-
-
-def e8m0_op(op: str, x, rounding="nearest_even", subnormals=True, overflow=None,
-            seed=None):
-    """``emu.quantize`` (op "quantize"), ``to_bits``, ``from_bits`` for float8_e8m0fnu."""
-    from .ops import as_float32
-    if op == "from_bits":
-        arr = np.asarray(x)
-        if arr.dtype.kind not in "iu":
-            raise TypeError(f"bits must have an integer dtype, got {arr.dtype}")
-        if arr.size and (arr.min() < 0 or int(arr.max()) > E8M0_NAN):
-            raise ValueError(f"bits must lie in [0, 2**8) for float8_e8m0fnu; got values "
-                             f"in [{arr.min()}, {arr.max()}]")
-        out = e8m0_decode(arr)
-    else:
-        if (rounding, subnormals, overflow, seed) != ("nearest_even", True, None, None):
-            raise ValueError("float8_e8m0fnu is quantized with the defaults only "
-                             "(rounding='nearest_even', subnormals=True, overflow=None)")
-        codes = e8m0_quantize(as_float32(x, "x"))
-        out = codes.astype(np.uint32) if op == "to_bits" else e8m0_decode(codes)
-    return out[()] if np.ndim(x) == 0 else out
+def e8m0_check(rounding="nearest_even", subnormals=True, overflow=None, seed=None):
+    """ValueError unless quantize's options are the defaults: E8M0 has one rounding."""
+    if (rounding, subnormals, overflow, seed) != ("nearest_even", True, None, None):
+        raise ValueError("float8_e8m0fnu is quantized with the defaults only "
+                         "(rounding='nearest_even', subnormals=True, overflow=None)")
 
 
 # --- block layout -----------------------------------------------------------------
+
+#: mxint8's element grid: below 2, e3m6 with bias 1 is the fixed-point grid k · 2^-6
+#: (emu/_scalar_mx.py mx_element clamps it to ±127/64)
+_INT8_GRID = Format(3, 6, bias=1)
+
+
+class MXPlan(NamedTuple):
+    """An MX call on an array of ``shape`` viewed as (outer, n, inner) with blocks of
+    ``block`` along n (the blocked axis): ``nb`` blocks per row, ``ntask`` =
+    outer · nb · inner blocks in all, scales of shape ``scales``; the element format's
+    kernel constants ``efc``, its ``emax``, and ``int8`` for mxint8."""
+    shape: tuple
+    scales: tuple
+    ntask: int
+    nb: int
+    n: int
+    inner: int
+    block: int
+    efc: object
+    emax: int
+    int8: bool
+
 
 def _check_block(block, axis, ndim):
     if isinstance(block, (bool, np.bool_)) or not isinstance(block, (int, np.integer)) \
@@ -125,24 +115,32 @@ def _check_block(block, axis, ndim):
     return int(block), int(axis) % ndim
 
 
-def _blocks(x: np.ndarray, block: int, axis: int) -> np.ndarray:
-    """x with ``axis`` moved last and split into zero-padded blocks: (..., nb, block)."""
-    x = np.moveaxis(x, axis, -1)
-    n = x.shape[-1]
+def _plan(shape, block, axis, name=None) -> MXPlan:
+    """The plan of a call on ``shape`` (``name``: the MX type, for quantizing)."""
+    shape = tuple(int(d) for d in shape)
+    block, axis = _check_block(block, axis, len(shape))
+    n = shape[axis]
     nb = -(-n // block)
-    pad = np.zeros(x.shape[:-1] + (nb * block - n,), x.dtype)
-    return np.concatenate([x, pad], axis=-1).reshape(x.shape[:-1] + (nb, block))
+    inner = math.prod(shape[axis + 1:])
+    elem = MX_TYPES.get(name)
+    int8 = elem == "int8"
+    efc = None if elem is None else (_INT8_GRID if int8 else elem).consts
+    return MXPlan(shape, shape[:axis] + (nb,) + shape[axis + 1:],
+                  math.prod(shape[:axis]) * nb * inner, nb, n, inner, block, efc,
+                  0 if elem is None else _emax(name), int8)
 
 
-def _unblocks(b: np.ndarray, n: int, axis: int) -> np.ndarray:
-    """Inverse of :func:`_blocks` for an axis of length ``n``."""
-    flat = b.reshape(b.shape[:-2] + (-1,))[..., :n]
-    return np.moveaxis(flat, -1, axis)
+def _quantize(x, name, block, axis, values, stream):
+    """(elements, scales), or (``values``) the dequantized values, by the kernels of the
+    backend ``x`` picks (CPU, or CUDA for a device array: docs/gpu.md)."""
+    from .ops import backend_for
+    backend, (xv,) = backend_for(stream, {"x": x})
+    return backend.mx_quantize(_plan(xv.shape, block, axis, name), xv, values)
 
 
 # --- quantize / dequantize ----------------------------------------------------------
 
-def mx_quantize(x, elem, block: int = 32, axis: int = -1):
+def mx_quantize(x, elem, block: int = 32, axis: int = -1, *, stream=None):
     """OCP MX quantization: ``(elements, scales)``.
 
     Per block of ``block`` elements along ``axis``: ``s = floor(log2 amax) - emax_elem``
@@ -150,49 +148,28 @@ def mx_quantize(x, elem, block: int = 32, axis: int = -1):
     ``quantize(x / 2^s, elem)`` RNE saturating at ±max (mxint8: ``round(x / 2^s · 64)``
     clamped to ±127, over 64).  A block holding a NaN or ±inf gets the NaN scale
     0xFF and +0 elements.  ``elements`` is float32 of x's shape, ``scales`` uint8 with
-    the axis shortened to ``ceil(n / block)``.
+    the axis shortened to ``ceil(n / block)``.  A CUDA ``x`` (torch, CuPy, Numba) runs
+    on the device and gives device arrays of its kind (emu/_cuda.py), on ``stream``
+    if given.
     """
-    from .ops import as_float32, quantize
-    name = mx_type(elem)
-    x = as_float32(x, "x")
-    block, axis = _check_block(block, axis, x.ndim)
-    n = x.shape[axis]
-    b = _blocks(x, block, axis).astype(np.float64)
-    finite = np.isfinite(b).all(axis=-1)
-    amax = np.where(finite, np.abs(np.where(np.isfinite(b), b, 0.0)).max(axis=-1), 0.0)
-    _, e = np.frexp(amax)                              # amax = m 2^e, 1/2 <= m < 1
-    s = np.where(amax > 0, e - 1 - _emax(name), -E8M0_BIAS)
-    s = np.maximum(s, -E8M0_BIAS)
-    # x / 2^s is exact in float64; in float32 too wherever it can round to a nonzero
-    # element (>= 2^-126: every element type's half-quantum is >= 2^-17)
-    scaled = np.where(finite[..., None], b * np.ldexp(1.0, -s)[..., None], 0.0)
-    if MX_TYPES[name] == "int8":
-        k = np.clip(np.rint(scaled * 64.0), -_INT8_MAX, _INT8_MAX)
-        p = (k / 64.0 + 0.0).astype(np.float32)       # + 0.0: an integer code has no -0
-    else:
-        p = quantize(scaled.astype(np.float32), MX_TYPES[name], overflow="saturate")
-    scales = np.where(finite, s + E8M0_BIAS, E8M0_NAN).astype(np.uint8)
-    return _unblocks(np.asarray(p, np.float32), n, axis), np.moveaxis(scales, -1, axis)
+    return _quantize(x, mx_type(elem), block, axis, False, stream)
 
 
-def mx_dequantize(elements, scales, block: int = 32, axis: int = -1) -> np.ndarray:
+def mx_dequantize(elements, scales, block: int = 32, axis: int = -1, *, stream=None):
     """The values ``P_i · 2^(code - 127)`` of MX data, rounded RNE to float32 (exact
-    unless beyond float32's range); a NaN scale (0xFF) makes its block NaN."""
-    from .ops import as_float32
-    p = as_float32(elements, "elements")
-    block, axis = _check_block(block, axis, p.ndim)
-    sc = np.asarray(scales)
-    n = p.shape[axis]
-    want = p.shape[:axis] + (-(-n // block),) + p.shape[axis + 1:]
-    if sc.dtype != np.uint8 or sc.shape != want:
-        raise ValueError(f"scales must be uint8 E8M0 codes of shape {want} (elements "
-                         f"{p.shape}, block={block}, axis={axis}); got {sc.dtype} {sc.shape}")
-    b = _blocks(p, block, axis).astype(np.float64)
-    code = np.moveaxis(sc, axis, -1).astype(np.int64)
-    v = b * np.ldexp(1.0, code - E8M0_BIAS)[..., None]
-    v = np.where((code == E8M0_NAN)[..., None], np.nan, v)
-    with np.errstate(over="ignore"):
-        return _unblocks(v.astype(np.float32), n, axis)
+    unless beyond float32's range); a NaN scale (0xFF) makes its block NaN.  CUDA
+    operands (both on the device) run there."""
+    from . import cuda_backend
+    from .host import HOST
+    backend = cuda_backend.prepare(stream, elements=elements, scales=scales) or HOST
+    p = backend.operand(elements, "elements")
+    sc = backend.operand(scales, "scales", bits=True)
+    plan = _plan(p.shape, block, axis)
+    if sc.dtype != np.uint8 or tuple(sc.shape) != plan.scales:
+        raise ValueError(f"scales must be uint8 E8M0 codes of shape {plan.scales} (elements "
+                         f"{plan.shape}, block={plan.block}, axis={axis}); got {sc.dtype} "
+                         f"{tuple(sc.shape)}")
+    return backend.mx_dequantize(plan, p, sc)
 
 
 @dataclass(frozen=True)
@@ -214,9 +191,10 @@ class MXFormat:
     def __str__(self) -> str:
         return self.name
 
-    def round(self, x, axis: int = -1) -> np.ndarray:
-        """``x`` as its MX values: quantized in blocks along ``axis``, dequantized."""
-        return mx_dequantize(*mx_quantize(x, self.mx, self.block, axis), self.block, axis)
+    def round(self, x, axis: int = -1, *, stream=None):
+        """``x`` as its MX values: quantized in blocks along ``axis`` and dequantized,
+        in one pass (a CUDA ``x`` on the device)."""
+        return _quantize(x, self.mx, self.block, axis, True, stream)
 
 
 def mx_format(spec, *, argname: str = "fmt") -> MXFormat:
@@ -233,17 +211,20 @@ def mx_format(spec, *, argname: str = "fmt") -> MXFormat:
                      "'/<block>' (default 32)")
 
 
-def mx_pam_matmul(a, b, elem, block: int = 32, acc="float32"):
+def mx_pam_matmul(a, b, elem, block: int = 32, acc="float32", *, stream=None):
     """PAM matmul on MX operands: ``a`` blocked along its last axis (K), ``b`` along
     its second-to-last (K; a 1-D ``b`` along its only axis), each product the PAM of
     the elements with the two scales' exponents added, folded over k in increasing
-    order into ``acc`` from +0 (docs/semantics.md, "MX block formats")."""
+    order into ``acc`` from +0 (docs/semantics.md, "MX block formats").  It is
+    :meth:`MXFormat.round` of each operand and ``pam_matmul`` in float32 on the
+    results, so CUDA operands stay on the device."""
     from .matmul import pam_matmul
-    from .ops import as_float32
-    a = as_float32(a, "a")
-    b = as_float32(b, "b")
-    if a.ndim == 0 or b.ndim == 0:
-        raise ValueError(f"a and b must have at least one dimension, got shapes "
-                         f"{a.shape} and {b.shape}")
+    from .ops import backend_for
+    from .shapes import matmul_shapes
     mx = MXFormat(elem, block)
-    return pam_matmul(mx.round(a, -1), mx.round(b, -2 if b.ndim >= 2 else -1), "float32", acc)
+    acc = format(acc, argname="acc").arithmetic("acc")
+    _, (av, bv) = backend_for(stream, {"a": a, "b": b})       # checked before any kernel
+    matmul_shapes(av.shape, bv.shape, "mx_pam_matmul")
+    return pam_matmul(mx.round(a, -1, stream=stream),
+                      mx.round(b, -2 if len(bv.shape) >= 2 else -1, stream=stream),
+                      "float32", acc, stream=stream)

@@ -70,8 +70,9 @@ def quantize(x, fmt, rounding="nearest_even", subnormals=True, overflow=None, se
     A CUDA ``x`` runs on the device (same random stream), on ``stream`` if given.
     """
     fmt = format(fmt)
-    if not fmt.signed:                          # the E8M0 scale type
-        return _mx.e8m0_op("quantize", x, rounding, subnormals, overflow, seed)
+    if not fmt.signed:                          # the E8M0 scale type (emu/mx.py)
+        _mx.e8m0_check(rounding, subnormals, overflow, seed)
+        return _e8m0(x, False, stream)
     mode = rounding_mode(rounding)
     if overflow not in (None, "saturate"):
         raise ValueError(f"overflow={overflow!r}; expected None (format default: inf for "
@@ -90,7 +91,7 @@ def to_bits(x, fmt, *, stream=None) -> np.ndarray:
     """Encoding of ``x`` in ``fmt`` (rounded RNE first) as uint32, in the low ``width`` bits."""
     fmt = format(fmt)
     if not fmt.signed:
-        return _mx.e8m0_op("to_bits", x)
+        return _e8m0(x, True, stream)
     backend, (xv,) = backend_for(stream, {"x": x})
     return backend.to_bits(elementwise("to_bits", fmt.consts, x=xv), xv)
 
@@ -101,10 +102,15 @@ def from_bits(bits, fmt, *, stream=None):
     On CUDA the range check reads one flag back, so this call waits for ``stream``.
     """
     fmt = format(fmt)
-    if not fmt.signed:
-        return _mx.e8m0_op("from_bits", bits)
     backend, (bv,) = backend_for(stream, {"bits": bits}, bits=True)
-    return backend.from_bits(elementwise("from_bits", fmt.consts, bits=bv), bv, fmt)
+    fc = fmt.consts if fmt.signed else None     # E8M0: a kernel of its own (emu/mx.py)
+    return backend.from_bits(elementwise("from_bits", fc, bits=bv), bv, fmt)
+
+
+def _e8m0(x, bits, stream):
+    """quantize (``bits`` False) or to_bits into the E8M0 scale type."""
+    backend, (xv,) = backend_for(stream, {"x": x})
+    return backend.e8m0(elementwise("to_bits" if bits else "quantize", None, x=xv), xv, bits)
 
 
 def backend_for(stream, operands: dict, bits: bool = False):

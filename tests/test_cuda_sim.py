@@ -40,6 +40,8 @@ GROUPS = {
     "dispatch": ["gather", "from_bits", "pam_mul", "quantize", "matmul_f32acc", "fold_sum"],
     "grad": [*(f"grad_{op.name}" for op in ops(differentiable=True)), "matmul_grad_f32acc",
              "matmul_grad_fmtacc", "matmul_f32acc", "quantize", "gather"],
+    "mx": ["e8m0", "e8m0_from_bits", "mx_quantize", "mx_dequantize", "gather", "matmul_f32acc",
+           "matmul_fmtacc"],
 }
 
 
@@ -120,7 +122,7 @@ else:
         return np.concatenate([c, f32, near, nan_payload, rnd, f32_patterns(rng, n // 2)])
 
     FORMATS = ["float32", "bfloat16", "float16", "float8_e5m2", "float8_e4m3fn", "e3m2",
-               "float8_e4m3fnuz"]
+               "float8_e4m3fnuz", "float6_e3m2fn"]     # every encoding policy
     UNARY = [op.name for op in ops(1)]
     BINARY = [op.name for op in ops(2)]      # fp_mul_daz: fp_mul(subnormals=False)
 
@@ -182,7 +184,8 @@ else:
     # --- derivatives (emu.grad) ---------------------------------------------------------
 
     @pytest.mark.parametrize("kind", ["exact", "approx"])
-    @pytest.mark.parametrize("fmt", ["float32", "bfloat16", "float8_e4m3fn"])
+    @pytest.mark.parametrize("fmt", ["float32", "bfloat16", "float8_e4m3fn", "e3m2b5fnuz",
+                                     "float6_e3m2fn"])
     @pytest.mark.parametrize("op", [op.name for op in ops(1, differentiable=True)])
     def test_grad_unary(op, fmt, kind, rng):
         f = emu.format(fmt)
@@ -243,6 +246,22 @@ else:
             assert host(d).shape == x.shape
             assert_bits_equal(host(d), w, what=f"d{which} {sa}x{sb} {acc} {kind}")
 
+    @pytest.mark.parametrize("fmt,acc", [("bfloat16", "float16"), ("float32", "bfloat16"),
+                                         ("bfloat16", "float8_e4m3fnuz"),
+                                         ("float8_e4m3fn", "float6_e3m2fn"),
+                                         ("bfloat16", "e8m22")])
+    def test_grad_matmul_narrow_accumulators(fmt, acc, rng):
+        """The exact gradient folds with narrow accumulators (narrow_add; fp_add for
+        23 significant bits): specials, zeros, policies without -0 or NaN."""
+        a = _with_specials(rng.standard_normal((6, 20)).astype(np.float32), rng, fmt)
+        b = _with_specials(rng.standard_normal((20, 5)).astype(np.float32), rng, fmt)
+        b[3] = -0.0
+        g = _with_specials(rng.standard_normal((6, 5)).astype(np.float32), rng, fmt)
+        got = emu.grad.pam_matmul(dev(a), dev(b), dev(g), fmt, acc, "exact")
+        want = emu.grad.pam_matmul(a, b, g, fmt, acc, "exact")
+        for d, w, which in zip(got, want, "AB"):
+            assert_bits_equal(host(d), w, what=f"d{which} {fmt} acc {acc}")
+
     def test_grad_matmul_transposed_operand_and_need(rng):
         """A transposed device view is read like the CPU reads it; ``need`` skips one."""
         a = rng.standard_normal((6, 5)).astype(np.float32)
@@ -269,11 +288,14 @@ else:
         a, b = np.meshgrid(v, v, indexing="ij")
         return a.ravel(), b.ravel()
 
-    @pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2"])
+    @pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2", "e3m2b5fnuz",
+                                     "float6_e2m3fn", "float4_e2m1fn"])
     @pytest.mark.parametrize("op", BINARY)
     def test_exhaustive_fp8_pairs(op, fmt):
+        """Every operand pair: the fp8 formats, and 6- and 4-bit ones of the fnuz and
+        none (saturating, no NaN) policies."""
         a, b = all_pairs(fmt)
-        assert a.size == 65536
+        assert a.size == 1 << (2 * emu.format(fmt).width)
         kw = {"subnormals": False} if op == "fp_mul_daz" else {}
         name = "fp_mul" if op == "fp_mul_daz" else op
         got = getattr(emu, name)(dev(a), dev(b), fmt, **kw)
@@ -355,7 +377,9 @@ else:
 
     @pytest.mark.parametrize("fmt,acc", [("float32", "bfloat16"), ("bfloat16", "bfloat16"),
                                          ("float8_e4m3fn", "float16"),
-                                         ("float8_e4m3fn", "float8_e4m3fn")])
+                                         ("float8_e4m3fn", "float8_e4m3fn"),
+                                         ("bfloat16", "float8_e4m3fnuz"),
+                                         ("float4_e2m1fn", "float6_e3m2fn")])
     def test_matmul_narrow_accumulator(fmt, acc, rng):
         a, b = mm_case("general", (20, 18), (18, 9), rng)
         a[0, :] = 0                         # a SKIP-able row does not change the fold
@@ -439,6 +463,89 @@ else:
         for acc in ("float32", "bf16"):
             got = host(emu.pam_matmul(dev(a), dev(b), "float32", acc))
             assert got.view(np.uint32)[0, 0] == 0x7FC00000
+
+    # --- the E8M0 scale type and MX blocks (emu.mx) ---------------------------------------
+
+    def test_mx_e8m0_quantize_to_bits_from_bits(rng):
+        """quantize/to_bits/from_bits of float8_e8m0fnu on the device: every power of two,
+        midpoint and neighbour (tests/test_mx.py's inputs, fewer random ones), every code,
+        out-of-range codes, a 0-d operand."""
+        from test_mx import e8m0_inputs
+        x = e8m0_inputs(rng)[:4000]
+        assert_bits_equal(host(emu.quantize(dev(x), "e8m0fnu")), emu.quantize(x, "e8m0fnu"),
+                          x, what="quantize e8m0")
+        got = host(emu.to_bits(dev(x), "float8_e8m0fnu"))
+        assert got.dtype == np.uint32
+        np.testing.assert_array_equal(got, emu.to_bits(x, "float8_e8m0fnu"))
+        codes = np.arange(256)
+        for dt in ("uint8", "int64", "int32"):
+            assert_bits_equal(host(emu.from_bits(dev(codes.astype(dt)), "e8m0fnu")),
+                              emu.from_bits(codes, "e8m0fnu"), what=f"from_bits e8m0 {dt}")
+        with pytest.raises(ValueError, match=r"\[0, 2\*\*8\) for float8_e8m0fnu"):
+            emu.from_bits(dev(np.array([3, 256])), "e8m0fnu")
+        with pytest.raises(ValueError, match="defaults only"):
+            emu.quantize(dev(x), "e8m0fnu", "stochastic")
+        assert host(emu.quantize(dev(np.float32(3.0)), "e8m0fnu")).shape == ()
+
+    @pytest.mark.parametrize("mx", sorted(emu.MX_TYPES))
+    def test_mx_quantize_dequantize_round(mx, rng):
+        """Every block rule (tests/test_mx.py's rows: NaN/inf blocks, zero blocks,
+        float32 subnormal and huge amax, ties), along the last axis and along a middle one
+        (block 8, a short last block, strided operand), and the fused round."""
+        from test_mx import mx_rows
+        x = mx_rows(rng)
+        e, s = emu.mx_quantize(dev(x), mx)
+        e0, s0 = emu.mx_quantize(x, mx)
+        assert host(s).dtype == np.uint8
+        np.testing.assert_array_equal(host(s), s0)
+        assert_bits_equal(host(e), e0, x, what=f"{mx} elements")
+        assert_bits_equal(host(emu.mx_dequantize(e, s)), emu.mx_dequantize(e0, s0),
+                          what=f"{mx} dequantize")
+        x3 = np.ascontiguousarray(x.reshape(2, 3, 70).transpose(0, 2, 1))     # (2, 70, 3)
+        d3 = swapped(dev(x.reshape(2, 3, 70)), 1, 2)                         # gathered
+        e, s = emu.mx_quantize(d3, mx, block=8, axis=1)
+        e0, s0 = emu.mx_quantize(x3, mx, block=8, axis=1)
+        np.testing.assert_array_equal(host(s), s0)
+        assert_bits_equal(host(e), e0, x3, what=f"{mx} axis 1")
+        # scales read through a strided view (gathered to int64 codes)
+        st = swapped(dev(np.ascontiguousarray(s0.transpose(0, 2, 1))), 1, 2)
+        assert_bits_equal(host(emu.mx_dequantize(dev(e0), st, block=8, axis=1)),
+                          emu.mx_dequantize(e0, s0, block=8, axis=1), what=f"{mx} strided scales")
+        r = emu.mx.MXFormat(mx, 8).round(d3, 1)
+        assert_bits_equal(host(r), emu.mx.MXFormat(mx, 8).round(x3, 1), x3, what=f"{mx} round")
+
+    @pytest.mark.parametrize("mx,acc", [("mxfp8_e4m3", "float32"), ("mxfp4_e2m1", "bfloat16"),
+                                        ("mxint8", "float32")])
+    def test_mx_pam_matmul_stays_on_the_device(mx, acc, rng):
+        a = (rng.standard_normal((6, 40)) * 2.0 ** rng.integers(-8, 8, (6, 1))).astype(np.float32)
+        b = (rng.standard_normal((40, 5)) * 2.0 ** rng.integers(-8, 8, (1, 5))).astype(np.float32)
+        a[1, :32] = 0.0
+        calls = []
+        old = device._launch
+        device._launch = lambda k, *args: (calls.append(_SIGS[id(k)][0]), old(k, *args))
+        try:
+            got = host(emu.mx_pam_matmul(dev(a), dev(b), mx, acc=acc))
+        finally:
+            device._launch = old
+        assert calls.count("mx_quantize") == 2, calls
+        assert_bits_equal(got, emu.mx_pam_matmul(a, b, mx, acc=acc), what=f"{mx} acc {acc}")
+        assert_bits_equal(host(emu.mx_pam_matmul(dev(a[0]), dev(b), mx, acc=acc)),
+                          emu.mx_pam_matmul(a[0], b, mx, acc=acc), what="1-D a")
+
+    def test_mx_errors():
+        d = dev(np.ones((2, 40), np.float32))
+        with pytest.raises(ValueError, match="mixed devices"):
+            emu.mx_dequantize(d, np.full((2, 2), 127, np.uint8))
+        with pytest.raises(ValueError, match="scales must be uint8"):
+            emu.mx_dequantize(d, dev(np.full((2, 1), 127, np.uint8)))
+        with pytest.raises(ValueError, match="scales must be uint8"):
+            emu.mx_dequantize(d, dev(np.full((2, 2), 127, np.int32)))
+        with pytest.raises(ValueError, match="axis=2"):
+            emu.mx_quantize(d, "mxfp4", axis=2)
+        with pytest.raises(ValueError, match="contracted dimensions differ"):
+            emu.mx_pam_matmul(d, dev(np.ones((3, 2), np.float32)), "mxfp4")
+        with pytest.raises(ValueError, match="acc="):
+            emu.mx_pam_matmul(d, d.T, "mxfp4", acc="e9m9")
 
     # --- dispatch -----------------------------------------------------------------------
 

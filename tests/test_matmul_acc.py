@@ -11,7 +11,7 @@ import pytest
 
 import emu
 import emu.reference as R
-from conftest import all_values, assert_bits_equal
+from conftest import all_values, assert_bits_equal, corner_values
 from emu import _kernels as K
 from emu import _kernels_acc as KA
 
@@ -186,6 +186,38 @@ def test_fast_plain_steps_match_fold(acc, case, rng):
         assert_bits_equal(narrow(A, B, fmt, acc, False, fast), want, what=f"{acc} {case} {fast}")
 
 
+@pytest.mark.parametrize("acc", ["bfloat16", "float16", "e8m3", "e8m10", "e8m21"])
+@pytest.mark.parametrize("case", ["dense", "cancel", "tiny", "huge"])
+def test_sticky_blocked_matches_fold(acc, case, rng):
+    """The register-blocked STICKY step (round-to-odd, then in place on an E = 8 grid or
+    the F16 conversion) where every block is CLEAN: float32 operands (and bf16 ones,
+    forced STICKY) crossing every block edge but the row padding (M a multiple of QR);
+    sums that cancel to (signed) zero, sums in the accumulator's subnormal range, sums
+    that overflow it."""
+    A = rng.standard_normal((136, 37)).astype(np.float32)
+    B = rng.standard_normal((37, 1041)).astype(np.float32)
+    if case == "cancel":
+        A[:, 1::2] = A[:, ::2][:, :18]
+        B[1::2] = -B[::2][:18]
+    if case == "tiny":      # products just above 2^-126 (fp16: 2^-26), sums that cancel
+        e = -63 if acc != "float16" else -13    # into the acc's subnormals, and -0
+        A = (rng.uniform(1, 2, A.shape) * rng.choice([-1, 1], A.shape) * 2.0 ** e)
+        B = (rng.uniform(1, 2, B.shape) * rng.choice([-1, 1], B.shape) * 2.0 ** e)
+        A, B = A.astype(np.float32), B.astype(np.float32)
+    if case == "huge":
+        A *= np.float32(2.0 ** 61)      # products up to ~2^127, sums past the max
+        B *= np.float32(2.0 ** 62) if acc != "float16" else np.float32(2.0 ** -50)
+    fa = emu.format(acc)
+    if acc == "float16" and not KA._HAS_F16C:
+        pytest.skip("the F16 step needs F16C")
+    for fmt in ("float32", "bfloat16"):
+        a, sta, b, stb = step_args(A, B, fmt, acc)
+        assert KA.step_kind(True, a, sta, b, stb, emu.format(fmt).consts, fa.consts) \
+            == KA.STICKY_BLOCKED
+        assert_bits_equal(narrow(A, B, fmt, acc, True, KA.STICKY_BLOCKED), fold(A, B, fmt, acc),
+                          what=f"{fmt}/{acc} {case}")
+
+
 def test_bench_data_takes_the_blocked_steps(rng):
     """bf16 operands (the bench's): SCALED for a bf16 accumulator; for an fp16 one its
     tiny products can make sums subnormal, so F16_BLOCKED (with F16C), and with zeros
@@ -247,3 +279,71 @@ def test_batched_narrow(rng):
     for i in range(3):
         for j in range(2):
             assert_bits_equal(C[i, j], fold(A[i, 0], B[j], "bfloat16", "bfloat16"))
+
+
+# --- the exact PAM-matmul gradient with a narrow accumulator (emu/_kernels_grad.py) ---
+
+def grad_operands(case, rng, fmt, P=13, R=40, C=37):
+    """(g, x, w) patterns of fmt values for the gradient fold out[p, c] = fold over r of
+    pam_mul_da(x[p, c], w[r, c], g[p, r]): dense, with zeros (signed, both operands and
+    the gradient), with corner values, with terms that cancel, and with ranges where
+    terms flush or overflow next to clean ones."""
+    f = emu.format(fmt)
+    g = rng.standard_normal((1, P, R))
+    x = rng.standard_normal((1, P, C)) * 3
+    w = rng.standard_normal((1, R, C))
+    if case == "zeros":
+        g[rng.random(g.shape) < 0.2] = -0.0
+        g[0, :, 5] = 0.0
+        w[rng.random(w.shape) < 0.3] = -0.0
+        x[rng.random(x.shape) < 0.2] = 0.0
+    elif case == "specials":
+        c = corner_values(fmt)
+        for v in (g, x, w):
+            idx = rng.integers(0, v.size, max(1, v.size // 6))
+            v.flat[idx] = c[rng.integers(0, c.size, idx.size)]
+    elif case == "cancel":              # pairs of terms that cancel: (signed) zero sums
+        g[..., 1::2] = -g[..., 0:-1:2]
+        w[:, 1::2] = w[:, 0:-1:2]
+        g *= 2.0 ** -60
+    elif case == "ranges":
+        w[:, ::3] *= f.max / 8
+        g[..., ::4] *= f.smallest_normal * 4
+    return tuple(emu.quantize(v.astype(np.float32), fmt).view(np.int32) for v in (g, x, w))
+
+
+def grad_variants(g, fc, fca):
+    """Every step of the narrow gradient kernel the operands admit: STICKY always, PLAIN
+    (E = 8 or not, as the accumulator is) where needs_sticky allows it, F16 for binary16
+    with F16C."""
+    from emu import _kernels_grad as KG
+    e8 = fca.exp_bits == 8 and fca.nan_kind == 0
+    out = [(True, e8, False)]
+    if not KA.needs_sticky(g, None, fc, fca, 0 if fc.has_inf else fc.max32 & 0x7FFFFF):
+        out.append((False, e8, False))
+        if KA._HAS_F16C and KA.is_binary16(fca):
+            out.append((False, False, True))
+    return [KG._make_narrow(*v) for v in out]
+
+
+@pytest.mark.parametrize("acc", NARROW)
+@pytest.mark.parametrize("case", ["dense", "zeros", "specials", "cancel", "ranges"])
+def test_exact_grad_narrow_matches_fold(acc, case, rng):
+    """Each step variant of the narrow exact-gradient kernel gives the fp_add fold's bits
+    (operands of bf16/fp16, whose terms PLAIN admits for wide enough accumulators, and
+    of float32, which need STICKY), and emu.grad.pam_matmul dispatches to it."""
+    from emu import _kernels_grad as KG
+    from emu import grad as G
+    fa = emu.format(acc)
+    z = np.zeros(1, np.int64)
+    for fmt in ("bfloat16" if acc != "float16" else "float16", "float32", "float8_e4m3fn"):
+        fc = emu.format(fmt).consts
+        g, x, w = grad_operands(case, rng, fmt)
+        want = KG._matmul_grad_fmtacc(g, x, w, z, z, fc, fa.consts)
+        for kernel in grad_variants(g, fc, fa.consts):
+            assert_bits_equal(kernel(g, x, w, z, z, fc, KA.acc_consts(fa.consts)), want,
+                              what=f"{fmt}/{acc} {case}")
+        # the public function: dA of A (P, C) @ B (C, R) with dY (P, R) is this fold
+        gv, xv, wv = (v[0].view(np.float32) for v in (g, x, w))
+        da, _ = G.pam_matmul(xv, wv.T, gv, fmt, acc, "exact", need=(True, False))
+        assert_bits_equal(da, want[0], what=f"emu.grad {fmt}/{acc} {case}")

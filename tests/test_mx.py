@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import emu
+import emu.grad
 import emu.reference as R
 from conftest import assert_bits_equal
 
@@ -41,6 +42,12 @@ def test_e8m0_decodes_every_code_as_ml_dtypes():
 
 @pytest.mark.parametrize("call,match", [
     (lambda: emu.pam_mul(1.0, 2.0, "float8_e8m0fnu"), "scale format"),
+    (lambda: emu.pam_matmul(np.ones((2, 2)), np.ones((2, 2)), "bf16", "e8m0fnu"),
+     "acc=float8_e8m0fnu is a scale format"),
+    (lambda: emu.mx_pam_matmul(np.ones((2, 2)), np.ones((2, 2)), "mxfp4", acc="e8m0fnu"),
+     "acc=float8_e8m0fnu is a scale format"),
+    (lambda: emu.grad.pam_matmul(np.ones((2, 2)), np.ones((2, 2)), np.ones((2, 2)), "bf16",
+                                 "e8m0fnu"), "acc=float8_e8m0fnu is a scale format"),
     (lambda: emu.quantize(1.0, "e8m0fnu", "toward_zero"), "defaults only"),
     (lambda: emu.from_bits([256], "e8m0fnu"), r"\[0, 2\*\*8\)"),
     (lambda: emu.mx_quantize([1.0], "mxfp5"), "elem='mxfp5'.*mxfp4_e2m1"),
@@ -130,3 +137,67 @@ def test_mx_product_is_element_pam_with_scales_added(mx, rng):
         mag = R.paexp2_exact(R.palog2_exact(abs(pa)) + R.palog2_exact(abs(pb))) \
             * R._pow2(s[0, i // 32] + s[1, j // 32])
         assert abs(R.Fraction(float(got[i, j]))) == mag
+
+
+@pytest.mark.parametrize("mx", MX)
+def test_mx_scale_over_every_binade(mx):
+    """One block per float32 binade (subnormals included), amax at 1, 1.5 and just
+    below 2 of it: the scale code and elements of the oracle (the clamp at -127, the
+    round-up of the block max into the next binade, the top binade of float32)."""
+    e = np.arange(-149, 128)
+    rows = []
+    for f in (1.0, 1.5, 2 - 2.0 ** -23):
+        amax = np.ldexp(f, e)
+        amax = amax[amax < 3.5e38]
+        rows.append(np.stack([amax, -amax * 0.3, amax * 2.0 ** -20, -amax * 0.77], 1))
+    x = np.concatenate(rows).astype(np.float32)
+    el, sc = emu.mx_quantize(x, mx)
+    for row, e_, s in zip(x, el, sc):
+        want_e, want_s = R.mx_quantize([float(v) for v in row], mx)
+        assert s.tolist() == want_s, row
+        assert_bits_equal(e_, want_e, row, what=f"{mx} elements")
+
+
+@pytest.mark.parametrize("mx", MX)
+def test_mx_dequantize_every_element_and_scale(mx):
+    """Every element value of the type (every code; mxint8: every k) with scale codes at
+    both ends, around 1 and NaN: the oracle's values (float32 subnormals and overflow
+    to inf of user-made scales included)."""
+    elem = emu.MX_TYPES[mx]
+    p = (np.arange(-127, 128) / 64 if elem == "int8"
+         else emu.from_bits(np.arange(1 << elem.width), elem)).astype(np.float32)
+    codes = np.uint8([0, 1, 2, 20, 100, 126, 127, 128, 200, 250, 254, 255])
+    el = np.tile(p, (codes.size, 1))
+    sc = codes[:, None]
+    got = emu.mx_dequantize(el, sc, block=p.size)
+    for row, c, g in zip(el, codes, got):
+        assert_bits_equal(g, R.mx_dequantize([float(v) for v in row], [int(c)], p.size),
+                          row, what=f"{mx} code {c}")
+
+
+def test_mx_layouts_and_empty_arrays(rng):
+    """A middle axis (outer and inner dimensions), strided and float64 inputs, a last
+    short block, and empty arrays."""
+    x = rng.standard_normal((3, 37, 4)) * 2.0 ** rng.integers(-20, 20, (3, 1, 4))
+    el, sc = emu.mx_quantize(x[:, ::1, ::-1], "mxfp6", block=8, axis=1)
+    assert sc.shape == (3, 5, 4)
+    e2, s2 = emu.mx_quantize(np.ascontiguousarray(
+        np.moveaxis(x[:, :, ::-1].astype(np.float32), 1, -1)), "mxfp6", block=8)
+    assert np.array_equal(np.moveaxis(sc, 1, -1), s2)
+    assert_bits_equal(np.moveaxis(el, 1, -1), e2, what="axis 1")
+    assert_bits_equal(emu.mx.MXFormat("mxfp6", 8).round(x[:, :, ::-1], 1),
+                      emu.mx_dequantize(el, sc, block=8, axis=1), what="round")
+    el, sc = emu.mx_quantize(np.zeros((0, 5), np.float32), "mxfp4")
+    assert el.shape == (0, 5) and sc.shape == (0, 1)
+    el, sc = emu.mx_quantize(np.zeros((2, 0), np.float32), "mxfp4", axis=1)
+    assert el.shape == (2, 0) and sc.shape == (2, 0)
+    assert emu.mx_dequantize(el, sc).shape == (2, 0)
+
+
+def test_e8m0_scalars_and_bad_bits():
+    assert emu.quantize(np.float32(3.0), "e8m0fnu") == 4.0
+    assert emu.to_bits(0.75, "e8m0fnu") == 127
+    with pytest.raises(TypeError, match="integer dtype"):
+        emu.from_bits(np.float32([1.0]), "e8m0fnu")
+    with pytest.raises(ValueError, match=r"\[0, 2\*\*8\)"):
+        emu.from_bits(np.int64([-1]), "e8m0fnu")

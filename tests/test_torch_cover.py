@@ -150,7 +150,7 @@ TORCH_ONLY = {"encoder", "mha", "cnn", "gru", "lstm", "einsum", "extras"}
 def test_covered_models_fully_emulated(name):
     """0 escaped multiplies in a forward+backward pass; the output differs from native
     and every gradient is finite."""
-    model, inputs = _torch_model(name) if name in TORCH_ONLY else _hf(name)
+    model, inputs = _model(name)
     assert tb.audit(model, inputs, CFG).escaped == 0
 
     def out():
@@ -172,15 +172,59 @@ def _torch_model(name):
     return build(name)
 
 
+#: the tiny models that generate text (transformers' generate with greedy decoding)
+GENERATIVE = ["gpt2", "llama", "qwen2", "mistral", "t5", "whisper"]
+
+
+def _model(name):
+    return _torch_model(name) if name in TORCH_ONLY else _hf(name)
+
+
+def _loss(model, inputs):
+    """The model's own loss, else the sum of its first output (as the audit's pass)."""
+    y = model(**inputs) if isinstance(inputs, dict) else model(*inputs)
+    if getattr(y, "loss", None) is not None:
+        return y.loss
+    y = y[0] if isinstance(y, tuple) else getattr(y, "last_hidden_state", y)
+    return y.float().sum()
+
+
+def _generate(model, inputs, steps=2):
+    kw = {k: v for k, v in inputs.items() if k in ("input_ids", "input_features")}
+    return model.generate(**kw, max_new_tokens=steps, do_sample=False, pad_token_id=0)
+
+
+@pytest.mark.parametrize("name", GENERATIVE)
+def test_generation(name):
+    """Greedy generation under pam_mode (KV cache on) adds the asked-for tokens, and
+    they are real token ids."""
+    model, inputs = _hf(name)
+    with torch.no_grad():
+        native = _generate(model, inputs, 3)
+        with tb.pam_mode(CFG):
+            out = _generate(model, inputs, 3)
+    assert out.shape == native.shape
+    assert ((out >= 0) & (out < model.config.vocab_size)).all()
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_half_precision_models(dtype):
-    model, inputs = _hf("llama")
+@pytest.mark.parametrize("name", COVERED)
+def test_half_precision_models(name, dtype):
+    """Every covered model cast to bfloat16 / float16 runs forward and backward under
+    pam_mode with finite results, gradients in the model's dtype; the generative ones
+    also generate."""
+    model, inputs = _model(name)
     model.to(dtype)
+    if isinstance(inputs, dict):
+        inputs = {k: v.to(dtype) if v.is_floating_point() else v for k, v in inputs.items()}
+    else:
+        inputs = tuple(v.to(dtype) if v.is_floating_point() else v for v in inputs)
     with tb.pam_mode(CFG):
-        loss = model(**inputs).loss
+        loss = _loss(model, inputs)
         loss.backward()
-        out = model.generate(input_ids=inputs["input_ids"], max_new_tokens=2,
-                             do_sample=False, pad_token_id=0)
-    assert torch.isfinite(loss) and out.shape[1] == inputs["input_ids"].shape[1] + 2
-    assert all(p.grad.dtype == dtype and torch.isfinite(p.grad).all()
-               for p in model.parameters() if p.grad is not None)
+        if name in GENERATIVE:
+            out = _generate(model, inputs)
+            assert out.shape[0] == 2 and ((out >= 0) & (out < model.config.vocab_size)).all()
+    assert torch.isfinite(loss)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(g.dtype == dtype and torch.isfinite(g).all() for g in grads)

@@ -116,6 +116,16 @@ else:
             return [y, a.grad, b.grad, z, x.grad, w.grad]
         check(case, f"matmul {fmt} {acc} {kind} {rounding}")
 
+    @pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxfp4/16"])
+    def test_matmul_mx(fmt):
+        """An MX config: operands and dY rounded in blocks by emu.mx's CUDA kernels."""
+        def case(move):
+            a, b = leaf(move, 2, 5, 40), leaf(move, 40, 3)
+            y = tb.pam_matmul(a, b, fmt)
+            y.backward(move(torch.randn(2, 5, 3)))
+            return [y, a.grad, b.grad]
+        check(case, f"matmul {fmt}")
+
     @pytest.mark.parametrize("kind", ["exact", "approx"])
     def test_composites(kind):
         kw = dict(fmt="bf16", backward=kind)

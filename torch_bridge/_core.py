@@ -150,9 +150,8 @@ def next_seed() -> int:
 def round_to(x: torch.Tensor, fmt: emu.Format, rounding: str, axis: int = -1) -> torch.Tensor:
     """The float32 tensor ``x`` rounded into ``fmt`` (``x`` itself when nothing changes);
     an MX ``fmt`` (emu.mx.MXFormat) blocks along ``axis``."""
-    if isinstance(fmt, emu.mx.MXFormat):
-        # emu.mx has numpy kernels only: a CUDA tensor makes a round trip to the host
-        return from_emu(fmt.round(x.detach().cpu().numpy(), axis)).to(x.device)
+    if isinstance(fmt, emu.mx.MXFormat):     # emu.mx's kernels, on the tensor's device
+        return from_emu(fmt.round(to_emu(x), axis))
     if fmt == emu.float32:          # every mode is the identity (NaNs are canonicalised by emu)
         return x
     if rounding == "stochastic":

@@ -6,14 +6,17 @@ bf16 operands have products of 8 significant bits, so bf16 and fp16 accumulators
 the PLAIN step (float32 add, one rounding), register-blocked: SCALED for bf16 (the
 bounded data admits it), F16_BLOCKED for fp16 (tiny products could make sums
 subnormal; needs F16C); float32 operands with a bf16 accumulator take the STICKY step
-(round-to-odd through 2Sum), emu/_kernels_acc.py.  The last row is the torch bridge's
-``acc=`` option (forward), against its own float32 accumulator.
+(round-to-odd through 2Sum), emu/_kernels_acc.py.  Then the exact PAM-matmul gradient
+(emu.grad.pam_matmul, kind="exact": dA and dB) with a bf16 accumulator against float32
+accumulation (emu/_kernels_grad.py).  The last row is the torch bridge's ``acc=``
+option (forward), against its own float32 accumulator.
 """
 from __future__ import annotations
 
 import numpy as np
 
 import emu
+import emu.grad
 from sim.bench import Row, best_of, case, threads
 
 
@@ -32,6 +35,13 @@ def emu_acc_cases(quick: bool) -> list[Row]:
                              lambda: emu.pam_matmul(a, b, fmt), reps)
             rows.append(Row(f"pam_matmul {fmt} {n}^3, acc {acc}, {used} threads", tc,
                             f"same, acc float32", tb, target))
+        # the exact PAM-matmul gradient (dA and dB), narrow against float32 accumulation
+        g = rng.standard_normal((n, n)).astype(np.float32)
+        tc, tb = best_of(lambda: emu.grad.pam_matmul(a, b, g, "bf16", "bf16", "exact"),
+                         lambda: emu.grad.pam_matmul(a, b, g, "bf16", "float32", "exact"),
+                         max(1, reps - 2))
+        rows.append(Row(f"grad.pam_matmul exact bf16 {n}^3, acc bf16, {used} threads", tc,
+                        "same, acc float32", tb, None))
         try:
             import torch
 

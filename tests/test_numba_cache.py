@@ -1,0 +1,66 @@
+"""emu/_numba_cache.py: Numba's cache index is safe across concurrent processes."""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+#: a child process: compile three specialisations of one cached function (a distinct
+#: set per child), with Numba's index write slowed down so that, unlocked, children
+#: read the same index and pick the same data file
+_CHILD = textwrap.dedent("""
+    import sys, time
+    import numpy as np
+    from numba.core import caching
+    if sys.argv[2] == "locked":
+        import emu._numba_cache  # noqa: F401  (installs the lock)
+    save_index = caching.IndexDataCacheFile._save_index
+    def slow(self, overloads):
+        time.sleep(0.3)
+        save_index(self, overloads)
+    caching.IndexDataCacheFile._save_index = slow
+    import kmod
+    types = [np.int8, np.int16, np.int32, np.int64, np.float32, np.float64, np.uint8,
+             np.uint16, np.uint32]
+    for t in types[3 * int(sys.argv[1]):][:3]:
+        kmod.f(t(3))
+""")
+
+_CHECK = textwrap.dedent("""
+    import numpy as np, kmod
+    types = [np.int8, np.int16, np.int32, np.int64, np.float32, np.float64, np.uint8,
+             np.uint16, np.uint32]
+    got = [kmod.f(t(3)) for t in types]
+    hits = kmod.f.stats.cache_hits
+    print(sum(r != 7 for r in got), sum(hits.values()))
+""")
+
+
+def _run(tmp_path, mode):
+    (tmp_path / "kmod.py").write_text("from numba import njit\n\n@njit(cache=True)\n"
+                                      "def f(x):\n    return x * 2 + 1\n")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([str(tmp_path), str(Path(__file__).parent.parent)]))
+    procs = [subprocess.Popen([sys.executable, "-c", _CHILD, str(i), mode], env=env)
+             for i in range(3)]
+    assert all(p.wait() == 0 for p in procs)
+    out = subprocess.run([sys.executable, "-c", _CHECK], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    return int(out[0]), int(out[1])
+
+
+def test_concurrent_compiles_keep_the_index_right(tmp_path):
+    """Three processes compile nine specialisations at once; a fresh process then loads
+    every one from the cache, each the right machine code."""
+    wrong, hits = _run(tmp_path, "locked")
+    assert (wrong, hits) == (0, 9)
+
+
+@pytest.mark.slow
+def test_unlocked_index_loses_entries(tmp_path):
+    """Without the lock the same run loses or crosses index entries (what the lock is
+    for): fewer than nine cache hits, or wrong results."""
+    wrong, hits = _run(tmp_path, "unlocked")
+    assert wrong > 0 or hits < 9
