@@ -282,6 +282,10 @@ def test_fused_takes_the_graph_where_it_cannot_run():
         assert not _fused.fusable("nearest_even", x)
     y = PE.pa_gelu(x.bfloat16().requires_grad_())
     assert y.dtype == torch.bfloat16 and y.grad_fn.name() != "ElementwiseBackward"
+    # beyond FUSED_MAX elements the graph's vectorised kernels are faster
+    assert PE.pa_gelu(x.requires_grad_()).grad_fn.name() == "ElementwiseBackward"
+    big = torch.randn(_fused.FUSED_MAX + 1, requires_grad=True)
+    assert PE.pa_gelu(big).grad_fn.name() != "ElementwiseBackward"
 
 
 @pytest.mark.parametrize("rounding", ROUNDINGS)

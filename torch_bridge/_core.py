@@ -223,12 +223,13 @@ def _rounded(ctx, tensors, fmt, rounding, axes=None):
     return rounded
 
 
-def _grad_out(g, operand) -> torch.Tensor:
+def _grad_out(g, operand, defined=False) -> torch.Tensor:
     """A gradient from emu as a tensor shaped and typed like its operand; a broadcast
-    operand's gradient is reduced with float32 additions."""
+    operand's gradient is reduced with float32 additions: torch's sum_to_size, or
+    (``defined``: the composites' row statistics) emu.fold_sum's order."""
     shape, dtype = operand
     if g.shape != shape:
-        g = g.sum_to_size(shape)
+        g = fold_to(g, shape) if defined else g.sum_to_size(shape)
     return g.to(dtype)
 
 
@@ -295,13 +296,20 @@ def numerics(fmt, rounding) -> _Numerics:
     return n
 
 
-def lean(rounding: str, *tensors) -> bool:
+#: elementwise operands of at most this many elements take the per-call path: there
+#: an op and its derivative are one kernel each, whose per-element code LLVM vectorises
+#: less than emu's chain of single-op kernels (an approximate derivative's PAMs beside
+#: paexp2): beyond ~2^15 elements the general path is faster
+LEAN_ELEMENTWISE = 1 << 15
+
+
+def lean(rounding: str, *tensors, limit: int = SERIAL_WORK) -> bool:
     """Whether a call takes the per-call path: deterministic rounding, CPU tensors (not
-    routed to the CUDA backend) of at most SERIAL_WORK elements each."""
+    routed to the CUDA backend) of at most ``limit`` elements each."""
     if rounding == "stochastic" or _CUDA_FOR_CPU:
         return False
     for t in tensors:
-        if t.device.type != "cpu" or t.numel() > SERIAL_WORK:
+        if t.device.type != "cpu" or t.numel() > limit:
             return False
     return True
 
@@ -503,11 +511,14 @@ class PAMLinear(torch.autograd.Function):
 
 
 class PABinary(torch.autograd.Function):
-    """A binary op of emu's registry (emu.OPS: pam_mul, pa_div) with torch broadcasting."""
+    """A binary op of emu's registry (emu.OPS: pam_mul, pa_div) with torch broadcasting;
+    ``defined``: a broadcast operand's gradient reduced in emu.fold_sum's order (the
+    composites' row statistics), else by torch's sum_to_size."""
 
     @staticmethod
-    def forward(ctx, a, b, op, fmt, kind, rounding):
-        ctx.lean = lean(rounding, a, b)
+    def forward(ctx, a, b, op, fmt, kind, rounding, defined=False):
+        ctx.lean = lean(rounding, a, b, limit=LEAN_ELEMENTWISE)
+        ctx.defined = defined
         if ctx.lean:
             A, B = _rounded_lean(ctx, (a, b), fmt, rounding)
             y = binary_kernel(op, A, B, numerics(fmt, rounding))
@@ -522,7 +533,7 @@ class PABinary(torch.autograd.Function):
     def backward(ctx, dy):
         op, fmt, kind, rounding = ctx.meta
         a, b = ctx.saved_tensors
-        if ctx.lean and lean(rounding, dy):
+        if ctx.lean and lean(rounding, dy, limit=LEAN_ELEMENTWISE):
             g = round_lean(as_float32(dy), fmt, rounding)
             da, db = binary_grad_kernel(op, kind, as_float32(a), as_float32(b), g,
                                         numerics(fmt, rounding))
@@ -531,8 +542,9 @@ class PABinary(torch.autograd.Function):
                 da, db = emu_call(getattr(G, op), a, b,
                                   round_to(as_float32(dy), fmt, rounding), fmt, kind)
         need = ctx.needs_input_grad
-        return (_grad_out(da, ctx.operands[0]) if need[0] else None,
-                _grad_out(db, ctx.operands[1]) if need[1] else None, None, None, None, None)
+        return (_grad_out(da, ctx.operands[0], ctx.defined) if need[0] else None,
+                _grad_out(db, ctx.operands[1], ctx.defined) if need[1] else None, None, None,
+                None, None, None)
 
 
 class PAUnary(torch.autograd.Function):
@@ -540,7 +552,7 @@ class PAUnary(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, op, fmt, kind, rounding):
-        ctx.lean = lean(rounding, x)
+        ctx.lean = lean(rounding, x, limit=LEAN_ELEMENTWISE)
         if ctx.lean:
             (X,) = _rounded_lean(ctx, (x,), fmt, rounding)
             y = unary_kernel(op, X, numerics(fmt, rounding))
@@ -555,7 +567,7 @@ class PAUnary(torch.autograd.Function):
     def backward(ctx, dy):
         op, fmt, kind, rounding = ctx.meta
         (x,) = ctx.saved_tensors
-        if ctx.lean and lean(rounding, dy):
+        if ctx.lean and lean(rounding, dy, limit=LEAN_ELEMENTWISE):
             g = round_lean(as_float32(dy), fmt, rounding)
             dx = unary_grad_kernel(op, kind, as_float32(x), g, numerics(fmt, rounding))
         else:
@@ -603,12 +615,18 @@ class Expand(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        lead = g.dim() - len(ctx.tshape)
-        dims = tuple(range(lead)) + tuple(lead + d for d, s in enumerate(ctx.tshape)
-                                          if s == 1 and g.shape[lead + d] != 1)
-        if not dims:
-            return g, None
-        return fold(g, dims).reshape(ctx.tshape).to(g.dtype), None
+        return fold_to(g, ctx.tshape), None
+
+
+def fold_to(g: torch.Tensor, shape) -> torch.Tensor:
+    """``g`` summed over the dimensions it was broadcast along from ``shape`` (leading
+    ones, and those of size 1 there), in emu.fold_sum's order."""
+    lead = g.dim() - len(shape)
+    dims = tuple(range(lead)) + tuple(lead + d for d, s in enumerate(shape)
+                                      if s == 1 and g.shape[lead + d] != 1)
+    if not dims:
+        return g.reshape(shape)
+    return fold(g, dims).reshape(shape).to(g.dtype)
 
 
 def fold_sum(x: torch.Tensor, dims, keepdim: bool = True) -> torch.Tensor:

@@ -99,13 +99,27 @@ def use(on: bool):
         _ENABLED = old
 
 
+#: composites of at most this many elements run fused.  The fused kernels win on the
+#: per-call cost (an autograd node and its Python per graph node), but their per-element
+#: code is the scalar definitions in one long chain that LLVM does not vectorise, where
+#: the graph's float32 PAM/division kernels are vectorised: beyond ~2^13 elements (1
+#: thread; GELU, softmax, cross-entropy) the graph is faster (docs/torch_bridge.md).
+FUSED_MAX = 1 << 13
+
+
 def fusable(rounding: str, *tensors) -> bool:
-    """Whether a composite runs fused: enabled, deterministic rounding, float32 CPU
-    tensors (None entries are absent optional operands)."""
+    """Whether the fast paths run: enabled, deterministic rounding, float32 CPU tensors
+    (None entries are absent optional operands)."""
     if not _ENABLED or rounding == "stochastic" or _core.cuda_backend_active():
         return False
     return all(t is None or (isinstance(t, torch.Tensor) and t.dtype == torch.float32
                              and t.device.type == "cpu") for t in tensors)
+
+
+def composite(rounding: str, x, *tensors) -> bool:
+    """Whether a composite of ``x`` (and further operands) runs fused: :func:`fusable`,
+    and ``x`` has at most FUSED_MAX elements."""
+    return fusable(rounding, x, *tensors) and x.numel() <= FUSED_MAX
 
 
 def _kind(kind: str) -> int:
@@ -685,7 +699,7 @@ _CONSTANT_PATTERNS: dict = {}
 
 def constant_ok(rounding, x) -> bool:
     """Whether ``x op number`` takes :class:`Constant`: fusable and small."""
-    return fusable(rounding, x) and x.numel() <= _core.SERIAL_WORK
+    return fusable(rounding, x) and x.numel() <= _core.LEAN_ELEMENTWISE
 
 
 def _constant(v, fmt, rounding) -> int:

@@ -16,8 +16,9 @@ import math
 import torch
 
 from . import _fused
-from ._core import expand, fold_sum
-from .functional import _numerics, pa_div, pa_exp, pa_exp2, pa_log, pa_log2, pa_sqrt, pam_mul
+from ._core import fold_sum
+from .functional import (_numerics, _rowwise, pa_div, pa_exp, pa_exp2, pa_log, pa_log2, pa_sqrt,
+                         pam_mul)
 
 __all__ = ["pa_reciprocal", "pa_rsqrt", "pa_pow", "pa_mean", "pa_vector_norm", "pa_sigmoid",
            "pa_tanh", "pa_silu", "pa_gelu", "pa_softplus", "pa_rms_norm", "pa_cosine_similarity",
@@ -106,7 +107,7 @@ def pa_vector_norm(x, dim=None, keepdim=False, fmt="float32", *, backward="appro
 
 
 def _fused_ok(kw, x):
-    return _fused.fusable(kw["rounding"], x)
+    return _fused.composite(kw["rounding"], x)
 
 
 def _fuse(name, x, kw, *items):
@@ -210,11 +211,11 @@ def pa_rms_norm(x, normalized_shape, weight=None, eps=None, fmt="float32", *,
         eps = torch.finfo(x.dtype).eps
     dims = tuple(range(-len(shape), 0))
     n = math.prod(shape)
-    if (x.numel() and _fused.fusable(kw["rounding"], x, weight)
+    if (x.numel() and _fused.composite(kw["rounding"], x, weight)
             and (weight is None or weight.shape == shape)):
         return _fused.rms_norm(x, n, weight, eps, kw)
     ms = pa_div(fold_sum(pam_mul(x, x, **kw), dims), float(n), **kw)
-    y = pa_div(x, expand(pa_sqrt(ms + eps, **kw), x.shape), **kw)
+    y = _rowwise("pa_div", x, pa_sqrt(ms + eps, **kw), kw)
     return y if weight is None else pam_mul(y, weight, **kw)
 
 

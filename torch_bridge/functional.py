@@ -199,6 +199,13 @@ def _unary(op, doc):
     return f
 
 
+def _rowwise(op, a, b, kw):
+    """``op`` (pam_mul, pa_div) of a tensor and a broadcast row statistic of the
+    composites: the broadcast operand's gradient is reduced in emu.fold_sum's order
+    (docs/semantics.md §6)."""
+    return PABinary.apply(a, b, op, kw["fmt"], kw["backward"], kw["rounding"], True)
+
+
 # one function per differentiable op of emu's registry (emu.OPS), named explicitly
 _OPS = {_op.name: _op for _op in ops(differentiable=True)}
 pam_mul, pa_div = (_binary(n, _OPS[n].doc) for n in ("pam_mul", "pa_div"))
@@ -240,10 +247,10 @@ def pa_softmax(x, dim=-1, fmt="float32", *, backward="approx", rounding="nearest
     if x.numel() == 0:
         return x.clone()
     kw = dict(fmt=fmt, backward=kind, rounding=rounding)
-    if x.dim() and _fused.fusable(rounding, x):
+    if x.dim() and _fused.composite(rounding, x):
         return _fused.rows("softmax", x, dim, kw)
     e = _exp_shifted(x, dim, kw)[0]
-    return pa_div(e, expand(fold_sum(e, dim), e.shape), **kw)
+    return _rowwise("pa_div", e, fold_sum(e, dim), kw)
 
 
 def pa_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, fmt="float32", *,
@@ -260,12 +267,12 @@ def pa_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, fmt="fl
     kw = dict(fmt=fmt, backward=kind, rounding=rounding)
     dims = tuple(range(-len(shape), 0))
     n = float(math.prod(shape))
-    if (x.numel() and _fused.fusable(rounding, x, weight, bias)
+    if (x.numel() and _fused.composite(rounding, x, weight, bias)
             and all(t is None or t.shape == shape for t in (weight, bias))):
         return _fused.layer_norm(x, int(n), weight, bias, eps, kw)
     xc = x - expand(pa_div(fold_sum(x, dims), n, **kw), x.shape)
     var = pa_div(fold_sum(pam_mul(xc, xc, **kw), dims), n, **kw)
-    y = pa_div(xc, expand(pa_sqrt(var + eps, **kw), x.shape), **kw)
+    y = _rowwise("pa_div", xc, pa_sqrt(var + eps, **kw), kw)
     if weight is not None:
         y = pam_mul(y, weight, **kw)
     return y if bias is None else y + bias
@@ -327,7 +334,7 @@ def pa_cross_entropy(input, target, weight=None, ignore_index=-100, reduction="m
     eps_c = float(emu.pa_div(eps, float(n_classes), fmt))
     if probs:
         q = t if eps == 0 else t * (1 - eps) + eps / n_classes   # target smoothing: data prep
-    if (z.numel() and _fused.fusable(rounding, z, weight, q if probs else None)
+    if (z.numel() and _fused.composite(rounding, z, weight, q if probs else None)
             and not (weight is not None and weight.requires_grad)
             and not (probs and q.requires_grad)):
         wy = None if probs else (torch.ones(z.shape[0]) if weight is None else weight[t])

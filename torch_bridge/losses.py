@@ -36,7 +36,7 @@ def pa_log_softmax(x, dim=-1, fmt="float32", *, backward="approx", rounding="nea
     (eqs. 10, 18, 19; docs/semantics.md section 7); the sum in emu.fold_sum's order.
     Float32 CPU tensors take the fused kernels (torch_bridge/_fused.py)."""
     kw = _kw(fmt, backward, rounding)
-    if x.dim() and x.numel() and _fused.fusable(kw["rounding"], x):
+    if x.dim() and x.numel() and _fused.composite(kw["rounding"], x):
         return _fused.rows("log_softmax", x, dim, kw)
     e, t = _exp_shifted(x, dim, kw)
     lse = expand(pa_log2(fold_sum(e, dim), **kw), t.shape)

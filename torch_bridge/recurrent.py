@@ -64,7 +64,8 @@ class _Ops:
                 isinstance(cfg.fmt, emu.mx.MXFormat) or h.dim() != 2:
             return None
         if not _fused.fusable(cfg.rounding, gi, h, c, w_hh, b_hh) or \
-                h.shape[0] * w_hh.numel() > _fused.KS.SMALL or not gi.numel():
+                h.shape[0] * w_hh.numel() > _fused.KS.SMALL or not gi.numel() or \
+                gi[0].numel() > _fused.FUSED_MAX:
             return None
         mm = PF._numerics(cfg.fmt, cfg.kind("matmul"), cfg.rounding, cfg.acc)
         mm = (mm[0], mm[3], mm[1], mm[2])
@@ -73,7 +74,7 @@ class _Ops:
     def fused(self, *tensors):
         """Whether the step's gate arithmetic runs fused (torch_bridge/_fused.py: the same
         bits as the PA operations below)."""
-        return self.pa and _fused.fusable(self.kw["rounding"], *tensors) and all(
+        return self.pa and _fused.composite(self.kw["rounding"], *tensors) and all(
             t.dim() == 2 for t in tensors)
 
 
