@@ -705,7 +705,7 @@ def constant_ok(rounding, x) -> bool:
 def _constant(v, fmt, rounding) -> int:
     """The number ``v`` as functional._operand makes it beside a float32 tensor (float32),
     rounded into ``fmt`` as round_to rounds an operand: a pattern."""
-    key = (v, fmt, rounding)
+    key = (v if v == v else "nan", fmt, rounding)      # (NaN != NaN as a key)
     c = _CONSTANT_PATTERNS.get(key)
     if c is None:
         r = _core.round_lean(torch.tensor(float(v), dtype=torch.float32), fmt, rounding)
