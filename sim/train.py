@@ -154,7 +154,10 @@ class _Images:
             return {"in_features": self.side * self.side}
         if spec.model == "cnn":
             return {"image_size": self.side}
-        kw = {"image_size": self.side, "patch": 2 if self.side == 8 else 7}
+        # 4x4 patches of the 8x8 digits (2x2 patches carry 4 pixels each, and a 1-block
+        # ViT on them learns as slowly as it learns its position embeddings: issue 17,
+        # docs/studies.md) and global average pooling instead of a class token
+        kw = {"image_size": self.side, "patch": 4 if self.side == 8 else 7, "pool": "mean"}
         kw.update({k: v for k, v in (("dim", spec.dim), ("depth", spec.depth)) if v})
         return kw
 

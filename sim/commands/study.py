@@ -18,7 +18,7 @@ from sim.commands.sweep import mantissas_arg
 #: shows its per-epoch curve) and a study fits about half an hour of this 2-core CPU.
 _LM = dict(data="text", model="charlm", dim=32, depth=1, seq_len=32, batch_size=32,
            text_chars=100_000, steps_per_epoch=25, lr=1e-2, epochs=4)
-_VIT = dict(data="digits", model="vit", dim=32, depth=1, batch_size=32, lr=5e-3, epochs=3)
+_VIT = dict(data="digits", model="vit", dim=32, depth=1, batch_size=32, lr=5e-3, epochs=8)
 _CNN = dict(data="digits", model="cnn", batch_size=32, lr=5e-3, epochs=3)
 _QUICK = dict(epochs=2, max_steps=4, batch_size=8)
 _QUICK_MODEL = {"charlm": dict(dim=8, seq_len=8, steps_per_epoch=2, text_chars=20_000),
