@@ -77,6 +77,14 @@ def test_issue17_vit_learns_within_a_few_points_of_native():
     assert pam.final["acc"] > base.final["acc"] - 0.03
 
 
+def test_model_revision_is_in_the_cache_key(monkeypatch):
+    """A cached run of an older ViT (class token, 2x2 patches on digits) is not reused."""
+    vit, mlp = T.TrainSpec(model="vit"), T.TrainSpec(model="mlp")
+    keys = vit.key(), mlp.key()
+    monkeypatch.setitem(T.MODEL_REVISION, "vit", 3)
+    assert vit.key() != keys[0] and mlp.key() == keys[1]
+
+
 def test_exact_derivatives_train_too():
     spec = T.TrainSpec(epochs=1, max_steps=40)
     run = T.train(spec, tb.PAMConfig("e8m4", backward="exact"), progress=False)
