@@ -64,6 +64,27 @@ def test_models_train_on_pa_hardware(model, data, kw):
         assert run.final["bpc"] < math.log2(60) - 1
 
 
+def test_issue17_vit_learns_within_a_few_points_of_native():
+    """Issue 17: the ViT of ``pamsim train --data digits --model vit --dim 32 --depth 1
+    --epochs 5`` converges natively, and every op group PA (bf16 matmuls, the paper's
+    derivatives) ends within a few points of it (seed 0, measured: native 95.82 %, PA
+    94.15 %; before 4x4 patches and mean pooling: 62.95 % and 34.54 %)."""
+    spec = T.TrainSpec(data="digits", model="vit", dim=32, depth=1, epochs=5)
+    base = T.train(spec, None, progress=False)
+    pam = T.train(spec, tb.PAMConfig("bf16", backward={"loss": "exact"}), progress=False)
+    accs = [e["acc"] for e in base.evals]
+    assert base.steps == pam.steps == 115 and accs[-1] > 0.9 and accs[-1] - accs[-2] < 0.01
+    assert pam.final["acc"] > base.final["acc"] - 0.03
+
+
+def test_model_revision_is_in_the_cache_key(monkeypatch):
+    """A cached run of an older ViT (class token, 2x2 patches on digits) is not reused."""
+    vit, mlp = T.TrainSpec(model="vit"), T.TrainSpec(model="mlp")
+    keys = vit.key(), mlp.key()
+    monkeypatch.setitem(T.MODEL_REVISION, "vit", 3)
+    assert vit.key() != keys[0] and mlp.key() == keys[1]
+
+
 def test_exact_derivatives_train_too():
     spec = T.TrainSpec(epochs=1, max_steps=40)
     run = T.train(spec, tb.PAMConfig("e8m4", backward="exact"), progress=False)

@@ -75,24 +75,39 @@ class Block(nn.Module):
 
 
 class ViT(nn.Module):
-    """A small vision transformer: conv patch embedding, class token, pre-norm blocks."""
+    """A small vision transformer: conv patch embedding, pre-norm blocks, and either a
+    class token (``pool="cls"``, as the original ViT) or global average pooling of the
+    patch tokens (``pool="mean"``, as Beyer et al. 2022, "Better plain ViT baselines";
+    no class token).  The mean over the tokens is a sum and a division by their count,
+    a power of two on the square grids pamsim trains (4 or 16 patches), which a PA
+    division computes exactly."""
 
-    def __init__(self, image_size=28, patch=7, dim=64, depth=4, heads=HEADS, n_classes=10):
+    def __init__(self, image_size=28, patch=7, dim=64, depth=4, heads=HEADS, n_classes=10,
+                 pool="cls"):
         super().__init__()
         if image_size % patch:
             raise ValueError(f"image_size={image_size} must be a multiple of patch={patch}")
+        if pool not in ("cls", "mean"):
+            raise ValueError(f"pool={pool!r}; expected 'cls' or 'mean'")
         self.embed = nn.Conv2d(1, dim, patch, stride=patch)
         n = (image_size // patch) ** 2
-        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
-        self.pos = nn.Parameter(torch.randn(1, n + 1, dim) * 0.02)
+        self.pool = pool
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim)) if pool == "cls" else None
+        self.pos = nn.Parameter(torch.randn(1, n + (pool == "cls"), dim) * 0.02)
         self.blocks = nn.Sequential(*(Block(dim, heads) for _ in range(depth)))
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, n_classes)
 
+    @property
+    def n_patches(self) -> int:
+        return self.pos.shape[1] - (self.pool == "cls")
+
     def forward(self, x):
         x = self.embed(x).flatten(2).transpose(1, 2)
-        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1) + self.pos
-        return self.head(self.norm(self.blocks(x))[:, 0])
+        if self.pool == "cls":
+            x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1)
+        x = self.norm(self.blocks(x + self.pos))
+        return self.head(x[:, 0] if self.pool == "cls" else x.mean(1))
 
 
 class CharLM(nn.Module):
@@ -133,7 +148,7 @@ def example_inputs(model: nn.Module, batch_size: int = 32):
         x = torch.rand(batch_size, model.layers[0].in_features, generator=g)
     else:
         if isinstance(model, ViT):
-            n = int(math.isqrt(model.pos.shape[1] - 1)) * model.embed.kernel_size[0]
+            n = int(math.isqrt(model.n_patches)) * model.embed.kernel_size[0]
         else:
             n = 28 if model.pool_twice else 8
         x = torch.rand(batch_size, 1, n, n, generator=g)
