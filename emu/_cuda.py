@@ -547,6 +547,28 @@ matmul_grad_fmtacc = _make_matmul_grad(False)
 
 GATHER_SOURCES = ("float32", "float16", "float64", "int8", "int16", "int32", "int64",
                   "uint8", "uint16", "uint32", "uint64")
+# --- the defined-order sum (emu/reduce.py, emu/_kernels_reduce.py) ------------------------
+
+@cuda.jit
+def fold_sum(x, out, outer, n, inner):
+    """out[o, i] = the left fold over j = 0..n-1 of x[o, j, i] (flat C-order uint32
+    patterns of float32), from x[o, 0, i]; +0 for n = 0, NaN canonical: the CPU's
+    fold (emu/_kernels_reduce.py), one thread per result."""
+    total = np.int64(outer) * np.int64(inner)
+    for t in range(cuda.grid(1), total, cuda.gridsize(1)):
+        t = np.int64(t)
+        o = t // inner
+        i = t - o * inner
+        base = o * np.int64(n) * inner + i
+        if n == 0:
+            out[t] = 0
+        else:
+            acc = as_f32(x[base])
+            for j in range(1, n):
+                acc = f32_add(acc, as_f32(x[base + np.int64(j) * inner]))
+            out[t] = S.QNAN32 if acc != acc else f32_bits(acc)
+
+
 BITS_SOURCES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
@@ -593,4 +615,5 @@ def signatures():
     mg = (u32, u32, u32, vec("int64"), vec("int64"), u32, i64, i64, i64, fc, fc)
     sigs += [("matmul_grad_f32acc", matmul_grad_f32acc, mg),
              ("matmul_grad_fmtacc", matmul_grad_fmtacc, mg)]
+    sigs.append(("fold_sum", fold_sum, (u32, u32, i64, i64, i64)))
     return sigs

@@ -82,53 +82,101 @@ def f16_round(typingctx, x):
 
 
 # --- elementwise ------------------------------------------------------------------
+#
+# Each elementwise kernel comes twice, from one loop: compiled parallel (prange splits
+# the elements over Numba's threads) and serial (prange is then range).  A parallel
+# region has a fixed cost even on one thread, and on a loaded machine it can wait for a
+# descheduled worker, so below SERIAL elements the backends run the serial twin.
 
-@njit(parallel=True, cache=True)
-def quantize(x, out, fc, mode, subnormals, saturate, key):
-    for i in prange(x.size):
-        out[i] = S.quantize(x[i], fc, mode, subnormals, saturate, key, i)
+#: below this many elements an elementwise kernel's serial twin runs
+SERIAL = 1 << 16
 
 
-@njit(parallel=True, cache=True)
-def to_bits(x, out, fc):
+def twins(variant, py_func):
+    """``{True: parallel, False: serial}`` kernels of ``py_func`` (a prange loop),
+    cached under ``variant`` (which must name every factory argument compiled in)."""
+    return {par: njit_variant(f"{variant} parallel={par}", parallel=par)(py_func)
+            for par in (True, False)}
+
+
+def _quantize(x, out, fc, mode, subnormals, saturate, key):
+    if _in_place(fc, mode, subnormals, saturate):
+        sh = np.uint32(23 - fc.man_bits)
+        low = (np.int64(1) << (23 - fc.man_bits)) - 1
+        rne = np.uint32(1) if mode == S.RNE else np.uint32(0)
+        half = np.uint32(low >> 1) * rne            # S.quantize's RNE: + (low >> 1) + lsb
+        keep = np.uint32(~low & S.M32)
+        for i in prange(x.size):        # branch-free: a loop LLVM vectorises
+            a = x[i] & np.uint32(S.ABS32)
+            r = ((a + half + ((a >> sh) & rne)) & keep) | (x[i] & np.uint32(S.SIGN32))
+            out[i] = np.uint32(S.QNAN32) if a > np.uint32(S.INF32) else r
+    else:
+        for i in prange(x.size):
+            out[i] = S.quantize(x[i], fc, mode, subnormals, saturate, key, i)
+
+
+@register_jitable
+def _in_place(fc, mode, subnormals, saturate):
+    """Whether rounding into the format is rounding the float32 pattern in place, as in
+    S.quantize's normal-range branch, for *every* input: an IEEE format narrower than
+    float32 with 8 exponent bits (float32's exponent range, so its subnormals are float32's subnormals on a
+    coarser grid), RNE or toward zero, subnormals kept, no saturation.  A carry out of
+    the mantissa moves to the next binade and past max to inf (RNE's overflow); toward
+    zero never rounds up, so it ends at max (its overflow); ±0 and ±inf stay; a NaN
+    becomes the canonical NaN."""
+    return (fc.exp_bits == 8 and fc.man_bits < 23 and fc.nan_kind == S.NAN_IEEE
+            and mode != S.SR and subnormals and not saturate)
+
+
+def _to_bits(x, out, fc):
     for i in prange(x.size):
         out[i] = S.f32_to_bits(S.quantize(x[i], fc, S.RNE, True, False, 0, 0), fc)
 
 
-@njit(parallel=True, cache=True)
-def from_bits(b, out, fc):
+def _from_bits(b, out, fc):
     for i in prange(b.size):
         out[i] = S.bits_to_f32(b[i], fc)
 
 
-def _unary(op):
-    @njit(parallel=True, cache=True)
+QUANTIZE = twins("quantize", _quantize)
+quantize = QUANTIZE[True]
+to_bits = twins("to_bits", _to_bits)[True]
+from_bits = twins("from_bits", _from_bits)[True]
+
+
+def _unary(op, parallel):
+    scalar = op.scalar
+
     def kernel(x, out, fc):
         if S.is_float32(fc):        # operands need no rounding: a loop LLVM vectorises
             for i in prange(x.size):
-                out[i] = op(np.int64(x[i]), fc)
+                out[i] = scalar(np.int64(x[i]), fc)
         else:
             for i in prange(x.size):
-                out[i] = op(S.operand(x[i], fc), fc)
-    return kernel
+                out[i] = scalar(S.operand(x[i], fc), fc)
+    return njit_variant(f"unary {op.name} parallel={parallel}", parallel=parallel)(kernel)
 
 
-def _binary(op):
-    @njit(parallel=True, cache=True)
+def _binary(op, parallel):
+    scalar = op.scalar
+
     def kernel(x, y, out, fc):
         if S.is_float32(fc):        # operands need no rounding: a loop LLVM vectorises
             for i in prange(x.size):
-                out[i] = op(np.int64(x[i]), np.int64(y[i]), fc)
+                out[i] = scalar(np.int64(x[i]), np.int64(y[i]), fc)
         else:
             for i in prange(x.size):
-                out[i] = op(S.operand(x[i], fc), S.operand(y[i], fc), fc)
-    return kernel
+                out[i] = scalar(S.operand(x[i], fc), S.operand(y[i], fc), fc)
+    return njit_variant(f"binary {op.name} parallel={parallel}", parallel=parallel)(kernel)
 
 
-#: one CPU kernel per elementwise op of the registry (emu/registry.py), by name; the
-#: CUDA kernels (emu/_cuda.py) are built from the same scalar definitions
-UNARY = {op.name: _unary(op.scalar) for op in ops(1)}
-BINARY = {op.name: _binary(op.scalar) for op in ops(2)}
+#: one CPU kernel per elementwise op of the registry (emu/registry.py), by name, and
+#: its serial twin; the CUDA kernels (emu/_cuda.py) are built from the same scalar
+#: definitions
+UNARY = {op.name: _unary(op, True) for op in ops(1)}
+BINARY = {op.name: _binary(op, True) for op in ops(2)}
+UNARY_SERIAL = {op.name: _unary(op, False) for op in ops(1)}
+BINARY_SERIAL = {op.name: _binary(op, False) for op in ops(2)}
 
 
 # --- PAM matmul -----------------------------------------------------------------

@@ -32,8 +32,10 @@ from . import _kernels as K
 from . import _kernels_acc as KA
 from . import _scalar as S
 from . import _scalar_grad as G
+from . import _scalar_approx as A
 from ._kernels import as_f32
 from ._numba_cache import drop_stale, njit_variant
+from . import registry
 from .registry import ops
 
 
@@ -42,21 +44,23 @@ def _cache_probe():
     return 0
 
 
-drop_stale(_cache_probe, __file__, S.__file__, G.__file__, K.__file__, KA.__file__)
+drop_stale(_cache_probe, __file__, S.__file__, G.__file__, A.__file__, K.__file__,
+           KA.__file__, registry.__file__)
 
 
 # --- elementwise ------------------------------------------------------------------
 
-def _unary(op):
-    @njit(parallel=True, cache=True)
+def _unary(op, parallel):
+    op_dx, = op.grads
+
     def kernel(x, d, out, fc):
         if S.is_float32(fc):        # operands need no rounding: a loop LLVM vectorises
             for i in prange(x.size):
-                out[i] = op(np.int64(x[i]), np.int64(d[i]), fc)
+                out[i] = op_dx(np.int64(x[i]), np.int64(d[i]), fc)
         else:
             for i in prange(x.size):
-                out[i] = op(S.operand(x[i], fc), S.operand(d[i], fc), fc)
-    return kernel
+                out[i] = op_dx(S.operand(x[i], fc), S.operand(d[i], fc), fc)
+    return njit_variant(f"grad {op.name} parallel={parallel}", parallel=parallel)(kernel)
 
 
 def binary_step(op_a, op_b):
@@ -74,24 +78,68 @@ def binary_step(op_a, op_b):
     return step
 
 
-def _binary(op_a, op_b):
-    step = binary_step(op_a, op_b)
+def _binary(op, parallel):
+    op_a, op_b = op.grads
 
-    @njit(parallel=True, cache=True)
     def kernel(a, b, d, outa, outb, fc):
-        if S.is_float32(fc):        # a loop LLVM vectorises
+        # (not binary_step: its operand rounding, a runtime branch there, would keep
+        # quantize in the float32 loop, which LLVM then neither inlines nor vectorises)
+        if S.is_float32(fc):
             for i in prange(a.size):
-                step(a, b, d, outa, outb, i, fc, True)
+                x, y, g = np.int64(a[i]), np.int64(b[i]), np.int64(d[i])
+                outa[i] = op_a(x, y, g, fc)
+                outb[i] = op_b(x, y, g, fc)
         else:
             for i in prange(a.size):
-                step(a, b, d, outa, outb, i, fc, False)
-    return kernel
+                x, y, g = S.operand(a[i], fc), S.operand(b[i], fc), S.operand(d[i], fc)
+                outa[i] = op_a(x, y, g, fc)
+                outb[i] = op_b(x, y, g, fc)
+    return njit_variant(f"grad {op.name} parallel={parallel}", parallel=parallel)(kernel)
 
 
-#: one CPU kernel per differentiable op of the registry (emu/registry.py), by name; the
-#: CUDA kernels (emu/_cuda.py) are built from the same exact-derivative definitions
-UNARY = {op.name: _unary(*op.grads) for op in ops(1, differentiable=True)}
-BINARY = {op.name: _binary(*op.grads) for op in ops(2, differentiable=True)}
+#: one CPU kernel per differentiable op of the registry (emu/registry.py), by name, and
+#: its serial twin (emu/_kernels.py); the CUDA kernels (emu/_cuda.py) are built from the
+#: same exact-derivative definitions
+UNARY = {op.name: _unary(op, True) for op in ops(1, differentiable=True)}
+BINARY = {op.name: _binary(op, True) for op in ops(2, differentiable=True)}
+UNARY_SERIAL = {op.name: _unary(op, False) for op in ops(1, differentiable=True)}
+BINARY_SERIAL = {op.name: _binary(op, False) for op in ops(2, differentiable=True)}
+
+
+def _approx_unary(op, parallel):
+    rule, rule32 = op.approx_scalar, A.FLOAT32[op.approx_scalar.__name__]
+
+    def kernel(x, d, out, ln2, fc):
+        if S.is_float32(fc):        # the rule specialised for float32 (no operand rounding)
+            for i in prange(x.size):
+                out[i] = rule32(np.int64(x[i]), np.int64(d[i]), ln2, fc)
+        else:
+            for i in prange(x.size):
+                out[i] = rule(np.int64(x[i]), np.int64(d[i]), ln2, fc)
+    return njit_variant(f"approx {op.name} parallel={parallel}", parallel=parallel)(kernel)
+
+
+def _approx_binary(op, parallel):
+    rule, rule32 = op.approx_scalar, A.FLOAT32[op.approx_scalar.__name__]
+
+    def kernel(a, b, d, outa, outb, ln2, fc):
+        if S.is_float32(fc):        # the rule specialised for float32 (no operand rounding)
+            for i in prange(a.size):
+                outa[i], outb[i] = rule32(np.int64(a[i]), np.int64(b[i]), np.int64(d[i]),
+                                          ln2, fc)
+        else:
+            for i in prange(a.size):
+                outa[i], outb[i] = rule(np.int64(a[i]), np.int64(b[i]), np.int64(d[i]), ln2,
+                                        fc)
+    return njit_variant(f"approx {op.name} parallel={parallel}", parallel=parallel)(kernel)
+
+
+#: the approximate derivatives (Table 1) as one kernel per op, from their scalar form
+#: (emu/_scalar_approx.py; emu.grad runs the registry's sequence of calls, same bits):
+#: ``APPROX[parallel][name]``
+APPROX = {par: {**{op.name: _approx_unary(op, par) for op in ops(1, differentiable=True)},
+                **{op.name: _approx_binary(op, par) for op in ops(2, differentiable=True)}}
+          for par in (True, False)}
 
 
 # --- exact PAM-matmul gradient ------------------------------------------------------

@@ -100,6 +100,22 @@ class CudaBackend(DeviceCall):
                         self.flat(b, plan.shape), flat_view(out, n), plan.fc)
             return res
 
+    def fold_sum(self, plan, x):
+        """emu.fold_sum on the device (emu/reduce.py has the definition and the plan)."""
+        with self.device():
+            shape = tuple(x.shape)
+            if math.prod(shape) == 0:      # nothing to read (n = 0 writes zeros): one type
+                src = self.upload(np.zeros(1, np.uint32))
+            elif plan.perm is None:
+                src = self.flat(x, shape)
+            else:
+                src = flat_view(self.permuted(x, shape, plan.perm), math.prod(shape))
+            res, out = self.empty(plan.out, np.float32)
+            m = plan.outer * plan.inner
+            self.launch(self.K.fold_sum, m, src, flat_view(out, m), plan.outer, plan.n,
+                        plan.inner)
+            return res
+
     def matmul(self, plan, a, b, fmt, acc):
         """emu.pam_matmul on the device (emu/matmul.py has the definition)."""
         K_ = self.K

@@ -27,7 +27,7 @@ from . import cuda_backend
 from . import ops as ops_module
 from .formats import Format, float32, format
 from .host import as_float32
-from .matmul import pam_matmul as _pam_matmul
+from .matmul import host_matmul as _pam_matmul
 from .ops import backend_for, quantize
 from .registry import ln2, ops
 from .shapes import batch_index, contract_layout, elementwise, matmul_grad_shapes
@@ -144,9 +144,23 @@ def pam_matmul(A, B, dY, fmt: Format | str = float32, acc: Format | str = float3
     gpu = cuda_backend.prepare(None, A=A, B=B, dY=dY)
     if gpu is not None:
         return gpu.matmul_grad(A, B, dY, fmt, acc, kind, need)
-    a = as_float32(A, "A")
-    b = as_float32(B, "B")
-    g = as_float32(dY, "dY")
+    return host_matmul_grad(as_float32(A, "A"), as_float32(B, "B"), as_float32(dY, "dY"),
+                            fmt, acc, kind, need)
+
+
+def host_matmul_grad(a, b, g, fmt: Format, acc: Format, kind: str, need=(True, True)):
+    """:func:`pam_matmul` of float32 numpy arrays with Format objects and a checked
+    ``kind``, without the front end's conversions (for callers that checked their
+    operands already, e.g. torch_bridge's per-call path); the shapes are still checked."""
+    if (kind == "approx" and a.ndim == 2 and b.ndim == 2 and g.shape == (a.shape[0], b.shape[1])
+            and a.shape[1] == b.shape[0]):
+        # plain 2-D: what the general code below computes, without its layout work
+        da = _pam_matmul(g, b.T, fmt, acc) if need[0] else None
+        db = None
+        if need[1]:
+            db = _pam_matmul(a.T, g, fmt, acc) if a.size <= g.size else \
+                _pam_matmul(g.T, a, fmt, acc).T
+        return da, db
     a2shape, b2shape, batch, full = matmul_grad_shapes(a.shape, b.shape, g.shape)
     a2 = a.reshape(a2shape)
     b2 = b.reshape(b2shape)

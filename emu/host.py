@@ -14,11 +14,13 @@ from . import _kernels as K
 from . import _kernels_acc as KA
 from . import _kernels_grad as KG
 from . import _kernels_mx as KM
+from . import _kernels_reduce as KR
+from . import _kernels_small as KS
 from . import _scalar as S
 from .formats import float32
 from .shapes import batch_index
 
-__all__ = ["as_float32", "flat_u32", "finish", "alloc", "HostBackend", "HOST"]
+__all__ = ["as_float32", "flat_u32", "finish", "alloc", "host_fold", "HostBackend", "HOST"]
 
 _ML_FLOATS = {np.dtype(getattr(ml_dtypes, n)) for n in (
     "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2fnuz",
@@ -70,6 +72,11 @@ def alloc(op: str, shape, dtype=np.uint32) -> np.ndarray:
                           f"{n * np.dtype(dtype).itemsize / 2**30:,.1f} GiB)") from None
 
 
+def _pick(parallel, serial, out):
+    """The kernel table for a result of ``out.size`` elements: serial below K.SERIAL."""
+    return parallel if out.size >= K.SERIAL else serial
+
+
 class HostBackend:
     """emu's operations on host operands: each method takes the front end's plan
     (emu/shapes.py) and operands already made by :meth:`operand`."""
@@ -81,7 +88,8 @@ class HostBackend:
 
     def quantize(self, plan, x, mode, subnormals, saturate, key):
         out = alloc(plan.op, plan.shape).reshape(-1)
-        K.quantize(flat_u32(x), out, plan.fc, mode, subnormals, saturate, key)
+        K.QUANTIZE[out.size >= K.SERIAL](flat_u32(x), out, plan.fc, mode, subnormals,
+                                          saturate, key)
         return finish(out, plan.shape, plan.scalar)
 
     def to_bits(self, plan, x):
@@ -111,25 +119,33 @@ class HostBackend:
 
     def unary(self, plan, x):
         out = alloc(plan.op, plan.shape).reshape(-1)
-        K.UNARY[plan.op](flat_u32(x, plan.shape), out, plan.fc)
+        _pick(K.UNARY, K.UNARY_SERIAL, out)[plan.op](flat_u32(x, plan.shape), out, plan.fc)
         return finish(out, plan.shape, plan.scalar)
 
     def binary(self, plan, a, b):
         out = alloc(plan.op, plan.shape).reshape(-1)
-        K.BINARY[plan.op](flat_u32(a, plan.shape), flat_u32(b, plan.shape), out, plan.fc)
+        _pick(K.BINARY, K.BINARY_SERIAL, out)[plan.op](flat_u32(a, plan.shape),
+                                                       flat_u32(b, plan.shape), out, plan.fc)
         return finish(out, plan.shape, plan.scalar)
 
     def grad_unary(self, plan, x, dy):
         out = alloc(plan.op, plan.shape).reshape(-1)
-        KG.UNARY[plan.op](flat_u32(x, plan.shape), flat_u32(dy, plan.shape), out, plan.fc)
+        _pick(KG.UNARY, KG.UNARY_SERIAL, out)[plan.op](flat_u32(x, plan.shape),
+                                                       flat_u32(dy, plan.shape), out, plan.fc)
         return finish(out, plan.shape, plan.scalar)
 
     def grad_binary(self, plan, a, b, dy):
         outa = alloc(plan.op, plan.shape).reshape(-1)
         outb = alloc(plan.op, plan.shape).reshape(-1)
-        KG.BINARY[plan.op](flat_u32(a, plan.shape), flat_u32(b, plan.shape),
-                           flat_u32(dy, plan.shape), outa, outb, plan.fc)
+        _pick(KG.BINARY, KG.BINARY_SERIAL, outa)[plan.op](
+            flat_u32(a, plan.shape), flat_u32(b, plan.shape), flat_u32(dy, plan.shape), outa,
+            outb, plan.fc)
         return finish(outa, plan.shape, plan.scalar), finish(outb, plan.shape, plan.scalar)
+
+    def fold_sum(self, plan, x):
+        """emu.fold_sum (emu/reduce.py has the definition and the plan)."""
+        res = host_fold(x, plan)
+        return res[()] if plan.out == () else res
 
     def matmul(self, plan, a, b, fmt, acc):
         """emu.pam_matmul (emu/matmul.py has the definition) of float32 operands."""
@@ -148,6 +164,9 @@ class HostBackend:
         ia = batch_index(a.shape[:-2], batch)
         ib = batch_index(b.shape[:-2], batch)
         c = c.reshape(nout, m, n)
+        if acc == float32 and nout * m * n * k <= KS.SMALL:
+            KS.matmul_small(a3, b3, ia, ib, c, fmt.consts)
+            return c.reshape(plan.out)
         if acc == float32 or KA.fast_path(acc):
             # narrow: the sticky test reads the unpadded operands
             sticky = acc != float32 and KA.needs_sticky(a3, b3, fmt.consts, acc.consts)
@@ -198,8 +217,25 @@ class HostBackend:
             # map every NaN operand to the canonical NaN themselves
             return np.ascontiguousarray(x).view(np.int32)
         out = np.empty(x.shape, np.uint32)
-        K.quantize(flat_u32(x), out.reshape(-1), fmt.consts, S.RNE, True, False, 0)
+        K.QUANTIZE[out.size >= K.SERIAL](flat_u32(x), out.reshape(-1), fmt.consts, S.RNE,
+                                          True, False, 0)
         return out.view(np.int32)
+
+
+def host_fold(x: np.ndarray, plan) -> np.ndarray:
+    """emu.fold_sum of the float32 array ``x`` by its plan (emu/reduce.py): a float32
+    array of shape ``plan.out``; serial kernels below K.SERIAL elements."""
+    if plan.perm is not None:
+        x = np.transpose(x, plan.perm)
+    x3 = np.ascontiguousarray(x).reshape(plan.outer, plan.n, plan.inner)
+    par = x3.size >= K.SERIAL
+    if plan.inner == 1:
+        out = np.empty(plan.outer, np.float32)
+        KR.FOLD_ROWS[par](x3.reshape(plan.outer, plan.n), out)
+    else:
+        out = np.empty((plan.outer, plan.inner), np.float32)
+        KR.FOLD_SUM[par](x3, out)
+    return out.reshape(plan.out)
 
 
 #: the one CPU backend (it has no state)

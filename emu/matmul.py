@@ -11,7 +11,11 @@ and return a device array (emu/cuda_backend.py).
 """
 from __future__ import annotations
 
+import numpy as np
+
+from . import _kernels_small as KS
 from .formats import Format, format, float32
+from .host import HOST
 from .ops import backend_for
 from .shapes import matmul_shapes
 
@@ -32,3 +36,24 @@ def pam_matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *
     acc = format(acc, argname="acc").arithmetic("acc")
     backend, (a, b) = backend_for(stream, {"A": A, "B": B})
     return backend.matmul(matmul_shapes(a.shape, b.shape), a, b, fmt, acc)
+
+
+def host_matmul(a, b, fmt: Format, acc: Format):
+    """:func:`pam_matmul` of float32 numpy arrays with Format objects, without the front
+    end's conversions (for callers that checked their operands already, e.g.
+    torch_bridge's per-call path); the shapes are still checked."""
+    if (a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0] and fmt is float32
+            and acc is float32 and a.size * b.shape[1] <= KS.SMALL):
+        # the plain 2-D case straight to the small kernel: what HOST.matmul would run
+        c = np.empty((1, a.shape[0], b.shape[1]), np.float32)
+        if c.size:
+            KS.matmul_small(np.ascontiguousarray(a).view(np.int32)[None],
+                            np.ascontiguousarray(b).view(np.int32)[None], _ZERO, _ZERO, c,
+                            float32.consts)
+        else:
+            c[...] = 0
+        return c[0]
+    return HOST.matmul(matmul_shapes(a.shape, b.shape), a, b, fmt, acc)
+
+
+_ZERO = np.zeros(1, np.int64)

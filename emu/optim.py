@@ -25,7 +25,7 @@ from numba.extending import register_jitable
 
 from . import _scalar as S
 from . import _kernels as K
-from ._kernels import as_f32, as_i32
+from ._kernels import SERIAL, as_f32, as_i32, twins
 from ._numba_cache import drop_stale
 from .formats import Format, float32, format
 from .ops import rounding_mode, stochastic_key
@@ -65,7 +65,6 @@ def _kernel(rnd):
             x = S.quantize(x, fc, mode, True, False, keys[j], i)
         return S.operand(x, fc)
 
-    @njit(parallel=True, cache=True)
     def kernel(P, G, M, V, outp, outm, outv, fc, mode, keys, c, eps, decay, negate):
         for i in prange(P.size):
             p = np.int64(P[i])
@@ -88,9 +87,10 @@ def _kernel(rnd):
             outp[i] = p
             outm[i] = m
             outv[i] = v
-    return kernel
+    return twins(f"adamw rnd={rnd}", kernel)
 
 
+#: the kernel, by whether R rounds, and parallel or serial (emu/_kernels.py's twins)
 _ADAMW = {rnd: _kernel(rnd) for rnd in (False, True)}
 
 
@@ -113,16 +113,26 @@ def pa_adamw(p, g, m, v, consts, eps, fmt: Format | str = float32,
                              f"{arrays[0].shape}, got {a.dtype} {a.shape}")
     if len(consts) != 5:
         raise ValueError(f"consts must be the five constants (c0..c4), got {consts!r}")
-    rnd = fmt != float32            # rounding into float32 is the identity: no streams
-    sr = rnd and mode == S.SR
+    sr = fmt != float32 and mode == S.SR
     if sr != (seeds is not None) or (sr and len(seeds) != ROUNDINGS):
         raise ValueError(f"seeds: {ROUNDINGS} seeds with rounding='stochastic' into a format "
                          f"other than float32, else None; got {seeds!r}")
+    flat = [a.reshape(-1).view(np.uint32) for a in arrays]
+    out = [np.empty_like(flat[0]) for _ in range(3)]
+    step(*flat, *out, consts, eps, fmt, mode, seeds, maximize)
+    return tuple(o.view(np.float32).reshape(arrays[0].shape) for o in out)
+
+
+def step(p, g, m, v, outp, outm, outv, consts, eps, fmt: Format, mode: int, seeds,
+         maximize: bool):
+    """:func:`pa_adamw` on flat uint32 views of checked float32 arrays, writing ``outp``,
+    ``outm``, ``outv`` (for callers that checked everything already, e.g. torch_bridge);
+    ``mode`` is the kernel's rounding code (emu.ops.ROUNDING)."""
+    rnd = fmt != float32            # rounding into float32 is the identity: no streams
+    sr = rnd and mode == S.SR
     keys = np.array([stochastic_key(s) if sr else 0 for s in (seeds or [0] * ROUNDINGS)],
                     np.int64)
     c = np.array([0.0 if x is None else x for x in consts], np.float32).view(np.uint32)
-    flat = [a.reshape(-1).view(np.uint32) for a in arrays]
-    out = [np.empty_like(flat[0]) for _ in range(3)]
-    _ADAMW[rnd](*flat, *out, fmt.consts, mode, keys, c.astype(np.int64),
-           np.float32(eps), consts[0] is not None, bool(maximize))
-    return tuple(o.view(np.float32).reshape(arrays[0].shape) for o in out)
+    _ADAMW[rnd][p.size >= SERIAL](p, g, m, v, outp, outm, outv, fmt.consts, mode, keys,
+                                  c.astype(np.int64), np.float32(eps), consts[0] is not None,
+                                  bool(maximize))

@@ -22,6 +22,7 @@ import numpy as np
 from numba.extending import register_jitable
 
 from . import _scalar as S
+from . import _scalar_approx as A
 from . import _scalar_grad as G
 from . import reference as R
 from . import reference_grad as RG
@@ -41,7 +42,8 @@ class Op:
     built from the front ends of module ``E`` (emu.ops); a tuple for binary ops.
     ``oracle(x[, y], fmt)`` / ``oracle_grad(x[, y], dy, fmt, kind)``: the exact
     rational definitions.  ``public``: whether emu exports a front end of this name
-    (``fp_mul_daz`` is ``fp_mul(..., subnormals=False)``).
+    (``fp_mul_daz`` is ``fp_mul(..., subnormals=False)``).  ``approx_scalar``: ``approx``
+    on one element (emu/_scalar_approx.py), ``(x[, y], dy, ln2, fc)``, for fused kernels.
     """
     name: str
     arity: int
@@ -53,6 +55,7 @@ class Op:
     approx: Callable | None = None
     oracle_grad: Callable | None = None
     public: bool = True
+    approx_scalar: Callable | None = None
 
     @property
     def differentiable(self) -> bool:
@@ -158,11 +161,13 @@ _IEEE = "§4 IEEE addition and multiplication"
 
 def _pa(name: str, arity: int, what: str, doc: str) -> Op:
     """The entry of a PA operation: its scalar definition, oracle, exact derivatives
-    (``name_da``/``name_db``, or ``name_dx``), approximate derivative and oracle
-    derivative are the functions of that name in their modules."""
+    (``name_da``/``name_db``, or ``name_dx``), approximate derivative (and its scalar
+    form ``name_approx``) and oracle derivative are the functions of that name in their
+    modules."""
     grads = tuple(getattr(G, f"{name}_{d}") for d in (("da", "db") if arity == 2 else ("dx",)))
     return Op(name, arity, getattr(S, name), getattr(R, name), f"{_PA}, {what}", doc, grads,
-              globals()[f"_{name}_approx"], getattr(RG, name))
+              globals()[f"_{name}_approx"], getattr(RG, name),
+              approx_scalar=getattr(A, f"{name}_approx"))
 
 
 #: every elementwise operation, by name

@@ -4,6 +4,7 @@ matmul, docs/semantics.md §5), each checked in one place with errors that name 
 operands."""
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -119,7 +120,13 @@ def contract_layout(gshape, xshape):
 
 def batch_index(batch_shape, shape) -> np.ndarray:
     """Index of each element of the broadcast batch ``shape`` into an operand's own
-    (flattened, C-order) batches of shape ``batch_shape``."""
+    (flattened, C-order) batches of shape ``batch_shape`` (cached: callers must not
+    write to it)."""
+    return _batch_index(tuple(int(d) for d in batch_shape), tuple(int(d) for d in shape))
+
+
+@functools.lru_cache(maxsize=1024)
+def _batch_index(batch_shape, shape) -> np.ndarray:
     n = math.prod(batch_shape)
     own = np.arange(n, dtype=np.int64).reshape(batch_shape)
     return np.ascontiguousarray(np.broadcast_to(own, shape)).reshape(-1)

@@ -37,7 +37,7 @@ GROUPS = {
     "exhaustive": [*(op.name for op in ops(2)), "operand_stats", "matmul_f32acc",
                    "matmul_fmtacc"],
     "matmul": ["operand_stats", "matmul_f32acc", "matmul_fmtacc", "gather"],
-    "dispatch": ["gather", "from_bits", "pam_mul", "quantize", "matmul_f32acc"],
+    "dispatch": ["gather", "from_bits", "pam_mul", "quantize", "matmul_f32acc", "fold_sum"],
     "grad": [*(f"grad_{op.name}" for op in ops(differentiable=True)), "matmul_grad_f32acc",
              "matmul_grad_fmtacc", "matmul_f32acc", "quantize", "gather"],
     "mx": ["e8m0", "e8m0_from_bits", "mx_quantize", "mx_dequantize", "gather", "matmul_f32acc",
@@ -573,6 +573,21 @@ else:
         other = rng.standard_normal((2, 1, 3, 4, 2, 2, 5, 1)).astype(np.float32)
         assert_bits_equal(host(emu.pam_mul(dev(big), dev(other))), emu.pam_mul(big, other),
                           what="8-d broadcast")
+
+    def test_dispatch_fold_sum_is_the_cpu_fold(rng):
+        x = (rng.standard_normal((3, 4, 5, 6)) * np.exp2(rng.integers(-20, 20, (3, 4, 5, 6)))
+             ).astype(np.float32)
+        x[0, 0, 0, :3] = [np.inf, -np.inf, np.nan]
+        x[1, 1, 1, :] = -0.0
+        x[2, 2, 2, 0] = 3e38
+        x[2, 2, 2, 1] = 3e38
+        dx = dev(x)
+        for axis, keep in ((-1, True), ((1, 2), False), ((0, 2), True), (None, False), (1, False)):
+            got = host(emu.fold_sum(dx, axis, keep))
+            assert_bits_equal(got, emu.fold_sum(x, axis, keep), what=f"axis={axis}")
+        assert_bits_equal(host(emu.fold_sum(swapped(dx, 1, 3), -1)),
+                          emu.fold_sum(x.swapaxes(1, 3), -1), what="strided")
+        assert host(emu.fold_sum(dev(np.zeros((3, 0), np.float32)), -1)).tolist() == [0, 0, 0]
 
     @pytest.mark.filterwarnings("ignore:overflow encountered in cast")    # 1e300 -> inf
     @pytest.mark.parametrize("dtype", ["float16", "float64", "int32", "uint8", "int64"])

@@ -152,6 +152,31 @@ else:
                     v.grad]
         check(case, f"composites {kind}")
 
+    @pytest.mark.parametrize("kind", ["exact", "approx"])
+    def test_fused_composites_and_recurrent_layers(kind):
+        """The CPU side runs torch_bridge/_fused.py's kernels (activations, log_softmax, RMS
+        norm, GRU/LSTM directions), the CUDA side their graphs of emu CUDA kernels."""
+        from torch_bridge import elementwise as PE, losses as PL
+        kw = dict(fmt="bf16", backward=kind)
+        cfg = tb.PAMConfig("bf16", backward=kind)
+
+        def case(move):
+            x = leaf(move, 2, 5)
+            ys = [PE.pa_gelu(x, **kw), PE.pa_gelu(x, "tanh", **kw), PE.pa_silu(x, **kw),
+                  PE.pa_sigmoid(x, **kw), PE.pa_tanh(x, **kw), PE.pa_softplus(x, **kw),
+                  PL.pa_log_softmax(x, -1, **kw), PE.pa_rms_norm(x, 5, leaf(move, 5), **kw)]
+            sum(y.sum() for y in ys).backward()
+            res = ys + [x.grad]
+            for cell in (nn.GRU, nn.LSTM):
+                rnn = cell(3, 2).to(move(torch.zeros(0)).device)
+                s = leaf(move, 2, 1, 3)
+                with tb.pam_mode(cfg):
+                    out = rnn(s)
+                out[0].sum().backward()
+                res += [out[0], s.grad, *(p.grad for p in rnn.parameters())]
+            return res
+        check(case, f"fused composites {kind}")
+
     @pytest.mark.parametrize("name,hyper", [
         ("adamw", dict(lr=0.1, weight_decay=0.1)),
         ("sgd", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),

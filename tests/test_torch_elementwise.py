@@ -65,7 +65,7 @@ def test_composites_are_their_emu_definitions(x):
     row_sum = npy(x.sum(-1, keepdim=True))
     assert_bits_equal(npy(PE.pa_mean(x, -1, True)), emu.pa_div(row_sum, np.float32(7), f32))
     w = torch.randn(7)
-    sq = torch.from_numpy(emu.pam_mul(X, X, f32)).sum(-1, keepdim=True).numpy()
+    sq = emu.fold_sum(emu.pam_mul(X, X, f32), -1, keepdims=True)
     ms = emu.pa_div(sq, np.float32(7), f32)
     ref = emu.pam_mul(emu.pa_div(X, emu.pa_sqrt(ms + np.float32(1e-6), f32), f32), npy(w), f32)
     assert_bits_equal(npy(PE.pa_rms_norm(x, 7, w, 1e-6)), ref)
@@ -391,7 +391,8 @@ FMT = emu.format("bf16")
 class _Node:
     """A value of the oracle's graph: forward by emu, backward by emu.grad (exact), the
     chain rule applied in reverse creation order as torch's engine runs it, float32
-    gradient sums and broadcast reductions done by torch as in the bridge."""
+    gradient sums by torch, sums and broadcast reductions by emu.fold_sum as in the
+    bridge's composites (docs/semantics.md §6)."""
     made = []
 
     def __init__(self, v, parents=()):
@@ -404,7 +405,12 @@ def _q(v):
 
 
 def _red(g, shape):
-    return torch.from_numpy(np.ascontiguousarray(g, np.float32)).sum_to_size(shape).numpy()
+    g = np.asarray(g, np.float32)
+    lead = g.ndim - len(shape)
+    dims = tuple(range(lead)) + tuple(lead + d for d, s in enumerate(shape)
+                                      if s == 1 and g.shape[lead + d] != 1)
+    return np.asarray(emu.fold_sum(g, dims, keepdims=True), np.float32).reshape(shape) \
+        if dims else g
 
 
 def _c(v):
@@ -439,7 +445,7 @@ def _where(cond, a, b):
 
 
 def _sum(a, dims):
-    s = torch.from_numpy(a.v).sum(dims, keepdim=True).numpy()
+    s = np.asarray(emu.fold_sum(a.v, dims, keepdims=True), np.float32)
     return _Node(s, [(a, lambda g: np.broadcast_to(g, a.v.shape).copy())])
 
 

@@ -30,7 +30,16 @@ import torch
 
 import emu
 import emu.mx
+import emu.shapes
 import emu.grad as G
+from emu import _kernels as K
+from emu import _kernels_grad as KG
+from emu._scalar_approx import ln2_pattern
+from emu.grad import host_matmul_grad
+from emu.host import host_fold
+from emu.matmul import host_matmul
+from emu.ops import ROUNDING
+from emu.reduce import fold_plan
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -214,12 +223,13 @@ def _rounded(ctx, tensors, fmt, rounding, axes=None):
     return rounded
 
 
-def _grad_out(g, operand) -> torch.Tensor:
+def _grad_out(g, operand, defined=False) -> torch.Tensor:
     """A gradient from emu as a tensor shaped and typed like its operand; a broadcast
-    operand's gradient is reduced with float32 additions."""
+    operand's gradient is reduced with float32 additions: torch's sum_to_size, or
+    (``defined``: the composites' row statistics) emu.fold_sum's order."""
     shape, dtype = operand
     if g.shape != shape:
-        g = g.sum_to_size(shape)
+        g = fold_to(g, shape) if defined else g.sum_to_size(shape)
     return g.to(dtype)
 
 
@@ -227,9 +237,171 @@ def _matmul_work(a, b) -> int:
     """Multiply-adds of torch.matmul(a, b)."""
     m = a.shape[-2] if a.dim() > 1 else 1
     n = b.shape[-1] if b.dim() > 1 else 1
-    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    return math.prod(batch) * m * n * a.shape[-1]
+    if a.dim() <= 2 and b.dim() <= 2:
+        return m * n * a.shape[-1]
+    batch = broadcast_shape(a.shape[:-2], b.shape[:-2])
+    return math.prod(batch) * m * n * a.shape[-1] if batch is not None else 0
 
+
+def broadcast_shape(a, b):
+    """The broadcast of two shapes (a torch.Size), or None if they do not broadcast
+    (torch.broadcast_shapes costs ~70 us a call)."""
+    if a == b:
+        return torch.Size(a)
+    n = max(len(a), len(b))
+    a = (1,) * (n - len(a)) + tuple(a)
+    b = (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            return None
+    return torch.Size(out)
+
+
+# --- the per-call path ---------------------------------------------------------------
+#
+# Models run PA ops on tensors of a few hundred elements, where every microsecond of
+# Python per call counts, not the arithmetic.  CPU operands of at most SERIAL_WORK
+# elements therefore skip emu's front ends (formats, operands and shapes are already
+# checked here) and run emu's serial kernel twins on the tensors' memory directly:
+# rounding into the format (a kernel per operand, only when the format is not float32),
+# then one kernel for the op, one for its two derivatives.  The kernels are emu's, so
+# the bits are those of the emu calls of the general path (tests/test_fused.py).
+
+
+class _Numerics:
+    """What the kernels need of (fmt, rounding): constants, rounding code, ln2."""
+    __slots__ = ("fc", "f32", "mode", "ln2")
+
+    def __init__(self, fmt, rounding):
+        self.fc = fmt.consts
+        self.f32 = fmt == emu.float32
+        self.mode = ROUNDING[rounding]
+        self.ln2 = ln2_pattern(fmt)
+
+
+_NUMERICS: dict = {}
+
+
+def numerics(fmt, rounding) -> _Numerics:
+    """The (cached) kernel constants of ``fmt`` and ``rounding``."""
+    key = (fmt, rounding)
+    n = _NUMERICS.get(key)
+    if n is None:
+        n = _NUMERICS[key] = _Numerics(fmt, rounding)
+    return n
+
+
+#: elementwise operands of at most this many elements take the per-call path: there
+#: an op and its derivative are one kernel each, whose per-element code LLVM vectorises
+#: less than emu's chain of single-op kernels (an approximate derivative's PAMs beside
+#: paexp2): beyond ~2^15 elements the general path is faster
+LEAN_ELEMENTWISE = 1 << 15
+
+
+def lean(rounding: str, *tensors, limit: int = SERIAL_WORK) -> bool:
+    """Whether a call takes the per-call path: deterministic rounding, CPU tensors (not
+    routed to the CUDA backend) of at most ``limit`` elements each."""
+    if rounding == "stochastic" or _CUDA_FOR_CPU:
+        return False
+    for t in tensors:
+        if t.device.type != "cpu" or t.numel() > limit:
+            return False
+    return True
+
+
+def flat(t: torch.Tensor, shape=None) -> np.ndarray:
+    """A float32 CPU tensor (broadcast to ``shape`` if given) as a flat uint32 array,
+    the kernels' operand: a view when it is contiguous, else a contiguous copy."""
+    if shape is not None and t.shape != shape:
+        t = t.expand(shape)
+    a = t.detach().numpy() if t.requires_grad else t.numpy()
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    return a.reshape(-1).view(np.uint32)
+
+
+def new(shape):
+    """A new float32 CPU tensor of ``shape`` and the flat uint32 view kernels write it
+    through (numpy's allocation: cheaper than torch.empty and a view of it)."""
+    a = np.empty(shape, np.float32)
+    return torch.from_numpy(a), a.reshape(-1).view(np.uint32)
+
+
+def out_flat(t: torch.Tensor) -> np.ndarray:
+    """The flat uint32 view a kernel writes a new (contiguous) float32 tensor through."""
+    return t.view(-1).numpy().view(np.uint32)
+
+
+def round_lean(x: torch.Tensor, fmt: emu.Format, rounding: str) -> torch.Tensor:
+    """:func:`round_to` for the per-call path (deterministic rounding, a float32 CPU
+    tensor): emu's serial quantize kernel."""
+    nm = numerics(fmt, rounding)
+    if nm.f32:
+        return x
+    out, o = new(x.shape)
+    K.QUANTIZE[False](flat(x), o, nm.fc, nm.mode, True, False, 0)
+    return out
+
+
+def _rounded_lean(ctx, tensors, fmt, rounding):
+    """:func:`_rounded` on the per-call path: the same tensors rounded and saved."""
+    f32 = numerics(fmt, rounding).f32
+    rounded, saved = [], []
+    for t in tensors:
+        x = t.detach() if t.dtype == torch.float32 else t.detach().float()
+        r = x if f32 else round_lean(x, fmt, rounding)
+        rounded.append(r)
+        saved.append(t if r is x and t.dtype == torch.float32 else r)
+    ctx.save_for_backward(*saved)
+    ctx.operands = [(t.shape, t.dtype) for t in tensors]
+    return rounded
+
+
+def binary_kernel(op, a, b, nm):
+    """emu's op ``op`` (a binary registry op) of two float32 CPU tensors that are values
+    of the format, with broadcasting, by its serial kernel."""
+    shape = a.shape if a.shape == b.shape else broadcast_shape(a.shape, b.shape)
+    if shape is None:           # emu's error, naming the shapes
+        emu.shapes.broadcast(("a", a.shape), ("b", b.shape))
+    out, o = new(shape)
+    K.BINARY_SERIAL[op](flat(a, shape), flat(b, shape), o, nm.fc)
+    return out
+
+
+def unary_kernel(op, x, nm):
+    out, o = new(x.shape)
+    K.UNARY_SERIAL[op](flat(x), o, nm.fc)
+    return out
+
+
+def binary_grad_kernel(op, kind, a, b, g, nm):
+    """emu.grad's (δA, δB) of ``op`` (Table 1, ``kind``) by one serial kernel, at the
+    broadcast shape of ``g``."""
+    shape = g.shape
+    (da, oa), (db, ob) = new(shape), new(shape)
+    args = flat(a, shape), flat(b, shape), flat(g), oa, ob
+    if kind == "exact":
+        KG.BINARY_SERIAL[op](*args, nm.fc)
+    else:
+        KG.APPROX[False][op](*args, nm.ln2, nm.fc)
+    return da, db
+
+
+def unary_grad_kernel(op, kind, x, g, nm):
+    dx, o = new(g.shape)
+    if kind == "exact":
+        KG.UNARY_SERIAL[op](flat(x, g.shape), flat(g), o, nm.fc)
+    else:
+        KG.APPROX[False][op](flat(x, g.shape), flat(g), o, nm.ln2, nm.fc)
+    return dx
+
+
+# --- the autograd Functions -------------------------------------------------------------
 
 class PAMMatmul(torch.autograd.Function):
     """PAM matmul with torch.matmul's shapes; backward 'approx' or 'exact' (emu.grad)."""
@@ -237,10 +409,17 @@ class PAMMatmul(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b, fmt, acc, kind, rounding):
         work = _matmul_work(a, b)
+        ctx.lean = (work <= SERIAL_WORK and not isinstance(fmt, emu.mx.MXFormat)
+                    and lean(rounding, a, b))
         with emu_threads(work):
-            # MX blocks run along the contraction axis of each operand
-            A, B = _rounded(ctx, (a, b), fmt, rounding, (-1, -2 if b.dim() > 1 else -1))
-            C = emu_call(emu.pam_matmul, A, B, kernel_fmt(fmt), acc)
+            if ctx.lean:
+                A, B = _rounded_lean(ctx, (a, b), fmt, rounding)
+                C = torch.from_numpy(host_matmul(A.detach().numpy(), B.detach().numpy(),
+                                                 kernel_fmt(fmt), acc))
+            else:
+                # MX blocks run along the contraction axis of each operand
+                A, B = _rounded(ctx, (a, b), fmt, rounding, (-1, -2 if b.dim() > 1 else -1))
+                C = emu_call(emu.pam_matmul, A, B, kernel_fmt(fmt), acc)
         ctx.meta = (fmt, acc, kind, rounding, work)
         return C.to(torch.promote_types(a.dtype, b.dtype))
 
@@ -250,20 +429,103 @@ class PAMMatmul(torch.autograd.Function):
         a, b = ctx.saved_tensors
         need = ctx.needs_input_grad[:2]
         with emu_threads(work):
-            dA, dB = emu_call(G.pam_matmul, a, b, round_to(as_float32(dc), fmt, rounding),
-                              kernel_fmt(fmt), acc, kind, need=need)
+            if ctx.lean and dc.device.type == "cpu":
+                g = round_lean(as_float32(dc), fmt, rounding)
+                dA, dB = (None if r is None else torch.from_numpy(r) for r in host_matmul_grad(
+                    as_float32(a).numpy(), as_float32(b).numpy(), g.detach().numpy(),
+                    kernel_fmt(fmt), acc, kind, need))
+            else:
+                dA, dB = emu_call(G.pam_matmul, a, b, round_to(as_float32(dc), fmt, rounding),
+                                  kernel_fmt(fmt), acc, kind, need=need)
         return (_grad_out(dA, ctx.operands[0]) if need[0] else None,
                 _grad_out(dB, ctx.operands[1]) if need[1] else None, None, None, None, None)
 
 
-class PABinary(torch.autograd.Function):
-    """A binary op of emu's registry (emu.OPS: pam_mul, pa_div) with torch broadcasting."""
+class PAMLinear(torch.autograd.Function):
+    """functional.pam_linear on the per-call path as one Function: its graph — ``x``
+    reshaped to rows, PAMMatmul of (rows, ``weight.t()``), reshaped back, ``+ bias`` in
+    float32 — with the graph's bits (the same emu kernels on the same rounded operands; the
+    bias gradient reduced by ``sum_to_size``, as autograd's add reduces it) and one
+    autograd node instead of five.  Float32 tensors, deterministic rounding.  Products of
+    at most emu's small-matmul size with a float32 accumulator round and multiply in one
+    kernel call each way (torch_bridge._fused.LINEAR; approximate backward)."""
 
     @staticmethod
-    def forward(ctx, a, b, op, fmt, kind, rounding):
-        with emu_threads(max(a.numel(), b.numel())):
-            A, B = _rounded(ctx, (a, b), fmt, rounding)
-            y = emu_call(getattr(emu, op), A, B, fmt)
+    def forward(ctx, x, weight, bias, fmt, acc, kind, rounding):
+        from . import _fused
+        x2 = x.reshape(-1, x.shape[-1])
+        (M, K), N = x2.shape, weight.shape[0]
+        nm = numerics(fmt, rounding)
+        one_call = acc is emu.float32 and M * N * K <= _fused.KS.SMALL
+        ctx.meta = fmt, acc, kind, rounding, x.shape, None if bias is None else bias.shape
+        ctx.one_call = one_call
+        if one_call:
+            a = x2.detach().numpy() if x2.is_contiguous() else x2.detach().contiguous().numpy()
+            w = weight.detach().numpy() if weight.is_contiguous() else \
+                weight.detach().contiguous().numpy()
+            ra, rw = (a, w) if nm.f32 else (np.empty_like(a), np.empty_like(w))
+            out = np.empty((M, N), np.float32)
+            _fused.LINEAR[0](a, w, ra, rw, out, not nm.f32, nm.fc, nm.mode,
+                             kernel_fmt(fmt).consts)
+            if nm.f32:
+                ctx.save_for_backward(x, weight)
+            else:
+                ctx.save_for_backward(torch.from_numpy(ra), torch.from_numpy(rw))
+            C = torch.from_numpy(out)
+        else:
+            with emu_threads(M * N * K):
+                A, W = _rounded_lean(ctx, (x2, weight), fmt, rounding)
+                C = torch.from_numpy(host_matmul(A.detach().numpy(), W.detach().numpy().T,
+                                                 kernel_fmt(fmt), acc))
+        y = C.reshape(*x.shape[:-1], N)
+        return y if bias is None else y + bias.detach()
+
+    @staticmethod
+    def backward(ctx, dy):
+        from . import _fused
+        fmt, acc, kind, rounding, xshape, bshape = ctx.meta
+        a, w = ctx.saved_tensors
+        need = ctx.needs_input_grad[:2]
+        N, K = w.shape
+        g = as_float32(dy).reshape(-1, N)
+        if ctx.one_call and kind == "approx":
+            nm = numerics(fmt, rounding)
+            gn = g.numpy() if g.is_contiguous() else g.contiguous().numpy()
+            dA = np.empty((gn.shape[0], K), np.float32) if need[0] else _fused._EMPTY2
+            dW = np.empty((N, K), np.float32) if need[1] else _fused._EMPTY2
+            _fused.LINEAR[1](as_float32(a).reshape(-1, K).contiguous().numpy(),
+                             as_float32(w).contiguous().numpy(), gn,
+                             gn if nm.f32 else np.empty_like(gn), dA, dW, not nm.f32, nm.fc,
+                             nm.mode, kernel_fmt(fmt).consts, need[0], need[1])
+        else:
+            g = round_lean(g, fmt, rounding)
+            with emu_threads(a.numel() * N):
+                dA, dB = host_matmul_grad(as_float32(a).reshape(-1, K).numpy(),
+                                          as_float32(w).numpy().T, g.detach().numpy(),
+                                          kernel_fmt(fmt), acc, kind, need)
+            dW = dB.T if need[1] else None
+        dx = torch.from_numpy(dA).reshape(xshape) if need[0] else None
+        dw = torch.from_numpy(dW) if need[1] else None
+        db = dy.sum_to_size(bshape) if bshape is not None and ctx.needs_input_grad[2] else None
+        return dx, dw, db, None, None, None, None
+
+
+class PABinary(torch.autograd.Function):
+    """A binary op of emu's registry (emu.OPS: pam_mul, pa_div) with torch broadcasting;
+    ``defined``: a broadcast operand's gradient reduced in emu.fold_sum's order (the
+    composites' row statistics), else by torch's sum_to_size."""
+
+    @staticmethod
+    def forward(ctx, a, b, op, fmt, kind, rounding, defined=False):
+        ctx.lean = lean(rounding, a, b, limit=LEAN_ELEMENTWISE)
+        ctx.defined = defined
+        if ctx.lean:
+            A, B = _rounded_lean(ctx, (a, b), fmt, rounding)
+            y = binary_kernel(op, A, B, numerics(fmt, rounding))
+        else:
+            with emu_threads(max(a.numel(), b.numel())):
+                A, B = _rounded(ctx, (a, b), fmt, rounding)
+                y = emu_call(getattr(emu, op), A, B, fmt)
         ctx.meta = (op, fmt, kind, rounding)
         return y.to(torch.promote_types(a.dtype, b.dtype))
 
@@ -271,12 +533,18 @@ class PABinary(torch.autograd.Function):
     def backward(ctx, dy):
         op, fmt, kind, rounding = ctx.meta
         a, b = ctx.saved_tensors
-        with emu_threads(dy.numel()):
-            da, db = emu_call(getattr(G, op), a, b, round_to(as_float32(dy), fmt, rounding),
-                              fmt, kind)
+        if ctx.lean and lean(rounding, dy, limit=LEAN_ELEMENTWISE):
+            g = round_lean(as_float32(dy), fmt, rounding)
+            da, db = binary_grad_kernel(op, kind, as_float32(a), as_float32(b), g,
+                                        numerics(fmt, rounding))
+        else:
+            with emu_threads(dy.numel()):
+                da, db = emu_call(getattr(G, op), a, b,
+                                  round_to(as_float32(dy), fmt, rounding), fmt, kind)
         need = ctx.needs_input_grad
-        return (_grad_out(da, ctx.operands[0]) if need[0] else None,
-                _grad_out(db, ctx.operands[1]) if need[1] else None, None, None, None, None)
+        return (_grad_out(da, ctx.operands[0], ctx.defined) if need[0] else None,
+                _grad_out(db, ctx.operands[1], ctx.defined) if need[1] else None, None, None,
+                None, None, None)
 
 
 class PAUnary(torch.autograd.Function):
@@ -284,9 +552,14 @@ class PAUnary(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, op, fmt, kind, rounding):
-        with emu_threads(x.numel()):
-            (X,) = _rounded(ctx, (x,), fmt, rounding)
-            y = emu_call(getattr(emu, op), X, fmt)
+        ctx.lean = lean(rounding, x, limit=LEAN_ELEMENTWISE)
+        if ctx.lean:
+            (X,) = _rounded_lean(ctx, (x,), fmt, rounding)
+            y = unary_kernel(op, X, numerics(fmt, rounding))
+        else:
+            with emu_threads(x.numel()):
+                (X,) = _rounded(ctx, (x,), fmt, rounding)
+                y = emu_call(getattr(emu, op), X, fmt)
         ctx.meta = (op, fmt, kind, rounding)
         return y.to(x.dtype)
 
@@ -294,6 +567,75 @@ class PAUnary(torch.autograd.Function):
     def backward(ctx, dy):
         op, fmt, kind, rounding = ctx.meta
         (x,) = ctx.saved_tensors
-        with emu_threads(dy.numel()):
-            dx = emu_call(getattr(G, op), x, round_to(as_float32(dy), fmt, rounding), fmt, kind)
+        if ctx.lean and lean(rounding, dy, limit=LEAN_ELEMENTWISE):
+            g = round_lean(as_float32(dy), fmt, rounding)
+            dx = unary_grad_kernel(op, kind, as_float32(x), g, numerics(fmt, rounding))
+        else:
+            with emu_threads(dy.numel()):
+                dx = emu_call(getattr(G, op), x, round_to(as_float32(dy), fmt, rounding), fmt,
+                              kind)
         return _grad_out(dx, ctx.operands[0]), None, None, None, None
+
+
+# --- the composites' sums: emu.fold_sum's defined order ----------------------------------
+
+def fold(x: torch.Tensor, dims) -> torch.Tensor:
+    """emu.fold_sum of ``x`` over ``dims`` with the reduced dimensions kept (size 1), as
+    a float32 tensor on x's device (no autograd)."""
+    plan = fold_plan(x.shape, dims, True)
+    if x.device.type == "cpu" and not _CUDA_FOR_CPU:
+        return torch.from_numpy(host_fold(as_float32(x).numpy(), plan))
+    return emu_call(emu.fold_sum, x, dims, True)
+
+
+class FoldSum(torch.autograd.Function):
+    """The float32 sum over ``dims`` (kept as size-1 dimensions) in emu.fold_sum's
+    defined order (docs/semantics.md §6); its backward broadcasts the gradient back, as
+    torch's sum does."""
+
+    @staticmethod
+    def forward(ctx, x, dims):
+        ctx.shape = x.shape
+        return fold(x, dims).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.expand(ctx.shape), None
+
+
+class Expand(torch.autograd.Function):
+    """``t`` broadcast to ``shape``, its backward summing the gradient over the broadcast
+    dimensions with emu.fold_sum (torch's expand sums with torch's order): the
+    composites' broadcasts of row statistics."""
+
+    @staticmethod
+    def forward(ctx, t, shape):
+        ctx.tshape = t.shape
+        return t.expand(shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        return fold_to(g, ctx.tshape), None
+
+
+def fold_to(g: torch.Tensor, shape) -> torch.Tensor:
+    """``g`` summed over the dimensions it was broadcast along from ``shape`` (leading
+    ones, and those of size 1 there), in emu.fold_sum's order."""
+    lead = g.dim() - len(shape)
+    dims = tuple(range(lead)) + tuple(lead + d for d, s in enumerate(shape)
+                                      if s == 1 and g.shape[lead + d] != 1)
+    if not dims:
+        return g.reshape(shape)
+    return fold(g, dims).reshape(shape).to(g.dtype)
+
+
+def fold_sum(x: torch.Tensor, dims, keepdim: bool = True) -> torch.Tensor:
+    """:class:`FoldSum` over ``dims`` (an int or a tuple), as ``x.sum(dims, keepdim)``."""
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    y = FoldSum.apply(x, dims)
+    return y if keepdim else y.squeeze(dims) if dims else y
+
+
+def expand(t: torch.Tensor, shape) -> torch.Tensor:
+    """:class:`Expand`: ``t`` broadcast to ``shape`` (itself if it has that shape)."""
+    return t if tuple(t.shape) == tuple(shape) else Expand.apply(t, tuple(shape))

@@ -15,7 +15,10 @@ import math
 
 import torch
 
-from .functional import _numerics, pa_div, pa_exp, pa_exp2, pa_log, pa_log2, pa_sqrt, pam_mul
+from . import _fused
+from ._core import fold_sum
+from .functional import (_numerics, _rowwise, pa_div, pa_exp, pa_exp2, pa_log, pa_log2, pa_sqrt,
+                         pam_mul)
 
 __all__ = ["pa_reciprocal", "pa_rsqrt", "pa_pow", "pa_mean", "pa_vector_norm", "pa_sigmoid",
            "pa_tanh", "pa_silu", "pa_gelu", "pa_softplus", "pa_rms_norm", "pa_cosine_similarity",
@@ -103,22 +106,40 @@ def pa_vector_norm(x, dim=None, keepdim=False, fmt="float32", *, backward="appro
     return pa_sqrt(s, **kw)
 
 
+def _fused_ok(kw, x):
+    return _fused.composite(kw["rounding"], x)
+
+
+def _fuse(name, x, kw, *items):
+    """The elementwise composite ``name`` of ``x`` by its fused kernels (same bits as
+    the graph below each call; torch_bridge/_fused.py)."""
+    return _fused.elementwise(name, x, _fused.consts(name, kw["fmt"], kw["rounding"], *items),
+                              kw)
+
+
 def pa_sigmoid(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
     """``1 ÷̂ (1 + paexp(-x))`` (-x clamped at 88)."""
     kw = _kw(fmt, backward, rounding)
+    if _fused_ok(kw, x):
+        return _fuse("sigmoid", x, kw)
     return pa_div(1.0, 1.0 + _exp_neg(x, kw), **kw)
 
 
 def pa_tanh(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
     """``2σ(2x) - 1`` as ``s + s - 1`` with ``s = pa_sigmoid(x + x)``: no multiply,
     and ±1 (not NaN) where paexp overflows."""
-    s = pa_sigmoid(x + x, fmt, backward=backward, rounding=rounding)
+    kw = _kw(fmt, backward, rounding)
+    if _fused_ok(kw, x):
+        return _fuse("tanh", x, kw)
+    s = pa_sigmoid(x + x, **kw)
     return s + s - 1.0
 
 
 def pa_silu(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
     """``x ÷̂ (1 + paexp(-x))`` (x·σ(x) with one PA division; -x clamped at 88)."""
     kw = _kw(fmt, backward, rounding)
+    if _fused_ok(kw, x):
+        return _fuse("silu", x, kw)
     return pa_div(x, 1.0 + _exp_neg(x, kw), **kw)
 
 
@@ -142,6 +163,11 @@ def pa_gelu(x, approximate="none", fmt="float32", *, backward="approx",
     if approximate not in ("none", "tanh"):
         raise ValueError(f"approximate={approximate!r}; expected 'none' or 'tanh'")
     kw = _kw(fmt, backward, rounding)
+    if _fused_ok(kw, x):
+        if approximate == "tanh":
+            return _fuse("gelu_tanh", x, kw, _GELU_C, _GELU_K)
+        return _fuse("gelu_erf", x, kw, _ERF_P, _ERF_A[-1], *(("raw", b) for b in _ERF_A[3::-1]),
+                     0.5)
     if approximate == "tanh":
         cube = pam_mul(pam_mul(x, x, **kw), x, **kw)
         z2 = pam_mul(x + pam_mul(cube, _GELU_C, **kw), _GELU_K, **kw)
@@ -161,6 +187,9 @@ def pa_softplus(x, beta=1.0, threshold=20.0, fmt="float32", *, backward="approx"
     """``palog(1 + paexp(β ·̂ x)) ÷̂ β``, and ``x`` where ``β·x > threshold`` (torch's
     definition; the PA branch sees the input clamped there, so no inf reaches it)."""
     kw = _kw(fmt, backward, rounding)
+    if _fused_ok(kw, x):
+        return _fuse("softplus", x, kw, ("raw", 1.0 if beta == 1 else 0.0), float(beta),
+                     ("raw", float(threshold)))
     bx = x if beta == 1 else pam_mul(x, float(beta), **kw)
     y = pa_log(1.0 + pa_exp(bx.clamp(max=threshold), **kw), **kw)
     if beta != 1:
@@ -171,8 +200,8 @@ def pa_softplus(x, beta=1.0, threshold=20.0, fmt="float32", *, backward="approx"
 def pa_rms_norm(x, normalized_shape, weight=None, eps=None, fmt="float32", *,
                 backward="approx", rounding="nearest_even"):
     """RMS norm (F.rms_norm): ``x ÷̂ pasqrt(Σ (x ·̂ x) ÷̂ n + eps)`` over the trailing
-    ``normalized_shape``, then a PAM gain; ``eps=None``: the dtype's machine epsilon,
-    as torch."""
+    ``normalized_shape`` (the sum in emu.fold_sum's order), then a PAM gain;
+    ``eps=None``: the dtype's machine epsilon, as torch."""
     kw = _kw(fmt, backward, rounding)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if len(shape) > x.dim() or tuple(x.shape[x.dim() - len(shape):]) != shape:
@@ -181,8 +210,12 @@ def pa_rms_norm(x, normalized_shape, weight=None, eps=None, fmt="float32", *,
     if eps is None:
         eps = torch.finfo(x.dtype).eps
     dims = tuple(range(-len(shape), 0))
-    ms = pa_div(pam_mul(x, x, **kw).sum(dims, keepdim=True), float(math.prod(shape)), **kw)
-    y = pa_div(x, pa_sqrt(ms + eps, **kw), **kw)
+    n = math.prod(shape)
+    if (x.numel() and _fused.composite(kw["rounding"], x, weight)
+            and (weight is None or weight.shape == shape)):
+        return _fused.rms_norm(x, n, weight, eps, kw)
+    ms = pa_div(fold_sum(pam_mul(x, x, **kw), dims), float(n), **kw)
+    y = _rowwise("pa_div", x, pa_sqrt(ms + eps, **kw), kw)
     return y if weight is None else pam_mul(y, weight, **kw)
 
 

@@ -25,7 +25,9 @@ from torch.nn.modules.utils import _pair
 import emu
 from emu.registry import ops
 
-from ._core import PABinary, PAMMatmul, PAUnary, check_tensor
+from . import _fused
+from ._core import (SERIAL_WORK, PABinary, PAMLinear, PAMMatmul, PAUnary, check_tensor, expand,
+                    fold_sum)
 from .config import PAMConfig, check_config
 
 __all__ = ["pam_matmul", "pam_linear", "pam_conv2d", "pa_softmax", "pa_layer_norm",
@@ -90,6 +92,10 @@ def pam_linear(x, weight, bias=None, fmt="float32", *, acc="float32", backward="
         raise ValueError(f"linear: input.shape={tuple(x.shape)} does not fit weight.shape="
                          f"{tuple(weight.shape)} (expected (..., {weight.shape[-1]}) and a "
                          f"2-D weight)")
+    f, kind, r, a = _numerics(fmt, backward, rounding, acc)
+    if (_fused.fusable(r, x, weight, bias) and not isinstance(f, emu.mx.MXFormat)
+            and x.numel() * weight.shape[0] <= SERIAL_WORK and x.numel()):
+        return PAMLinear.apply(x, weight, bias, f, a, kind, r)     # the graph below, fused
     x2 = x.reshape(-1, x.shape[-1])
     y = pam_matmul(x2, weight.t(), fmt, acc=acc, backward=backward, rounding=rounding)
     y = y.reshape(*x.shape[:-1], weight.shape[0])
@@ -161,9 +167,18 @@ def _operand(v, name, like):
                     f"{type(v).__name__}")
 
 
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _binary(op, doc):
     def f(a, b, fmt="float32", *, backward="approx", rounding="nearest_even"):
         fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
+        # a float32 CPU tensor and a number: the same ops without a tensor of the number
+        if _number(b) and isinstance(a, torch.Tensor) and _fused.constant_ok(rounding, a):
+            return _fused.Constant.apply(a, b, False, op, fmt, kind, rounding)
+        if _number(a) and isinstance(b, torch.Tensor) and _fused.constant_ok(rounding, b):
+            return _fused.Constant.apply(b, a, True, op, fmt, kind, rounding)
         a = _operand(a, "a", b)
         b = _operand(b, "b", a)
         return PABinary.apply(a, b, op, fmt, kind, rounding)
@@ -182,6 +197,13 @@ def _unary(op, doc):
     f.__doc__ = doc + ("\n\n    Elementwise; ``x`` is rounded into ``fmt``; ``backward`` "
                        "is 'approx' or 'exact' (Table 1, computed by emu.grad).")
     return f
+
+
+def _rowwise(op, a, b, kw):
+    """``op`` (pam_mul, pa_div) of a tensor and a broadcast row statistic of the
+    composites: the broadcast operand's gradient is reduced in emu.fold_sum's order
+    (docs/semantics.md §6)."""
+    return PABinary.apply(a, b, op, kw["fmt"], kw["backward"], kw["rounding"], True)
 
 
 # one function per differentiable op of emu's registry (emu.OPS), named explicitly
@@ -217,21 +239,25 @@ def _exp_shifted(x, dim, kw):
 def pa_softmax(x, dim=-1, fmt="float32", *, backward="approx", rounding="nearest_even"):
     """Softmax with PA operations (section 2.3): ``e ÷̂ Σ e`` with
     ``e = paexp2(x ·̂ log2e - k)``, ``k = floor(max(x ·̂ log2e))`` a constant (eq. 18
-    with the overflow shift as a power of two); the sum is float32.  Rows that are
-    entirely -inf give NaN, as torch.softmax."""
+    with the overflow shift as a power of two); the sum is float32 in emu.fold_sum's
+    order.  Rows that are entirely -inf give NaN, as torch.softmax.  Float32 CPU
+    tensors take the fused kernels (torch_bridge/_fused.py), same bits."""
     check_tensor(x, "input")
     fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
     if x.numel() == 0:
         return x.clone()
     kw = dict(fmt=fmt, backward=kind, rounding=rounding)
+    if x.dim() and _fused.composite(rounding, x):
+        return _fused.rows("softmax", x, dim, kw)
     e = _exp_shifted(x, dim, kw)[0]
-    return pa_div(e, e.sum(dim, keepdim=True), **kw)
+    return _rowwise("pa_div", e, fold_sum(e, dim), kw)
 
 
 def pa_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, fmt="float32", *,
                   backward="approx", rounding="nearest_even"):
     """Layer norm with PA operations (section 2.3): mean ``Σx ÷̂ n``, variance
-    ``Σ (x-μ) ·̂ (x-μ) ÷̂ n``, ``(x-μ) ÷̂ pasqrt(var + eps)``, PAM gain, float32 bias."""
+    ``Σ (x-μ) ·̂ (x-μ) ÷̂ n``, ``(x-μ) ÷̂ pasqrt(var + eps)``, PAM gain, float32 bias; the
+    sums in emu.fold_sum's order.  Float32 CPU tensors take the fused kernels."""
     check_tensor(x, "input")
     fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
@@ -241,9 +267,12 @@ def pa_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, fmt="fl
     kw = dict(fmt=fmt, backward=kind, rounding=rounding)
     dims = tuple(range(-len(shape), 0))
     n = float(math.prod(shape))
-    xc = x - pa_div(x.sum(dims, keepdim=True), n, **kw)
-    var = pa_div(pam_mul(xc, xc, **kw).sum(dims, keepdim=True), n, **kw)
-    y = pa_div(xc, pa_sqrt(var + eps, **kw), **kw)
+    if (x.numel() and _fused.composite(rounding, x, weight, bias)
+            and all(t is None or t.shape == shape for t in (weight, bias))):
+        return _fused.layer_norm(x, int(n), weight, bias, eps, kw)
+    xc = x - expand(pa_div(fold_sum(x, dims), n, **kw), x.shape)
+    var = pa_div(fold_sum(pam_mul(xc, xc, **kw), dims), n, **kw)
+    y = _rowwise("pa_div", xc, pa_sqrt(var + eps, **kw), kw)
     if weight is not None:
         y = pam_mul(y, weight, **kw)
     return y if bias is None else y + bias
@@ -260,7 +289,9 @@ def pa_cross_entropy(input, target, weight=None, ignore_index=-100, reduction="m
     of a sample is ``(1-ε) ·̂ w_y ·̂ (-log p_y) + (ε ÷̂ C) ·̂ Σ_c w_c ·̂ (-log p_c)``, with
     probability targets ``Σ_c w_c ·̂ q_c ·̂ (-log p_c)``, ``q = (1-ε) t + ε/C`` (torch's
     definitions).  ``reduction``: 'mean' (divided ÷̂ by the summed weights of the
-    non-ignored targets), 'sum' or 'none'.  Arguments as F.cross_entropy.
+    non-ignored targets), 'sum' or 'none'; sums in emu.fold_sum's order.  Arguments as
+    F.cross_entropy.  Float32 CPU logits take the fused kernels (no gradient to the
+    targets or the class weights there).
     """
     check_tensor(input, "input")
     fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
@@ -299,28 +330,38 @@ def pa_cross_entropy(input, target, weight=None, ignore_index=-100, reduction="m
         check_tensor(weight, "weight")
         if weight.shape != (n_classes,):
             raise ValueError(f"weight.shape={tuple(weight.shape)}; expected ({n_classes},)")
-    e, sh = _exp_shifted(z, -1, kw)                  # -log p = (palog2(S) - t) ÷̂ log2e
-    nlogp = pa_div(pa_log2(e.sum(-1, keepdim=True), **kw) - sh, _log2e(fmt), **kw)
-    if weight is not None:
-        nlogp_w = pam_mul(nlogp, weight, **kw)
-    else:
-        nlogp_w = nlogp
     eps = float(label_smoothing)
     eps_c = float(emu.pa_div(eps, float(n_classes), fmt))
     if probs:
         q = t if eps == 0 else t * (1 - eps) + eps / n_classes   # target smoothing: data prep
-        loss = pam_mul(q, nlogp_w, **kw).sum(-1)
+    if (z.numel() and _fused.composite(rounding, z, weight, q if probs else None)
+            and not (weight is not None and weight.requires_grad)
+            and not (probs and q.requires_grad)):
+        wy = None if probs else (torch.ones(z.shape[0]) if weight is None else weight[t])
+        out = _fused.cross_entropy(z, None if probs else t, None if probs else valid,
+                                   q if probs else None, weight, wy, reduction, eps, eps_c, kw)
+        return out.reshape(out_shape) if reduction == "none" else out
+    e, sh = _exp_shifted(z, -1, kw)                  # -log p = (palog2(S) - t) ÷̂ log2e
+    lse = expand(pa_log2(fold_sum(e, -1), **kw), sh.shape)
+    nlogp = pa_div(lse - sh, _log2e(fmt), **kw)
+    if weight is not None:
+        nlogp_w = pam_mul(nlogp, weight, **kw)
+    else:
+        nlogp_w = nlogp
+    if probs:
+        loss = fold_sum(pam_mul(q, nlogp_w, **kw), -1, keepdim=False)
         denom = None
     else:
         loss = nlogp_w.gather(-1, t[:, None]).squeeze(-1)
         if eps > 0:
-            loss = pam_mul(loss, 1.0 - eps, **kw) + pam_mul(nlogp_w.sum(-1), eps_c, **kw)
+            loss = pam_mul(loss, 1.0 - eps, **kw) + pam_mul(fold_sum(nlogp_w, -1, keepdim=False),
+                                                           eps_c, **kw)
         wy = torch.ones_like(loss) if weight is None else weight.to(loss.dtype)[t]
         loss = torch.where(valid, loss, 0.0)
-        denom = torch.where(valid, wy, 0.0).sum()
+        denom = fold_sum(torch.where(valid, wy, 0.0), 0, keepdim=False)
     if reduction == "none":
         return loss.reshape(out_shape)
-    total = loss.sum()
+    total = fold_sum(loss, 0, keepdim=False)
     if reduction == "sum":
         return total
     if denom is None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from . import _fused
+from ._core import expand, fold_sum
 from .elementwise import pa_abs
 from .functional import (_exp_shifted, _log2e, _numerics, pa_div, pa_exp, pa_log, pa_log2,
                          pam_mul)
@@ -31,16 +33,21 @@ def _kw(fmt, backward, rounding):
 def pa_log_softmax(x, dim=-1, fmt="float32", *, backward="approx", rounding="nearest_even"):
     """``(t - palog2(Σ paexp2(t))) ÷̂ log2e`` along ``dim``, with ``t = x ·̂ log2e - k`` and
     the constant shift ``k = floor(max(x ·̂ log2e))``, as :func:`pa_cross_entropy`
-    (eqs. 10, 18, 19; docs/semantics.md section 7)."""
+    (eqs. 10, 18, 19; docs/semantics.md section 7); the sum in emu.fold_sum's order.
+    Float32 CPU tensors take the fused kernels (torch_bridge/_fused.py)."""
     kw = _kw(fmt, backward, rounding)
+    if x.dim() and x.numel() and _fused.composite(kw["rounding"], x):
+        return _fused.rows("log_softmax", x, dim, kw)
     e, t = _exp_shifted(x, dim, kw)
-    return pa_div(t - pa_log2(e.sum(dim, keepdim=True), **kw), _log2e(kw["fmt"]), **kw)
+    lse = expand(pa_log2(fold_sum(e, dim), **kw), t.shape)
+    return pa_div(t - lse, _log2e(kw["fmt"]), **kw)
 
 
 def pa_nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean",
                 fmt="float32", *, backward="approx", rounding="nearest_even"):
     """F.nll_loss: ``-w_t ·̂ input[t]`` per sample (no PAM without weights), 'mean'
-    divided ÷̂ by the summed weights of the non-ignored targets."""
+    divided ÷̂ by the summed weights of the non-ignored targets; sums in emu.fold_sum's
+    order."""
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduction={reduction!r}; expected one of {_REDUCTIONS}")
     kw = _kw(fmt, backward, rounding)
@@ -54,10 +61,11 @@ def pa_nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean",
     loss = torch.where(valid, loss, 0.0)
     if reduction == "none":
         return loss.reshape(target.shape)
-    total = loss.sum()
+    total = fold_sum(loss, 0, keepdim=False)
     if reduction == "sum":
         return total
-    denom = valid.sum().to(z.dtype) if w is None else torch.where(valid, w, 0.0).sum()
+    denom = valid.sum().to(z.dtype) if w is None else \
+        fold_sum(torch.where(valid, w, 0.0), 0, keepdim=False)
     return pa_div(total, denom.detach(), **kw)
 
 

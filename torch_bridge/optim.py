@@ -18,8 +18,10 @@ import numbers
 
 import numpy as np
 import torch
+from torch.autograd.graph import increment_version
 
 import emu
+import emu.ops
 import emu.optim
 
 from . import _core
@@ -52,8 +54,8 @@ class _PAOps:
         return emu_call(emu.pa_sqrt, self._r(a), self.fmt)
 
     def fused_adamw(self, tensors, lr, wd, b1, b2, eps, t, maximize):
-        """PAAdamW's update of one CPU parameter by emu's fused kernel (emu/optim.py):
-        the new ``(p, m, v)`` with the bits of the sequence of calls in
+        """PAAdamW's update of one CPU parameter by emu's fused kernel (emu/optim.py),
+        in place: ``(p, m, v)`` get the bits of the sequence of calls in
         :meth:`PAAdamW._pa_step`; the scalars are rounded and the stochastic streams
         drawn from torch's RNG in that sequence's order."""
         streams = self.fmt != emu.float32 and self.rounding == "stochastic"
@@ -72,10 +74,12 @@ class _PAOps:
         c3 = round_scalar(math.sqrt(1 - b2 ** t), self.fmt, self.rounding)
         draw(7, 8, 9)
         c4 = round_scalar(lr / (1 - b1 ** t), self.fmt, self.rounding)
-        arrays = [x.detach().numpy() for x in tensors]
-        out = emu.optim.pa_adamw(*arrays, (c0, c1, c2, c3, c4), np.float32(eps), self.fmt,
-                                 self.rounding, seeds, maximize=maximize)
-        return [torch.from_numpy(o) for o in out]
+        p, g, m, v = (x.detach().view(-1).numpy().view(np.uint32) for x in tensors)
+        # elementwise, every element read before it is written: in place is safe
+        emu.optim.step(p, g, m, v, p, m, v, (c0, c1, c2, c3, c4), np.float32(eps), self.fmt,
+                       emu.ops.ROUNDING[self.rounding], seeds, maximize)
+        for x in (tensors[0], tensors[2], tensors[3]):      # as copy_ would: for autograd
+            increment_version(x)
 
 
 def _number(name, v, lo=0.0, hi=math.inf, *, open_hi=False):
@@ -174,12 +178,8 @@ class PAAdamW(_PAStep, torch.optim.AdamW):
                 t = float(state["step"])
                 if _fusable(p, state):
                     with emu_threads(p.numel()):
-                        P, M, V = ops.fused_adamw((p, p.grad, state["exp_avg"],
-                                                   state["exp_avg_sq"]), lr, wd, b1, b2, eps,
-                                                  t, group["maximize"])
-                    _write(state["exp_avg"], M)
-                    _write(state["exp_avg_sq"], V)
-                    _write(p, P)
+                        ops.fused_adamw((p, p.grad, state["exp_avg"], state["exp_avg_sq"]),
+                                        lr, wd, b1, b2, eps, t, group["maximize"])
                     continue
                 g = as_float32(p.grad)
                 if group["maximize"]:

@@ -19,6 +19,10 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
+import emu
+import emu.mx
+
+from . import _fused
 from . import elementwise as PE
 from . import functional as PF
 
@@ -48,9 +52,38 @@ class _Ops:
     def mul(self, a, b):
         return PF.pam_mul(a, b, **self.kw) if self.pa else a * b
 
+    def sequence(self, mode, gi, h, c, w_hh, b_hh):
+        """``(mm, ew)`` numerics when a whole direction runs as one Function
+        (torch_bridge._fused.Recurrence), else None: both groups PA, float32 CPU tensors,
+        deterministic rounding, a float32 accumulator, products small enough for one
+        kernel call, no autocast."""
+        cfg = self.config
+        if mode not in ("gru", "lstm") or not (self.pa and cfg.enabled("matmul")):
+            return None
+        if torch.is_autocast_enabled("cpu") or cfg.acc != emu.float32 or \
+                isinstance(cfg.fmt, emu.mx.MXFormat) or h.dim() != 2:
+            return None
+        if not _fused.fusable(cfg.rounding, gi, h, c, w_hh, b_hh) or \
+                h.shape[0] * w_hh.numel() > _fused.KS.SMALL or not gi.numel() or \
+                gi[0].numel() > _fused.FUSED_MAX:
+            return None
+        mm = PF._numerics(cfg.fmt, cfg.kind("matmul"), cfg.rounding, cfg.acc)
+        mm = (mm[0], mm[3], mm[1], mm[2])
+        return mm, (self.kw["fmt"], self.kw["backward"], self.kw["rounding"])
+
+    def fused(self, *tensors):
+        """Whether the step's gate arithmetic runs fused (torch_bridge/_fused.py: the same
+        bits as the PA operations below)."""
+        return self.pa and _fused.composite(self.kw["rounding"], *tensors) and all(
+            t.dim() == 2 for t in tensors)
+
 
 def _cell(mode, ops, gi, h, c, w_hh, b_hh):
     gh = ops.linear(h, w_hh, b_hh)
+    if mode == "gru" and ops.fused(gi, gh, h):
+        return _fused.gru_step(gi, gh, h, ops.kw), None
+    if mode == "lstm" and ops.fused(gi, gh, c):
+        return _fused.lstm_step(gi, gh, c, ops.kw)
     if mode == "gru":
         (ir, iz, in_), (hr, hz, hn) = gi.chunk(3, -1), gh.chunk(3, -1)
         r, z = ops.sigmoid(ir + hr), ops.sigmoid(iz + hz)
@@ -88,6 +121,13 @@ def pa_recurrent(mode, input, hx, params, has_biases, num_layers, dropout, train
             b_ih, b_hh = (params[k + 2], params[k + 3]) if has_biases else (None, None)
             gi = ops.linear(x, w_ih, b_ih)                     # every step at once
             h, c = h0[layer * dirs + d], None if c0 is None else c0[layer * dirs + d]
+            numerics = ops.sequence(mode, gi, h, c, w_hh, b_hh)
+            if numerics is not None:            # the loop below as one Function
+                y, h, c = _fused.recurrence(mode, gi, h, c, w_hh, b_hh, d == 1, *numerics)
+                outs.append(y)
+                hs.append(h)
+                cs.append(c)
+                continue
             steps = range(x.shape[0] - 1, -1, -1) if d else range(x.shape[0])
             ys = [None] * x.shape[0]
             for t in steps:

@@ -1,0 +1,68 @@
+"""emu's fast paths for small and E=8 operands give the general kernels' bits.
+
+* the small-matmul kernel (emu/_kernels_small.py) against the register-blocked one;
+* quantize into an IEEE format with 8 exponent bits, rounded in place (the branch-free
+  loop of emu/_kernels.py) against the scalar definition, every class of input.
+"""
+import numpy as np
+import pytest
+
+import emu
+from conftest import assert_bits_equal
+from emu import _kernels as K
+from emu import _kernels_small as KS
+from emu import _scalar as S
+from emu.matmul import host_matmul
+
+
+def _blocked(a, b, fmt, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(KS, "SMALL", -1)
+        return host_matmul(a, b, fmt, emu.float32)
+
+
+@pytest.mark.parametrize("fmt", ["float32", "bf16", "e5m2", "float8_e4m3fn"])
+def test_small_matmul_is_the_blocked_matmul(fmt, rng, monkeypatch):
+    f = emu.format(fmt)
+    shapes = [((5, 7), (7, 6)), ((3, 5, 7), (7, 6)), ((2, 1, 5, 7), (1, 4, 7, 6)), ((7,), (7, 6)),
+              ((5, 7), (7,)), ((4, 9, 3), (4, 3, 2))]
+    for trial in range(40):
+        sa, sb = shapes[trial % len(shapes)]
+        a = (rng.standard_normal(sa) * np.exp2(rng.integers(-70, 70, sa))).astype(np.float32)
+        b = (rng.standard_normal(sb) * np.exp2(rng.integers(-70, 70, sb))).astype(np.float32)
+        if trial % 3 == 0:
+            a[..., 0] = 0                       # MASKED: zero operands
+        if trial % 5 == 0:
+            b.reshape(-1)[1] = np.inf           # GENERAL
+        if trial % 7 == 0:
+            b.reshape(-1)[2] = 1e-40            # a subnormal
+        if trial % 11 == 0:
+            a.reshape(-1)[0] = np.nan
+        if trial % 13 == 0:
+            a[...] = 0                          # SKIP
+        if trial % 4 == 1:                      # CLEAN: every product in range
+            a = np.clip(np.abs(a), 0.5, 2) * np.sign(a + 0.5)
+            b = np.clip(np.abs(b), 0.5, 2) * np.sign(b - 0.5)
+        a, b = emu.quantize(a, f), emu.quantize(b, f)
+        assert_bits_equal(host_matmul(a, b, f, emu.float32), _blocked(a, b, f, monkeypatch),
+                          what=f"{sa} @ {sb}")
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "e8m3", "e8m1", "e8m22"])
+@pytest.mark.parametrize("mode", [S.RNE, S.RTZ])
+def test_quantize_in_place_is_the_scalar_definition(fmt, mode, rng):
+    fc = emu.format(fmt).consts
+    special = np.array([0, 0x80000000, 0x7F800000, 0xFF800000, 0x7F7FFFFF, 0x7F7F8000,
+                        0x7F7F7FFF, 0x00008000, 0x00018000, 0x7FC00001, 1, 0x807FFFFF,
+                        0x00800000, 0x007FFFFF, 0xFF7FFFFF], np.uint32)
+    x = np.concatenate([special, rng.integers(0, 2 ** 32, 20000, dtype=np.uint64)
+                        .astype(np.uint32)])
+    assert K._in_place(fc, mode, True, False)
+    want = np.array([S.quantize(int(v), fc, mode, True, False, 0, 0) for v in x], np.uint32)
+    for parallel in (True, False):
+        out = np.empty_like(x)
+        K.QUANTIZE[parallel](x, out, fc, mode, True, False, 0)
+        assert_bits_equal(out.view(np.float32), want.view(np.float32), x.view(np.float32),
+                          what=f"parallel={parallel}")
+    assert not K._in_place(fc, S.SR, True, False) and not K._in_place(fc, mode, False, False)
+    assert not K._in_place(emu.float16.consts, mode, True, False)
