@@ -21,7 +21,7 @@ gradient gives ±0 terms only (skipped).  Both are exact because the accumulator
 never -0.0 (see emu/_kernels.py).  Anything else takes the scalar definition.
 
 A narrow accumulator (p_acc <= 22) runs the same loops with the float32-add-and-round
-steps of emu/_kernels_acc.py instead of ``+`` and adds the ±0 terms (_make_narrow);
+steps of emu/_kernels_acc.py instead of ``+`` and adds the ±0 terms (_make_grad);
 wider ones fold with S.fp_add.
 """
 import numpy as np
@@ -36,6 +36,7 @@ from . import _scalar_approx as A
 from ._kernels import as_f32
 from ._numba_cache import drop_stale, njit_variant
 from . import registry
+from .formats import float32
 from .registry import ops
 
 
@@ -208,60 +209,6 @@ def _w_split(w):
 
 
 @njit(parallel=True, cache=True)
-def _matmul_grad_f32(g, x, w, ix, iw, fc):
-    """The fold of the module docstring with float32 (numpy ``+``) accumulation.
-
-    g: (nout, P, R), x: (nx, P, C), w: (nw, R, C) int32 patterns of format values;
-    ix/iw map each output batch to its x/w batch.
-    """
-    nout, P, R = g.shape
-    C = x.shape[2]
-    lo, hi, hz, hs = _w_stats(w, fc)
-    xm, xnan = _x_mantissas(x, fc)
-    wsh, wm = _w_split(w)
-    out = np.empty((nout, P, C), np.float32)
-    mn = np.int32(fc.minnorm32)
-    for t in prange(nout * P):
-        bo = t // P
-        p = t % P
-        bx = ix[bo]
-        bw = iw[bo]
-        acc = np.zeros(C, np.float32)
-        xmr = xm[bx, p]
-        nan_row = xnan[bx, p]
-        for r in range(R):
-            d = np.int64(g[bo, p, r])
-            ud = d & S.ABS32
-            clean = not (nan_row or hs[bw, r])
-            if clean and ud < fc.minnorm32:
-                continue                        # ±0 terms only
-            if (clean and ud < S.INF32 and ud + lo[bw, r] - S.ONE32 >= fc.minnorm32
-                    and ud + hi[bw, r] - S.ONE32 + 0x800000 <= fc.max32):
-                di = np.int32(d)
-                ws = wsh[bw, r]
-                wmr = wm[bw, r]
-                if hz[bw, r]:
-                    wr = w[bw, r]
-                    for c in range(C):
-                        if (wr[c] & np.int32(S.ABS32)) >= mn:
-                            acc[c] += as_f32(np.int32(di + ws[c] + ((xmr[c] + wmr[c])
-                                                                      & np.int32(0x800000))))
-                else:
-                    for c in range(C):
-                        acc[c] += as_f32(np.int32(di + ws[c] + ((xmr[c] + wmr[c])
-                                                                  & np.int32(0x800000))))
-                continue
-            xr = x[bx, p]
-            wr = w[bw, r]
-            for c in range(C):
-                acc[c] += as_f32(np.int32(np.uint32(G.pam_mul_da(xr[c], wr[c], d, fc))))
-        for c in range(C):
-            v = acc[c]
-            out[bo, p, c] = np.float32(np.nan) if v != v else v
-    return out
-
-
-@njit(parallel=True, cache=True)
 def _matmul_grad_fmtacc(g, x, w, ix, iw, fc, fca):
     """The same fold accumulating in the format ``fca`` (each step one fp_add)."""
     nout, P, R = g.shape
@@ -282,18 +229,31 @@ def _matmul_grad_fmtacc(g, x, w, ix, iw, fc, fca):
     return out.view(np.float32)
 
 
-def _make_narrow(sticky, e8, f16):
-    """The fold of the module docstring accumulating in a narrow format (p_acc <= 22)
-    with the float32-add-and-round steps of emu/_kernels_acc.py (STICKY or PLAIN, chosen
-    by the caller; E = 8 or narrower; F16), vectorised over c like the float32 kernel
-    and with its integer fast path for the terms.  Unlike float32 accumulation, a ±0
-    term is added, not skipped (a narrow accumulator can hold -0, and -0 + +0 = +0):
-    it is ((d XOR w) & sign) — +0 in formats without -0 — wherever the row is clean
-    (no NaN in x's row, no inf/NaN in w's) and d or w is zero-class, exactly what
-    G.pam_mul_da gives there (a ZERO slope, or a POW2 slope times a zero-class d)."""
-    step, step_finite = KA.steps(sticky, e8, f16)
+@register_jitable
+def _add_f32(x, y, ac):
+    """The float32 accumulator's step on int32 patterns: numpy ``+``."""
+    return K.as_i32(as_f32(x) + as_f32(y))
 
-    @njit_variant(f"sticky={sticky} e8={e8} f16={f16}", parallel=True)
+
+def _make_grad(narrow=None):
+    """The fold of the module docstring, vectorised over c like the forward kernel and
+    with its integer fast path for the terms: g (nout, P, R), x (nx, P, C), w (nw, R, C)
+    int32 patterns of format values, ix/iw mapping each output batch to its x/w batch,
+    ``ac`` acc_consts of the accumulator; returns float32 (nout, P, C).
+
+    ``narrow`` None: float32 accumulation (``+``), where ±0 terms are skipped (a float32
+    accumulator is never -0, so adding them changes nothing).  ``narrow`` = (sticky,
+    e8, f16): a narrow accumulator (p_acc <= 22) with the float32-add-and-round steps
+    of emu/_kernels_acc.py (STICKY or PLAIN, chosen by the caller; E = 8 or narrower;
+    F16); there a ±0 term is added, not skipped (a narrow accumulator can hold -0, and
+    -0 + +0 = +0): it is ((d XOR w) & sign) — +0 in formats without -0 — wherever the
+    row is clean (no NaN in x's row, no inf/NaN in w's) and d or w is zero-class,
+    exactly what G.pam_mul_da gives there (a ZERO slope, or a POW2 slope times a
+    zero-class d)."""
+    skip_zeros = narrow is None
+    step, step_finite = (_add_f32, _add_f32) if skip_zeros else KA.steps(*narrow)
+
+    @njit_variant(f"narrow={narrow}", parallel=True)
     def kernel(g, x, w, ix, iw, fc, ac):
         nout, P, R = g.shape
         C = x.shape[2]
@@ -317,10 +277,11 @@ def _make_narrow(sticky, e8, f16):
                 ud = d & S.ABS32
                 clean = not (nan_row or hs[bw, r])
                 wr = w[bw, r]
-                if clean and ud < fc.minnorm32:
-                    sd = np.int32(np.uint32(d & S.SIGN32))
-                    for c in range(C):
-                        acc[c] = step_finite(acc[c], (sd ^ wr[c]) & sgn & nz, ac)
+                if clean and ud < fc.minnorm32:       # ±0 terms only
+                    if not skip_zeros:
+                        sd = np.int32(np.uint32(d & S.SIGN32))
+                        for c in range(C):
+                            acc[c] = step_finite(acc[c], (sd ^ wr[c]) & sgn & nz, ac)
                     continue
                 if (clean and ud < S.INF32 and ud + lo[bw, r] - S.ONE32 >= fc.minnorm32
                         and ud + hi[bw, r] - S.ONE32 + 0x800000 <= fc.max32):
@@ -353,7 +314,8 @@ def _make_narrow(sticky, e8, f16):
     return kernel
 
 
-_NARROW = {}        # the narrow-accumulator gradient kernels, built on first use
+_GRAD = {}          # the gradient kernels by accumulator kind, built on first use
+_F32_ACC = KA.acc_consts(float32.consts)
 
 
 def matmul_grad(g, x, w, ix, iw, fc, fca):
@@ -362,13 +324,15 @@ def matmul_grad(g, x, w, ix, iw, fc, fca):
     significant bits: those of g, or of fmt's max where a term saturates), or a wider
     one (fp_add per step)."""
     if fca is None:
-        return _matmul_grad_f32(g, x, w, ix, iw, fc)
+        if None not in _GRAD:
+            _GRAD[None] = _make_grad()
+        return _GRAD[None](g, x, w, ix, iw, fc, _F32_ACC)
     if not KA.fast_path(fca):
         return _matmul_grad_fmtacc(g, x, w, ix, iw, fc, fca)
     sticky = KA.needs_sticky(g, None, fc, fca, 0 if fc.has_inf else fc.max32 & G.MAN32)
     f16 = not sticky and KA._HAS_F16C and KA.is_binary16(fca)
     e8 = fca.exp_bits == 8 and fca.nan_kind == S.NAN_IEEE and not f16
     key = (sticky, e8, f16)
-    if key not in _NARROW:
-        _NARROW[key] = _make_narrow(*key)
-    return _NARROW[key](g, x, w, ix, iw, fc, KA.acc_consts(fca))
+    if key not in _GRAD:
+        _GRAD[key] = _make_grad(key)
+    return _GRAD[key](g, x, w, ix, iw, fc, KA.acc_consts(fca))

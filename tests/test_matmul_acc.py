@@ -323,7 +323,7 @@ def grad_variants(g, fc, fca):
         out.append((False, e8, False))
         if KA._HAS_F16C and KA.is_binary16(fca):
             out.append((False, False, True))
-    return [KG._make_narrow(*v) for v in out]
+    return [KG._make_grad(v) for v in out]
 
 
 @pytest.mark.parametrize("acc", NARROW)
