@@ -3,7 +3,6 @@ formats: loops over the scalar definitions of emu/_scalar_mx.py, which the CUDA
 kernels (emu/_cuda.py) call too.  Arrays are flat and C-contiguous (uint32 patterns
 of float32 data; uint8 scale codes); emu/mx.py checks the arguments and emu/host.py
 lays the operands out."""
-import numpy as np
 from numba import njit, prange
 
 from . import _scalar as S

@@ -25,7 +25,7 @@ from . import _scalar as S
 from . import cuda_backend
 from . import mx as _mx
 from .formats import Format, format, float32
-from .host import HOST, as_float32  # noqa: F401 (emu.mx takes as_float32 from here)
+from .host import HOST
 from .registry import ops
 from .shapes import elementwise
 

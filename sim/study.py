@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np

@@ -17,7 +17,7 @@ from amaranth.sim import Simulator
 
 import emu
 import rtl
-from rtl import FloatAdder, FloatMultiplier, PAMMac, make_unit, verilog  # noqa: F401  (used by costs.units)
+from rtl import PAMMac
 
 from costs import units
 from costs.fpga import fit

@@ -88,7 +88,6 @@ def test_numba_and_torch_paths_agree():
         packed = q.index_packed(x)
         assert torch.equal(packed, pack_bits(q.index(x), bits))
         g = torch.randn(x.shape)
-        from torch_bridge.memory import unpack_bits
         torch_path = g * q.levels.float()[unpack_bits(packed, bits, x.numel()).long()]
         assert torch.equal(q.scale(g, packed), torch_path)
 

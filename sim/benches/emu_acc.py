@@ -34,7 +34,7 @@ def emu_acc_cases(quick: bool) -> list[Row]:
             tc, tb = best_of(lambda: emu.pam_matmul(a, b, fmt, acc),
                              lambda: emu.pam_matmul(a, b, fmt), reps)
             rows.append(Row(f"pam_matmul {fmt} {n}^3, acc {acc}, {used} threads", tc,
-                            f"same, acc float32", tb, target))
+                            "same, acc float32", tb, target))
         # the exact PAM-matmul gradient (dA and dB), narrow against float32 accumulation
         g = rng.standard_normal((n, n)).astype(np.float32)
         tc, tb = best_of(lambda: emu.grad.pam_matmul(a, b, g, "bf16", "bf16", "exact"),

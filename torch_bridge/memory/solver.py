@@ -33,7 +33,7 @@ import numpy as np
 from numba import njit, prange
 
 from .activations import Activation, activation
-from .packing import MAX_BITS, check_bits as _check_bits
+from .packing import check_bits as _check_bits
 
 WEIGHTS = ("uniform", "normal")
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)

@@ -14,7 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from .activations import ACTIVATIONS, activation
-from .solver import MAX_BITS, WEIGHTS, StepTable, _check_bits, _check_weight, solve
+from .packing import MAX_BITS
+from .solver import WEIGHTS, StepTable, _check_bits, _check_weight, solve
 
 DATA_DIR = Path(__file__).parent / "data"
 VERSION = 1
