@@ -13,16 +13,24 @@ number and save, leaving an index entry that points at the *other* specialisatio
 machine code — wrong bits, not an error.  Importing this module therefore serialises
 each index's read-pick-write (:func:`_locked`, an ``flock`` on a file beside the
 index).
+
+Numba names each compiled function's symbol by its qualified name and a per-process
+counter, so two processes that compile different closures of one factory (a kernel
+variant's inner ``register_jitable`` helpers) give them the same symbol; a later
+process that loads both from the cache links one body for both, and the other variant
+silently runs it (numba/numba#10486).  Importing this module therefore draws those ids
+at random (:class:`_RandomIds`), so that no two processes share one.
 """
 from __future__ import annotations
 
 import fcntl
 import functools
 import hashlib
+import secrets
 import warnings
 from pathlib import Path
 
-from numba.core import caching
+from numba.core import bytecode, caching
 
 
 def _locked(method, mode):
@@ -40,6 +48,20 @@ def _locked(method, mode):
     return wrapper
 
 
+class _RandomIds:
+    """An endless iterator of random 64-bit ids, for Numba's FunctionIdentity in place of
+    its counter from 1 (module docstring)."""
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> int:
+        return secrets.randbits(64)
+
+
+if not isinstance(bytecode.FunctionIdentity._unique_ids, _RandomIds):
+    bytecode.FunctionIdentity._unique_ids = _RandomIds()
+
 if not getattr(caching.IndexDataCacheFile.save, "_pamsim_locked", False):
     caching.IndexDataCacheFile.save = _locked(caching.IndexDataCacheFile.save, fcntl.LOCK_EX)
     caching.IndexDataCacheFile.load = _locked(caching.IndexDataCacheFile.load, fcntl.LOCK_SH)
@@ -47,13 +69,14 @@ if not getattr(caching.IndexDataCacheFile.save, "_pamsim_locked", False):
 
 
 def drop_stale(probe, module_file: str, *dependencies: str, config: str = "") -> None:
-    """Delete ``module_file``'s cached kernels if it, a dependency or ``config`` changed.
+    """Delete ``module_file``'s cached kernels if it, a dependency, ``config`` or this
+    module (how the cache is kept) changed.
 
     ``probe`` is any ``@njit(cache=True)`` dispatcher defined in ``module_file``;
     it tells where Numba keeps that module's cache.  ``config`` names import-time
     choices that kernels compile in as constants (Numba's own key ignores them).
     """
-    files = [Path(module_file), *map(Path, dependencies)]
+    files = [Path(module_file), *map(Path, dependencies), Path(__file__)]
     digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)
                             + config.encode()).hexdigest()[:20]
     try:

@@ -1,4 +1,5 @@
-"""emu/_numba_cache.py: Numba's cache index is safe across concurrent processes."""
+"""emu/_numba_cache.py: Numba's cache is safe across concurrent processes: its index, and
+the symbols of closures compiled in different processes."""
 import os
 import subprocess
 import sys
@@ -64,3 +65,52 @@ def test_unlocked_index_loses_entries(tmp_path):
     for): fewer than nine cache hits, or wrong results."""
     wrong, hits = _run(tmp_path, "unlocked")
     assert wrong > 0 or hits < 9
+
+
+#: a factory's kernel variants, each with an inner helper closure (as emu's kernels)
+_FACTORY = textwrap.dedent("""
+    import numpy as np
+    from numba.extending import register_jitable
+    import emu._numba_cache
+    from emu._numba_cache import njit_variant
+
+    def make(c):
+        @register_jitable
+        def inner(a, out):
+            for i in range(a.size):
+                v = a[i]
+                for _ in range(3):
+                    v = (v * c + 1) % 1000003
+                    if v & 1:
+                        v = v ^ (i * c)
+                out[i] = v
+
+        @njit_variant(f"c={c}")
+        def kernel(a):
+            out = np.empty_like(a)
+            inner(a, out)
+            inner(out, a)
+            inner(a, out)
+            return out
+        return kernel
+""")
+
+
+def test_variants_compiled_in_different_processes_keep_their_code(tmp_path):
+    """Two processes each compile one variant of a factory's kernel (the same sequence of
+    compilations, so Numba's counter would give their inner helpers one symbol); a third
+    loads both from the cache, and each runs its own code (numba/numba#10486: the second
+    ran the first's)."""
+    (tmp_path / "kfac.py").write_text(_FACTORY)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([str(tmp_path), str(Path(__file__).parent.parent)]))
+    run = "import sys, numpy as np, kfac; print(kfac.make(int(sys.argv[1]))(np.arange(5)).sum())"
+    fresh = [int(subprocess.run([sys.executable, "-c", run, c], env=env, check=True,
+                                capture_output=True, text=True).stdout) for c in ("2", "3")]
+    assert fresh[0] != fresh[1]
+    both = ("import numpy as np, kfac\nk2, k3 = kfac.make(2), kfac.make(3)\n"
+            "print(k2(np.arange(5)).sum(), k3(np.arange(5)).sum(),\n"
+            "      sum(k2.stats.cache_hits.values()) + sum(k3.stats.cache_hits.values()))")
+    out = subprocess.run([sys.executable, "-c", both], env=env, check=True,
+                         capture_output=True, text=True).stdout.split()
+    assert [int(v) for v in out] == [*fresh, 2]
