@@ -223,13 +223,12 @@ def _rounded(ctx, tensors, fmt, rounding, axes=None):
     return rounded
 
 
-def _grad_out(g, operand, defined=False) -> torch.Tensor:
+def _grad_out(g, operand) -> torch.Tensor:
     """A gradient from emu as a tensor shaped and typed like its operand; a broadcast
-    operand's gradient is reduced with float32 additions: torch's sum_to_size, or
-    (``defined``: the composites' row statistics) emu.fold_sum's order."""
+    operand's gradient is reduced in emu.fold_sum's order (:func:`fold_to`)."""
     shape, dtype = operand
     if g.shape != shape:
-        g = fold_to(g, shape) if defined else g.sum_to_size(shape)
+        g = fold_to(g, shape)
     return g.to(dtype)
 
 
@@ -512,13 +511,11 @@ class PAMLinear(torch.autograd.Function):
 
 class PABinary(torch.autograd.Function):
     """A binary op of emu's registry (emu.OPS: pam_mul, pa_div) with torch broadcasting;
-    ``defined``: a broadcast operand's gradient reduced in emu.fold_sum's order (the
-    composites' row statistics), else by torch's sum_to_size."""
+    a broadcast operand's gradient is reduced in emu.fold_sum's order."""
 
     @staticmethod
-    def forward(ctx, a, b, op, fmt, kind, rounding, defined=False):
+    def forward(ctx, a, b, op, fmt, kind, rounding):
         ctx.lean = lean(rounding, a, b, limit=LEAN_ELEMENTWISE)
-        ctx.defined = defined
         if ctx.lean:
             A, B = _rounded_lean(ctx, (a, b), fmt, rounding)
             y = binary_kernel(op, A, B, numerics(fmt, rounding))
@@ -542,9 +539,8 @@ class PABinary(torch.autograd.Function):
                 da, db = emu_call(getattr(G, op), a, b,
                                   round_to(as_float32(dy), fmt, rounding), fmt, kind)
         need = ctx.needs_input_grad
-        return (_grad_out(da, ctx.operands[0], ctx.defined) if need[0] else None,
-                _grad_out(db, ctx.operands[1], ctx.defined) if need[1] else None, None, None,
-                None, None, None)
+        return (_grad_out(da, ctx.operands[0]) if need[0] else None,
+                _grad_out(db, ctx.operands[1]) if need[1] else None, None, None, None, None)
 
 
 class PAUnary(torch.autograd.Function):

@@ -12,8 +12,9 @@ tensors (docs/gpu.md), dtypes other than float32 and ``enabled(False)``.
 Where the composite's input gets several gradient contributions in the graph (e.g.
 layer norm's x, through x - μ and through Σx), the fused Function takes the input once
 per contribution and returns them separately, so autograd adds them to whatever the
-input received before in the graph's order.  Gradients of broadcast parameters (a
-norm's weight and bias) are reduced by torch's ``sum_to_size`` in both.
+input received before in the graph's order.  A norm's weight gradient is reduced by
+``_core.fold_to`` (emu.fold_sum's order), its bias gradient by torch's ``sum_to_size``,
+in both.
 """
 from __future__ import annotations
 
@@ -359,7 +360,7 @@ class LayerNorm(torch.autograd.Function):
             _EMPTY if dw is None else out_flat(dw).view(np.float32),
             np.empty(x.numel(), np.float32), rows, n, c, kind, nm.ln2, nm.fc, nm.mode)
         dsum = dsum.view(-1, 1).expand(rows, n).reshape(x.shape)
-        gw = None if dw is None else dw.sum_to_size(weight.shape)
+        gw = None if dw is None else _core.fold_to(dw, weight.shape)
         gb = None if bshape is None else g.sum_to_size(bshape)
         return None, None, None, None, None, dx, dsum, gw, gb
 
@@ -384,7 +385,7 @@ class RMSNorm(torch.autograd.Function):
             *(out_flat(t).view(np.float32) for t in (dx, dx2, dx3)),
             _EMPTY if dw is None else out_flat(dw).view(np.float32),
             np.empty(x.numel(), np.float32), rows, n, c, kind, nm.ln2, nm.fc, nm.mode)
-        gw = None if dw is None else dw.sum_to_size(weight.shape)
+        gw = None if dw is None else _core.fold_to(dw, weight.shape)
         return None, None, None, None, None, dx, dx2, dx3, gw
 
 

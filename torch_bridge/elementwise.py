@@ -17,7 +17,7 @@ import torch
 
 from . import _fused
 from ._core import fold_sum
-from .functional import (_numerics, _rowwise, pa_div, pa_exp, pa_exp2, pa_log, pa_log2, pa_sqrt,
+from .functional import (_numerics, pa_div, pa_exp, pa_exp2, pa_log, pa_log2, pa_sqrt,
                          pam_mul)
 
 __all__ = ["pa_reciprocal", "pa_rsqrt", "pa_pow", "pa_mean", "pa_vector_norm", "pa_sigmoid",
@@ -215,7 +215,7 @@ def pa_rms_norm(x, normalized_shape, weight=None, eps=None, fmt="float32", *,
             and (weight is None or weight.shape == shape)):
         return _fused.rms_norm(x, n, weight, eps, kw)
     ms = pa_div(fold_sum(pam_mul(x, x, **kw), dims), float(n), **kw)
-    y = _rowwise("pa_div", x, pa_sqrt(ms + eps, **kw), kw)
+    y = pa_div(x, pa_sqrt(ms + eps, **kw), **kw)
     return y if weight is None else pam_mul(y, weight, **kw)
 
 

@@ -199,13 +199,6 @@ def _unary(op, doc):
     return f
 
 
-def _rowwise(op, a, b, kw):
-    """``op`` (pam_mul, pa_div) of a tensor and a broadcast row statistic of the
-    composites: the broadcast operand's gradient is reduced in emu.fold_sum's order
-    (docs/semantics.md §6)."""
-    return PABinary.apply(a, b, op, kw["fmt"], kw["backward"], kw["rounding"], True)
-
-
 # one function per differentiable op of emu's registry (emu.OPS), named explicitly
 _OPS = {_op.name: _op for _op in ops(differentiable=True)}
 pam_mul, pa_div = (_binary(n, _OPS[n].doc) for n in ("pam_mul", "pa_div"))
@@ -250,7 +243,7 @@ def pa_softmax(x, dim=-1, fmt="float32", *, backward="approx", rounding="nearest
     if x.dim() and _fused.composite(rounding, x):
         return _fused.rows("softmax", x, dim, kw)
     e = _exp_shifted(x, dim, kw)[0]
-    return _rowwise("pa_div", e, fold_sum(e, dim), kw)
+    return pa_div(e, fold_sum(e, dim), **kw)
 
 
 def pa_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, fmt="float32", *,
@@ -272,7 +265,7 @@ def pa_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, fmt="fl
         return _fused.layer_norm(x, int(n), weight, bias, eps, kw)
     xc = x - expand(pa_div(fold_sum(x, dims), n, **kw), x.shape)
     var = pa_div(fold_sum(pam_mul(xc, xc, **kw), dims), n, **kw)
-    y = _rowwise("pa_div", xc, pa_sqrt(var + eps, **kw), kw)
+    y = pa_div(xc, pa_sqrt(var + eps, **kw), **kw)
     if weight is not None:
         y = pam_mul(y, weight, **kw)
     return y if bias is None else y + bias

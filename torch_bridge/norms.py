@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ._core import expand, fold_sum
-from .functional import _numerics, _rowwise, pa_div, pa_layer_norm, pa_sqrt, pam_mul
+from .functional import _numerics, pa_div, pa_layer_norm, pa_sqrt, pam_mul
 
 __all__ = ["pa_batch_norm", "pa_group_norm"]
 
@@ -45,7 +45,7 @@ def pa_batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None
     mu = pa_div(fold_sum(x, dims), float(n), **kw)
     xc = x - expand(mu, x.shape)
     ss = fold_sum(pam_mul(xc, xc, **kw), dims)
-    y = _rowwise("pa_div", xc, pa_sqrt(pa_div(ss, float(n), **kw) + eps, **kw), kw)
+    y = pa_div(xc, pa_sqrt(pa_div(ss, float(n), **kw) + eps, **kw), **kw)
     if training and running_mean is not None and running_var is not None:
         with torch.no_grad():
             unbiased = pa_div(ss.reshape(-1), float(n - 1), **kw)
