@@ -444,7 +444,7 @@ class PAMLinear(torch.autograd.Function):
     """functional.pam_linear on the per-call path as one Function: its graph — ``x``
     reshaped to rows, PAMMatmul of (rows, ``weight.t()``), reshaped back, ``+ bias`` in
     float32 — with the graph's bits (the same emu kernels on the same rounded operands; the
-    bias gradient reduced by ``sum_to_size``, as autograd's add reduces it) and one
+    bias gradient reduced by :func:`fold_to`, as the graph's :func:`add` reduces it) and one
     autograd node instead of five.  Float32 tensors, deterministic rounding.  Products of
     at most emu's small-matmul size with a float32 accumulator round and multiply in one
     kernel call each way (torch_bridge._fused.LINEAR; approximate backward)."""
@@ -505,7 +505,7 @@ class PAMLinear(torch.autograd.Function):
             dW = dB.T if need[1] else None
         dx = torch.from_numpy(dA).reshape(xshape) if need[0] else None
         dw = torch.from_numpy(dW) if need[1] else None
-        db = dy.sum_to_size(bshape) if bshape is not None and ctx.needs_input_grad[2] else None
+        db = fold_to(dy, bshape) if bshape is not None and ctx.needs_input_grad[2] else None
         return dx, dw, db, None, None, None, None
 
 
@@ -635,3 +635,24 @@ def fold_sum(x: torch.Tensor, dims, keepdim: bool = True) -> torch.Tensor:
 def expand(t: torch.Tensor, shape) -> torch.Tensor:
     """:class:`Expand`: ``t`` broadcast to ``shape`` (itself if it has that shape)."""
     return t if tuple(t.shape) == tuple(shape) else Expand.apply(t, tuple(shape))
+
+
+class Add(torch.autograd.Function):
+    """``a + b`` with torch's broadcasting (the same float32 adds); the gradient of a
+    broadcast operand (a bias) reduced by :func:`fold_to`, in emu.fold_sum's order,
+    instead of by autograd's sum."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.shapes = a.shape, b.shape
+        return a + b
+
+    @staticmethod
+    def backward(ctx, g):
+        (sa, sb), need = ctx.shapes, ctx.needs_input_grad
+        return fold_to(g, sa) if need[0] else None, fold_to(g, sb) if need[1] else None
+
+
+def add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a + b``, by :class:`Add` where the operands broadcast (a bias add)."""
+    return a + b if a.shape == b.shape else Add.apply(a, b)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from ._core import check_tensor
+from ._core import add, check_tensor
 from .functional import _same_padding, pa_div, pam_conv2d, pam_matmul
 
 __all__ = ["pam_einsum", "pam_addbmm", "conv_args", "pam_conv1d", "pam_conv3d",
@@ -188,7 +188,7 @@ def pam_conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
                    backward=backward, rounding=rounding)
     y = y.reshape(n, do, *y.shape[1:]).transpose(1, 2)
     if bias is not None:
-        y = y + bias.reshape(1, -1, 1, 1, 1)
+        y = add(y, bias.reshape(1, -1, 1, 1, 1))
     return y.squeeze(0) if unbatched else y
 
 
