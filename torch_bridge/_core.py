@@ -587,16 +587,18 @@ def fold(x: torch.Tensor, dims) -> torch.Tensor:
 class FoldSum(torch.autograd.Function):
     """The float32 sum over ``dims`` (kept as size-1 dimensions) in emu.fold_sum's
     defined order (docs/semantics.md §6); its backward broadcasts the gradient back, as
-    torch's sum does."""
+    torch's sum does; without ``keepdim`` they are squeezed."""
 
     @staticmethod
-    def forward(ctx, x, dims):
-        ctx.shape = x.shape
-        return fold(x, dims).to(x.dtype)
+    def forward(ctx, x, dims, keepdim=True):
+        y = fold(x, dims).to(x.dtype)
+        ctx.shapes = x.shape, y.shape
+        return y if keepdim or not dims else y.squeeze(dims)
 
     @staticmethod
     def backward(ctx, g):
-        return g.expand(ctx.shape), None
+        shape, kept = ctx.shapes
+        return g.reshape(kept).expand(shape), None, None
 
 
 class Expand(torch.autograd.Function):
@@ -625,11 +627,12 @@ def fold_to(g: torch.Tensor, shape) -> torch.Tensor:
     return fold(g, dims).reshape(shape).to(g.dtype)
 
 
-def fold_sum(x: torch.Tensor, dims, keepdim: bool = True) -> torch.Tensor:
-    """:class:`FoldSum` over ``dims`` (an int or a tuple), as ``x.sum(dims, keepdim)``."""
-    dims = (dims,) if isinstance(dims, int) else tuple(dims)
-    y = FoldSum.apply(x, dims)
-    return y if keepdim else y.squeeze(dims) if dims else y
+def fold_sum(x: torch.Tensor, dims=None, keepdim: bool = True) -> torch.Tensor:
+    """:class:`FoldSum` over ``dims`` (an int, a tuple, or None: all), as
+    ``x.sum(dims, keepdim)``."""
+    dims = tuple(range(x.dim())) if dims is None else (dims,) if isinstance(dims, int) \
+        else tuple(dims)
+    return FoldSum.apply(x, dims, keepdim)
 
 
 def expand(t: torch.Tensor, shape) -> torch.Tensor:
