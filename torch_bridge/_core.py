@@ -576,12 +576,23 @@ class PAUnary(torch.autograd.Function):
 # --- the composites' sums: emu.fold_sum's defined order ----------------------------------
 
 def fold(x: torch.Tensor, dims) -> torch.Tensor:
-    """emu.fold_sum of ``x`` over ``dims`` with the reduced dimensions kept (size 1), as
-    a float32 tensor on x's device (no autograd)."""
-    plan = fold_plan(x.shape, dims, True)
+    """emu.fold_sum of ``x`` over ``dims`` (a tuple) with the reduced dimensions kept (size
+    1), as a float32 tensor on x's device (no autograd)."""
     if x.device.type == "cpu" and not _CUDA_FOR_CPU:
+        key = (x.shape, dims)
+        plan = _PLANS.get(key)
+        if plan is None:
+            plan = fold_plan(x.shape, dims, True)
+            if len(_PLANS) < 4096:
+                _PLANS[key] = plan
         return torch.from_numpy(host_fold(as_float32(x).numpy(), plan))
     return emu_call(emu.fold_sum, x, dims, True)
+
+
+#: (shape, dims) -> fold_plan, and (shape, target shape) -> fold_to's dims: a model asks
+#: again with the same few every step
+_PLANS: dict = {}
+_FOLD_TO: dict = {}
 
 
 class FoldSum(torch.autograd.Function):
@@ -619,9 +630,14 @@ class Expand(torch.autograd.Function):
 def fold_to(g: torch.Tensor, shape) -> torch.Tensor:
     """``g`` summed over the dimensions it was broadcast along from ``shape`` (leading
     ones, and those of size 1 there), in emu.fold_sum's order."""
-    lead = g.dim() - len(shape)
-    dims = tuple(range(lead)) + tuple(lead + d for d, s in enumerate(shape)
-                                      if s == 1 and g.shape[lead + d] != 1)
+    key = (g.shape, tuple(shape))
+    dims = _FOLD_TO.get(key)
+    if dims is None:
+        lead = g.dim() - len(shape)
+        dims = tuple(range(lead)) + tuple(lead + d for d, s in enumerate(shape)
+                                          if s == 1 and g.shape[lead + d] != 1)
+        if len(_FOLD_TO) < 4096:
+            _FOLD_TO[key] = dims
     if not dims:
         return g.reshape(shape)
     return fold(g, dims).reshape(shape).to(g.dtype)
