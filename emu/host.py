@@ -224,17 +224,18 @@ class HostBackend:
 
 def host_fold(x: np.ndarray, plan) -> np.ndarray:
     """emu.fold_sum of the float32 array ``x`` by its plan (emu/reduce.py): a float32
-    array of shape ``plan.out``; serial kernels below K.SERIAL elements."""
+    array of shape ``plan.out``; serial kernels below K.SERIAL elements and where the
+    threads would have one block of results to split (they split ``outer``)."""
     if plan.perm is not None:
         x = np.transpose(x, plan.perm)
     x3 = np.ascontiguousarray(x).reshape(plan.outer, plan.n, plan.inner)
     par = x3.size >= K.SERIAL
     if plan.inner == 1:
         out = np.empty(plan.outer, np.float32)
-        KR.FOLD_ROWS[par](x3.reshape(plan.outer, plan.n), out)
+        KR.FOLD_ROWS[par and plan.outer > KR.RB](x3.reshape(plan.outer, plan.n), out)
     else:
         out = np.empty((plan.outer, plan.inner), np.float32)
-        KR.FOLD_SUM[par](x3, out)
+        KR.FOLD_SUM[par and plan.outer > 1](x3, out)
     return out.reshape(plan.out)
 
 

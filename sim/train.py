@@ -36,6 +36,10 @@ DEFAULT_MODEL = {"digits": "mlp", "mnist": "vit", "text": "charlm"}
 #: builds changes, so that no cached run of the old model is reused (vit 2: mean pooling,
 #: 4x4 patches on the 8x8 digits; issue 17)
 MODEL_REVISION = {"vit": 2}
+#: torch_bridge's numerics revision, in every cache key (:meth:`TrainSpec.key`, so
+#: :func:`run_key` too): bumped when torch_bridge's bits change, so that no cached run of
+#: the old numerics is reused (2: every float32 sum of torch_bridge in emu.fold_sum's order)
+NUMERICS_REVISION = 2
 #: bounds of a TrainSpec beyond which a run cannot fit this machine (or the seed the RNGs)
 MAX_BATCH, MAX_DIM, MAX_DEPTH, MAX_SEED = 1 << 16, 4096, 64, 2 ** 32 - 1
 
@@ -99,10 +103,11 @@ class TrainSpec:
             raise ValueError(f"device={self.device!r}; expected 'cpu' or 'cuda'")
 
     def key(self) -> str:
-        """A short hash of the spec (the torch version, the model's revision): the
-        baseline cache key."""
+        """A short hash of the spec (the torch version, torch_bridge's numerics revision,
+        the model's revision): the baseline cache key."""
         rev = [MODEL_REVISION[self.model]] if self.model in MODEL_REVISION else []
-        blob = json.dumps([asdict(self), torch.__version__, 1, *rev], sort_keys=True)
+        blob = json.dumps([asdict(self), torch.__version__, NUMERICS_REVISION, *rev],
+                          sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def replace(self, **kw) -> "TrainSpec":

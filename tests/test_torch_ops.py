@@ -92,7 +92,7 @@ def test_linear_is_a_flattened_pam_matmul(rng):
     da, db = G.pam_matmul(X.reshape(-1, 12), W.T, dY.reshape(-1, 5), "bf16")
     assert_bits_equal(npy(x.grad), da.reshape(X.shape))
     assert_bits_equal(npy(w.grad), db.T)            # one fold over all 14 tokens
-    assert torch.equal(b.grad, torch.from_numpy(dY).sum((0, 1)))
+    assert_bits_equal(npy(b.grad), emu.fold_sum(dY, (0, 1)))      # emu.fold_sum's order
 
 
 def conv_by_definition(X, W, stride, padding, dilation, groups, fmt):
@@ -188,7 +188,7 @@ def test_broadcast_gradients_are_reduced(rng):
     y.backward(torch.from_numpy(D))
     da, db = G.pa_div(X, S, D, "bf16", "exact")
     assert_bits_equal(npy(x.grad), da)
-    assert torch.equal(s.grad, torch.from_numpy(db).sum(1, keepdim=True))
+    assert_bits_equal(npy(s.grad), emu.fold_sum(db, 1, keepdims=True))
     z = t32(X)
     tb.pam_mul(z, 0.75, "bf16").sum().backward()            # a Python-number operand
     assert_bits_equal(npy(z.grad), G.pam_mul(X, 0.75, np.ones_like(X), "bf16", "approx")[0])
@@ -338,6 +338,84 @@ def test_composite_gradients_point_the_right_way(op, kind, rng):
     ref(x2).backward()
     cos = F.cosine_similarity(x1.grad.flatten(), x2.grad.flatten(), 0)
     assert cos > (0.9 if kind == "approx" else 0.6), cos
+
+
+# --- every float32 sum of torch_bridge is emu.fold_sum's left fold ---------------------
+
+def left_fold(a, axes):
+    """The sum of ``a`` over ``axes``, one float32 add at a time in C order of the axes."""
+    a = np.asarray(a, np.float32)
+    axes = sorted(ax % a.ndim for ax in axes)
+    kept = [d for d in range(a.ndim) if d not in axes]
+    t = np.transpose(a, axes + kept).reshape(-1, *(a.shape[d] for d in kept))
+    s = t[0].copy()
+    for j in range(1, t.shape[0]):
+        s = s + t[j]
+    return s
+
+
+def test_bridge_sums_are_left_folds(rng):
+    """Bias gradients (linear, conv2d), a broadcast operand's gradient (pam_mul), pa_mean,
+    a loss reduction and a norm's weight and bias gradients are the left fold in index
+    order (docs/semantics.md §6), on graph and fused paths, for inputs where torch's own
+    sum gives other bits (so the test can tell them apart)."""
+    from torch_bridge import _fused, elementwise as PE, losses as PL
+
+    def wide(*shape):           # a wide exponent range: the association shows in the bits
+        return (rng.standard_normal(shape) * 2.0 ** rng.integers(-10, 11, shape)).astype(
+            np.float32)
+
+    def check(got, terms, axes, what, shape=None, then=lambda v: v):
+        """``got`` is ``then`` of the left fold of ``terms`` over ``axes``, which torch's
+        sum does not give."""
+        def done(v):
+            v = np.asarray(v, np.float32)
+            return np.asarray(then(v.reshape(shape) if shape is not None else v), np.float32)
+        want = done(left_fold(terms, axes))
+        theirs = done(torch.from_numpy(terms).sum(tuple(axes)).numpy())
+        assert not np.array_equal(theirs.view(np.int32), want.view(np.int32)), what
+        got = npy(got)
+        assert got.shape == want.shape, what
+        assert np.array_equal(got.view(np.int32), want.view(np.int32)), what
+
+    for fused in (True, False):
+        with _fused.use(fused):
+            x, w, b = t32(rng.standard_normal((2048, 4))), t32(rng.standard_normal((3, 4))), \
+                t32(rng.standard_normal(3))
+            D = wide(2048, 3)
+            tb.pam_linear(x, w, b, "bf16").backward(torch.from_numpy(D))
+            check(b.grad, D, (0,), f"linear bias, fused={fused}")
+            X, W, B = (rng.standard_normal(s).astype(np.float32) for s in ((2048, 4), 4, 4))
+            x, w, b = t32(X), t32(W), t32(B)
+            D = wide(2048, 4)
+            tb.pa_layer_norm(x, 4, w, b).backward(torch.from_numpy(D))
+            check(b.grad, D, (0,), f"layer norm bias, fused={fused}")
+            Y = npy(tb.pa_layer_norm(t32(X, grad=False), 4))      # before the gain
+            dw = G.pam_mul(Y, np.broadcast_to(W, Y.shape), D, "float32", "approx")[1]
+            check(w.grad, dw, (0,), f"layer norm weight, fused={fused}")
+    x, w, b = t32(rng.standard_normal((8, 2, 16, 16))), t32(rng.standard_normal((3, 2, 3, 3))), \
+        t32(rng.standard_normal(3))
+    D = wide(8, 3, 16, 16)
+    tb.pam_conv2d(x, w, b, padding=1, fmt="bf16").backward(torch.from_numpy(D))
+    check(b.grad, D, (0, 2, 3), "conv2d bias")
+    A, S = rng.standard_normal((2048, 3)).astype(np.float32), \
+        rng.standard_normal((1, 3)).astype(np.float32)
+    a, s = t32(A), t32(S)
+    D = wide(2048, 3)
+    tb.pam_mul(a, s, "bf16").backward(torch.from_numpy(D))
+    ds = G.pam_mul(A, np.broadcast_to(S, A.shape), D, "bf16", "approx")[1]
+    check(s.grad, ds, (0,), "pam_mul's broadcast operand", (1, 3))
+    X = wide(4096)
+    check(PE.pa_mean(t32(X)), X, (0,), "pa_mean",
+          then=lambda v: emu.pa_div(v, np.float32(4096)))
+    X = wide(2048, 3)
+    check(PE.pa_mean(t32(X), 0), X, (0,), "pa_mean over dim 0",
+          then=lambda v: emu.pa_div(v, np.float32(2048)))
+    I, T = wide(64, 64), wide(64, 64)
+    terms = emu.pam_mul(I - T, I - T, "float32")
+    check(PL.pa_mse_loss(t32(I), t32(T), reduction="sum"), terms, (0, 1), "mse_loss sum")
+    check(PL.pa_mse_loss(t32(I), t32(T)), terms, (0, 1), "mse_loss mean",
+          then=lambda v: emu.pa_div(v, np.float32(4096)))
 
 
 # --- dtypes, layouts, modes of autograd ---------------------------------------------

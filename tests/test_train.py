@@ -85,6 +85,14 @@ def test_model_revision_is_in_the_cache_key(monkeypatch):
     assert vit.key() != keys[0] and mlp.key() == keys[1]
 
 
+def test_numerics_revision_is_in_the_cache_keys(monkeypatch):
+    """A cached run of older torch_bridge numerics is not reused (baseline and PA keys)."""
+    spec, cfg = T.TrainSpec(model="mlp"), tb.PAMConfig("bf16")
+    keys = spec.key(), T.run_key(spec, cfg)
+    monkeypatch.setattr(T, "NUMERICS_REVISION", T.NUMERICS_REVISION + 1)
+    assert spec.key() != keys[0] and T.run_key(spec, cfg) != keys[1]
+
+
 def test_exact_derivatives_train_too():
     spec = T.TrainSpec(epochs=1, max_steps=40)
     run = T.train(spec, tb.PAMConfig("e8m4", backward="exact"), progress=False)

@@ -223,13 +223,12 @@ def _rounded(ctx, tensors, fmt, rounding, axes=None):
     return rounded
 
 
-def _grad_out(g, operand, defined=False) -> torch.Tensor:
+def _grad_out(g, operand) -> torch.Tensor:
     """A gradient from emu as a tensor shaped and typed like its operand; a broadcast
-    operand's gradient is reduced with float32 additions: torch's sum_to_size, or
-    (``defined``: the composites' row statistics) emu.fold_sum's order."""
+    operand's gradient is reduced in emu.fold_sum's order (:func:`fold_to`)."""
     shape, dtype = operand
     if g.shape != shape:
-        g = fold_to(g, shape) if defined else g.sum_to_size(shape)
+        g = fold_to(g, shape)
     return g.to(dtype)
 
 
@@ -445,7 +444,7 @@ class PAMLinear(torch.autograd.Function):
     """functional.pam_linear on the per-call path as one Function: its graph — ``x``
     reshaped to rows, PAMMatmul of (rows, ``weight.t()``), reshaped back, ``+ bias`` in
     float32 — with the graph's bits (the same emu kernels on the same rounded operands; the
-    bias gradient reduced by ``sum_to_size``, as autograd's add reduces it) and one
+    bias gradient reduced by :func:`fold_to`, as the graph's :func:`add` reduces it) and one
     autograd node instead of five.  Float32 tensors, deterministic rounding.  Products of
     at most emu's small-matmul size with a float32 accumulator round and multiply in one
     kernel call each way (torch_bridge._fused.LINEAR; approximate backward)."""
@@ -506,19 +505,17 @@ class PAMLinear(torch.autograd.Function):
             dW = dB.T if need[1] else None
         dx = torch.from_numpy(dA).reshape(xshape) if need[0] else None
         dw = torch.from_numpy(dW) if need[1] else None
-        db = dy.sum_to_size(bshape) if bshape is not None and ctx.needs_input_grad[2] else None
+        db = fold_to(dy, bshape) if bshape is not None and ctx.needs_input_grad[2] else None
         return dx, dw, db, None, None, None, None
 
 
 class PABinary(torch.autograd.Function):
     """A binary op of emu's registry (emu.OPS: pam_mul, pa_div) with torch broadcasting;
-    ``defined``: a broadcast operand's gradient reduced in emu.fold_sum's order (the
-    composites' row statistics), else by torch's sum_to_size."""
+    a broadcast operand's gradient is reduced in emu.fold_sum's order."""
 
     @staticmethod
-    def forward(ctx, a, b, op, fmt, kind, rounding, defined=False):
+    def forward(ctx, a, b, op, fmt, kind, rounding):
         ctx.lean = lean(rounding, a, b, limit=LEAN_ELEMENTWISE)
-        ctx.defined = defined
         if ctx.lean:
             A, B = _rounded_lean(ctx, (a, b), fmt, rounding)
             y = binary_kernel(op, A, B, numerics(fmt, rounding))
@@ -542,9 +539,8 @@ class PABinary(torch.autograd.Function):
                 da, db = emu_call(getattr(G, op), a, b,
                                   round_to(as_float32(dy), fmt, rounding), fmt, kind)
         need = ctx.needs_input_grad
-        return (_grad_out(da, ctx.operands[0], ctx.defined) if need[0] else None,
-                _grad_out(db, ctx.operands[1], ctx.defined) if need[1] else None, None, None,
-                None, None, None)
+        return (_grad_out(da, ctx.operands[0]) if need[0] else None,
+                _grad_out(db, ctx.operands[1]) if need[1] else None, None, None, None, None)
 
 
 class PAUnary(torch.autograd.Function):
@@ -580,27 +576,40 @@ class PAUnary(torch.autograd.Function):
 # --- the composites' sums: emu.fold_sum's defined order ----------------------------------
 
 def fold(x: torch.Tensor, dims) -> torch.Tensor:
-    """emu.fold_sum of ``x`` over ``dims`` with the reduced dimensions kept (size 1), as
-    a float32 tensor on x's device (no autograd)."""
-    plan = fold_plan(x.shape, dims, True)
+    """emu.fold_sum of ``x`` over ``dims`` (a tuple) with the reduced dimensions kept (size
+    1), as a float32 tensor on x's device (no autograd)."""
     if x.device.type == "cpu" and not _CUDA_FOR_CPU:
+        key = (x.shape, dims)
+        plan = _PLANS.get(key)
+        if plan is None:
+            plan = fold_plan(x.shape, dims, True)
+            if len(_PLANS) < 4096:
+                _PLANS[key] = plan
         return torch.from_numpy(host_fold(as_float32(x).numpy(), plan))
     return emu_call(emu.fold_sum, x, dims, True)
+
+
+#: (shape, dims) -> fold_plan, and (shape, target shape) -> fold_to's dims: a model asks
+#: again with the same few every step
+_PLANS: dict = {}
+_FOLD_TO: dict = {}
 
 
 class FoldSum(torch.autograd.Function):
     """The float32 sum over ``dims`` (kept as size-1 dimensions) in emu.fold_sum's
     defined order (docs/semantics.md §6); its backward broadcasts the gradient back, as
-    torch's sum does."""
+    torch's sum does; without ``keepdim`` they are squeezed."""
 
     @staticmethod
-    def forward(ctx, x, dims):
-        ctx.shape = x.shape
-        return fold(x, dims).to(x.dtype)
+    def forward(ctx, x, dims, keepdim=True):
+        y = fold(x, dims).to(x.dtype)
+        ctx.shapes = x.shape, y.shape
+        return y if keepdim or not dims else y.squeeze(dims)
 
     @staticmethod
     def backward(ctx, g):
-        return g.expand(ctx.shape), None
+        shape, kept = ctx.shapes
+        return g.reshape(kept).expand(shape), None, None
 
 
 class Expand(torch.autograd.Function):
@@ -621,21 +630,48 @@ class Expand(torch.autograd.Function):
 def fold_to(g: torch.Tensor, shape) -> torch.Tensor:
     """``g`` summed over the dimensions it was broadcast along from ``shape`` (leading
     ones, and those of size 1 there), in emu.fold_sum's order."""
-    lead = g.dim() - len(shape)
-    dims = tuple(range(lead)) + tuple(lead + d for d, s in enumerate(shape)
-                                      if s == 1 and g.shape[lead + d] != 1)
+    key = (g.shape, tuple(shape))
+    dims = _FOLD_TO.get(key)
+    if dims is None:
+        lead = g.dim() - len(shape)
+        dims = tuple(range(lead)) + tuple(lead + d for d, s in enumerate(shape)
+                                          if s == 1 and g.shape[lead + d] != 1)
+        if len(_FOLD_TO) < 4096:
+            _FOLD_TO[key] = dims
     if not dims:
         return g.reshape(shape)
     return fold(g, dims).reshape(shape).to(g.dtype)
 
 
-def fold_sum(x: torch.Tensor, dims, keepdim: bool = True) -> torch.Tensor:
-    """:class:`FoldSum` over ``dims`` (an int or a tuple), as ``x.sum(dims, keepdim)``."""
-    dims = (dims,) if isinstance(dims, int) else tuple(dims)
-    y = FoldSum.apply(x, dims)
-    return y if keepdim else y.squeeze(dims) if dims else y
+def fold_sum(x: torch.Tensor, dims=None, keepdim: bool = True) -> torch.Tensor:
+    """:class:`FoldSum` over ``dims`` (an int, a tuple, or None: all), as
+    ``x.sum(dims, keepdim)``."""
+    dims = tuple(range(x.dim())) if dims is None else (dims,) if isinstance(dims, int) \
+        else tuple(dims)
+    return FoldSum.apply(x, dims, keepdim)
 
 
 def expand(t: torch.Tensor, shape) -> torch.Tensor:
     """:class:`Expand`: ``t`` broadcast to ``shape`` (itself if it has that shape)."""
     return t if tuple(t.shape) == tuple(shape) else Expand.apply(t, tuple(shape))
+
+
+class Add(torch.autograd.Function):
+    """``a + b`` with torch's broadcasting (the same float32 adds); the gradient of a
+    broadcast operand (a bias) reduced by :func:`fold_to`, in emu.fold_sum's order,
+    instead of by autograd's sum."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.shapes = a.shape, b.shape
+        return a + b
+
+    @staticmethod
+    def backward(ctx, g):
+        (sa, sb), need = ctx.shapes, ctx.needs_input_grad
+        return fold_to(g, sa) if need[0] else None, fold_to(g, sb) if need[1] else None
+
+
+def add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a + b``, by :class:`Add` where the operands broadcast (a bias add)."""
+    return a + b if a.shape == b.shape else Add.apply(a, b)

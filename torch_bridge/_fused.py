@@ -13,7 +13,8 @@ Where the composite's input gets several gradient contributions in the graph (e.
 layer norm's x, through x - μ and through Σx), the fused Function takes the input once
 per contribution and returns them separately, so autograd adds them to whatever the
 input received before in the graph's order.  Gradients of broadcast parameters (a
-norm's weight and bias) are reduced by torch's ``sum_to_size`` in both.
+norm's weight and bias, a recurrent layer's bias) are reduced by
+``_core.fold_to`` (emu.fold_sum's order) in both.
 """
 from __future__ import annotations
 
@@ -359,8 +360,8 @@ class LayerNorm(torch.autograd.Function):
             _EMPTY if dw is None else out_flat(dw).view(np.float32),
             np.empty(x.numel(), np.float32), rows, n, c, kind, nm.ln2, nm.fc, nm.mode)
         dsum = dsum.view(-1, 1).expand(rows, n).reshape(x.shape)
-        gw = None if dw is None else dw.sum_to_size(weight.shape)
-        gb = None if bshape is None else g.sum_to_size(bshape)
+        gw = None if dw is None else _core.fold_to(dw, weight.shape)
+        gb = None if bshape is None else _core.fold_to(g, bshape)
         return None, None, None, None, None, dx, dsum, gw, gb
 
 
@@ -384,7 +385,7 @@ class RMSNorm(torch.autograd.Function):
             *(out_flat(t).view(np.float32) for t in (dx, dx2, dx3)),
             _EMPTY if dw is None else out_flat(dw).view(np.float32),
             np.empty(x.numel(), np.float32), rows, n, c, kind, nm.ln2, nm.fc, nm.mode)
-        gw = None if dw is None else dw.sum_to_size(weight.shape)
+        gw = None if dw is None else _core.fold_to(dw, weight.shape)
         return None, None, None, None, None, dx, dx2, dx3, gw
 
 
@@ -868,14 +869,15 @@ class Recurrence(torch.autograd.Function):
         gy = None if g_ys is None else g_ys.float().contiguous().numpy()
         ek = _kind(ekind)
         dgi = np.empty((T, N, GH), np.float32)
-        dw = db = dh_gate = dx = None
+        dghs = np.empty((T, N, GH), np.float32) if mode == "gru" else dgi   # δgh per step
+        dw = dh_gate = dx = None
         dc = None if g_cT is None else g_cT.float().contiguous().numpy()
         for k in range(T - 1, -1, -1):
             t = steps[k]
             first = [] if k < T - 1 or g_hT is None else [g_hT.float().contiguous().numpy()]
             dh = _sum_in_order(*first, None if gy is None else gy[t], dh_gate, dx)
             if mode == "gru":
-                dgh = np.empty((N, GH), np.float32)
+                dgh = dghs[t]
                 dh_gate = np.empty((N, H), np.float32)
                 GRU[1][False](gin[t].reshape(-1), ghs[t].reshape(-1), hraw[t].reshape(-1),
                               dh.reshape(-1), dgi[t].reshape(-1), dgh.reshape(-1),
@@ -900,9 +902,13 @@ class Recurrence(torch.autograd.Function):
                                                 macc, mkind, (True, True))
                 dwt = dB.T
             dw = dwt if dw is None else dw + dwt
-            if b is not None:
-                dbt = torch.from_numpy(dgh).sum_to_size(b.shape)
-                db = dbt if db is None else db + dbt
+        db = None
+        if b is not None:       # each step's PAMLinear bias term (a fold over N), last first
+            dbt = _core.fold_to(torch.from_numpy(dghs), (T, 1, GH)).numpy().reshape(T, GH)
+            db = dbt[steps[-1]]
+            for k in range(T - 2, -1, -1):
+                db = db + dbt[steps[k]]
+            db = torch.from_numpy(np.ascontiguousarray(db)).reshape(b.shape)
         dh0 = _sum_in_order(dh_gate, dx)
         if T >= 2:              # the steps' select_backward zeros: -0 + +0 = +0
             dgi += np.float32(0.0)

@@ -4,7 +4,8 @@ einsum, addbmm and the 1-D, 3-D and transposed convolutions reduce to
 :func:`torch_bridge.functional.pam_matmul` (emu's fold: strictly increasing k in
 ``acc``), so their backward passes are the PAM matmul's, approximate or exact
 (Table 1).  Average pooling sums its windows in float32 and divides ÷̂ by the window
-size (eqs. 14-17), as :func:`torch_bridge.elementwise.pa_mean`.
+size (eqs. 14-17), as :func:`torch_bridge.elementwise.pa_mean`.  Sums (and bias
+gradients) are in emu.fold_sum's order.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from ._core import check_tensor
+from ._core import add, check_tensor, fold_sum
 from .functional import _same_padding, pa_div, pam_conv2d, pam_matmul
 
 __all__ = ["pam_einsum", "pam_addbmm", "conv_args", "pam_conv1d", "pam_conv3d",
@@ -47,7 +48,8 @@ def _pair(a, sa, b, sb, out, mm):
         gone = [i for i, c in enumerate(s) if c not in other and c not in out]
         if not gone:
             return t, s
-        return t.sum(gone), "".join(c for i, c in enumerate(s) if i not in gone)
+        kept = "".join(c for i, c in enumerate(s) if i not in gone)
+        return fold_sum(t, gone, keepdim=False), kept
     a, sa = sum_away(a, sa, sb)
     b, sb = sum_away(b, sb, sa)
     batch = [c for c in sa if c in sb and c in out]
@@ -70,9 +72,9 @@ def pam_einsum(equation, *operands, fmt="float32", acc="float32", backward="appr
     """torch.einsum with PAM products: operands are combined left to right, each pair
     as one batched PAM matmul whose contraction runs over the contracted letters in
     the order they appear in the left operand's subscripts (row-major); letters of one
-    operand that appear nowhere later are summed (float32) first.  Returns None for
-    equations left to torch (ellipsis, repeated letters: no products or diagonals), and
-    a single operand is torch's (a permutation or a sum, no multiply)."""
+    operand that appear nowhere later are summed (float32, emu.fold_sum's order) first.
+    Returns None for equations left to torch (ellipsis, repeated letters: no products or
+    diagonals), and a single operand is torch's (a permutation or a sum, no multiply)."""
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     parsed = _parse(equation, len(operands))
@@ -188,7 +190,7 @@ def pam_conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
                    backward=backward, rounding=rounding)
     y = y.reshape(n, do, *y.shape[1:]).transpose(1, 2)
     if bias is not None:
-        y = y + bias.reshape(1, -1, 1, 1, 1)
+        y = add(y, bias.reshape(1, -1, 1, 1, 1))
     return y.squeeze(0) if unbatched else y
 
 
@@ -247,7 +249,7 @@ def _pool_sum(x, bounds):
             dim, idx.shape)
         mask = ok if mask is None else mask[..., None, None] & ok
     x = torch.where(mask, x, 0.0)
-    return x.sum(tuple(range(3, 3 + 2 * nd, 2)))
+    return fold_sum(x, tuple(range(3, 3 + 2 * nd, 2)), keepdim=False)
 
 
 def _pool_operand(op, x, nd):

@@ -16,8 +16,8 @@ import math
 import torch
 
 from . import _fused
-from ._core import fold_sum
-from .functional import (_numerics, _rowwise, pa_div, pa_exp, pa_exp2, pa_log, pa_log2, pa_sqrt,
+from ._core import broadcast_shape, expand, fold_sum
+from .functional import (_numerics, pa_div, pa_exp, pa_exp2, pa_log, pa_log2, pa_sqrt,
                          pam_mul)
 
 __all__ = ["pa_reciprocal", "pa_rsqrt", "pa_pow", "pa_mean", "pa_vector_norm", "pa_sigmoid",
@@ -83,13 +83,14 @@ def pa_pow(x, exponent, fmt="float32", *, backward="approx", rounding="nearest_e
 
 def pa_mean(x, dim=None, keepdim=False, fmt="float32", *, backward="approx",
             rounding="nearest_even"):
-    """``Σx ÷̂ n`` over ``dim`` (all dimensions if None); the sum is float32."""
+    """``Σx ÷̂ n`` over ``dim`` (all dimensions if None); the sum is float32 in
+    emu.fold_sum's order."""
     kw = _kw(fmt, backward, rounding)
     if dim is None:
-        return pa_div(x.sum(), float(x.numel()), **kw)
+        return pa_div(fold_sum(x, None, keepdim=False), float(x.numel()), **kw)
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
     n = math.prod(x.shape[d] for d in dims)
-    return pa_div(x.sum(dims, keepdim=keepdim), float(n), **kw)
+    return pa_div(fold_sum(x, dims, keepdim=keepdim), float(n), **kw)
 
 
 def _exp_neg(x, kw):
@@ -99,11 +100,11 @@ def _exp_neg(x, kw):
 
 def pa_vector_norm(x, dim=None, keepdim=False, fmt="float32", *, backward="approx",
                    rounding="nearest_even"):
-    """The 2-norm ``pasqrt(Σ x ·̂ x)`` over ``dim`` (all dimensions if None)."""
+    """The 2-norm ``pasqrt(Σ x ·̂ x)`` over ``dim`` (all dimensions if None); the sum
+    in emu.fold_sum's order."""
     kw = _kw(fmt, backward, rounding)
     sq = pam_mul(x, x, **kw)
-    s = sq.sum() if dim is None else sq.sum(dim, keepdim=keepdim)
-    return pa_sqrt(s, **kw)
+    return pa_sqrt(fold_sum(sq, dim, keepdim=keepdim and dim is not None), **kw)
 
 
 def _fused_ok(kw, x):
@@ -215,24 +216,36 @@ def pa_rms_norm(x, normalized_shape, weight=None, eps=None, fmt="float32", *,
             and (weight is None or weight.shape == shape)):
         return _fused.rms_norm(x, n, weight, eps, kw)
     ms = pa_div(fold_sum(pam_mul(x, x, **kw), dims), float(n), **kw)
-    y = _rowwise("pa_div", x, pa_sqrt(ms + eps, **kw), kw)
+    y = pa_div(x, pa_sqrt(ms + eps, **kw), **kw)
     return y if weight is None else pam_mul(y, weight, **kw)
 
 
 def pa_cosine_similarity(x1, x2, dim=1, eps=1e-8, fmt="float32", *, backward="approx",
                          rounding="nearest_even"):
     """F.cosine_similarity in torch's order: ``Σ (x1 ÷̂ n1) ·̂ (x2 ÷̂ n2)`` over ``dim``
-    with ``n = max(pa_vector_norm(x, dim), eps)`` (operands broadcast first)."""
+    with ``n = max(pa_vector_norm(x, dim), eps)`` (operands broadcast first); sums, and
+    a broadcast operand's gradient, in emu.fold_sum's order."""
     kw = _kw(fmt, backward, rounding)
-    x1, x2 = torch.broadcast_tensors(x1, x2)
+    x1, x2 = _broadcast(x1, x2)
     n1 = pa_vector_norm(x1, dim, True, **kw).clamp_min(eps)
     n2 = pa_vector_norm(x2, dim, True, **kw).clamp_min(eps)
-    return pam_mul(pa_div(x1, n1, **kw), pa_div(x2, n2, **kw), **kw).sum(dim)
+    return fold_sum(pam_mul(pa_div(x1, n1, **kw), pa_div(x2, n2, **kw), **kw), dim,
+                    keepdim=False)
+
+
+def _broadcast(a, b):
+    """torch.broadcast_tensors(a, b) by :func:`~torch_bridge._core.expand` (gradients
+    summed in emu.fold_sum's order)."""
+    shape = broadcast_shape(a.shape, b.shape)
+    if shape is None:
+        return torch.broadcast_tensors(a, b)        # torch's error
+    return expand(a, shape), expand(b, shape)
 
 
 def pa_pairwise_distance(x1, x2, eps=1e-6, keepdim=False, fmt="float32", *,
                          backward="approx", rounding="nearest_even"):
     """F.pairwise_distance with p=2: ``pa_vector_norm(x1 - x2 + eps)`` over the last
-    dimension."""
+    dimension (operands broadcast as in :func:`pa_cosine_similarity`)."""
+    x1, x2 = _broadcast(x1, x2)
     return pa_vector_norm(x1 - x2 + eps, -1, keepdim, fmt, backward=backward,
                           rounding=rounding)

@@ -26,8 +26,8 @@ import emu
 from emu.registry import ops
 
 from . import _fused
-from ._core import (SERIAL_WORK, PABinary, PAMLinear, PAMMatmul, PAUnary, check_tensor, expand,
-                    fold_sum)
+from ._core import (SERIAL_WORK, PABinary, PAMLinear, PAMMatmul, PAUnary, add, check_tensor,
+                    expand, fold_sum)
 from .config import PAMConfig, check_config
 
 __all__ = ["pam_matmul", "pam_linear", "pam_conv2d", "pa_softmax", "pa_layer_norm",
@@ -85,7 +85,8 @@ def pam_matmul(a, b, fmt="float32", *, acc="float32", backward="approx",
 def pam_linear(x, weight, bias=None, fmt="float32", *, acc="float32", backward="approx",
                rounding="nearest_even") -> torch.Tensor:
     """``x @ weight.T + bias`` with a PAM matmul over the flattened leading dimensions
-    (so the weight gradient is one fold over every token); the bias add is float32."""
+    (so the weight gradient is one fold over every token); the bias add is float32, the
+    bias gradient reduced in emu.fold_sum's order."""
     check_tensor(x, "input")
     check_tensor(weight, "weight")
     if weight.dim() != 2 or x.dim() == 0 or x.shape[-1] != weight.shape[1]:
@@ -99,7 +100,7 @@ def pam_linear(x, weight, bias=None, fmt="float32", *, acc="float32", backward="
     x2 = x.reshape(-1, x.shape[-1])
     y = pam_matmul(x2, weight.t(), fmt, acc=acc, backward=backward, rounding=rounding)
     y = y.reshape(*x.shape[:-1], weight.shape[0])
-    return y if bias is None else y + bias
+    return y if bias is None else add(y, bias)
 
 
 def _same_padding(x, kernel, dilation):
@@ -118,7 +119,8 @@ def pam_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
 
     Each output is the fold over the kernel's (channel, row, column) entries in that
     order — the order of ``weight.reshape(out, -1)``; the weight gradient folds over
-    (batch, output position).  Accepts torch.nn.functional.conv2d's arguments.
+    (batch, output position), the bias gradient (float32) over (batch, row, column).
+    Accepts torch.nn.functional.conv2d's arguments.
     """
     from .contract import conv_args     # contract builds on this module
     stride, padding, dilation = conv_args("conv2d", 2, stride, padding, dilation, groups)
@@ -150,7 +152,7 @@ def pam_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     y = pam_matmul(wm, cols, fmt, acc=acc, backward=backward, rounding=rounding)
     y = y.reshape(n, weight.shape[0], ho, wo)
     if bias is not None:
-        y = y + bias.reshape(1, -1, 1, 1)
+        y = add(y, bias.reshape(1, -1, 1, 1))
     return y.squeeze(0) if unbatched else y
 
 
@@ -199,13 +201,6 @@ def _unary(op, doc):
     return f
 
 
-def _rowwise(op, a, b, kw):
-    """``op`` (pam_mul, pa_div) of a tensor and a broadcast row statistic of the
-    composites: the broadcast operand's gradient is reduced in emu.fold_sum's order
-    (docs/semantics.md §6)."""
-    return PABinary.apply(a, b, op, kw["fmt"], kw["backward"], kw["rounding"], True)
-
-
 # one function per differentiable op of emu's registry (emu.OPS), named explicitly
 _OPS = {_op.name: _op for _op in ops(differentiable=True)}
 pam_mul, pa_div = (_binary(n, _OPS[n].doc) for n in ("pam_mul", "pa_div"))
@@ -250,14 +245,15 @@ def pa_softmax(x, dim=-1, fmt="float32", *, backward="approx", rounding="nearest
     if x.dim() and _fused.composite(rounding, x):
         return _fused.rows("softmax", x, dim, kw)
     e = _exp_shifted(x, dim, kw)[0]
-    return _rowwise("pa_div", e, fold_sum(e, dim), kw)
+    return pa_div(e, fold_sum(e, dim), **kw)
 
 
 def pa_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, fmt="float32", *,
                   backward="approx", rounding="nearest_even"):
     """Layer norm with PA operations (section 2.3): mean ``Σx ÷̂ n``, variance
     ``Σ (x-μ) ·̂ (x-μ) ÷̂ n``, ``(x-μ) ÷̂ pasqrt(var + eps)``, PAM gain, float32 bias; the
-    sums in emu.fold_sum's order.  Float32 CPU tensors take the fused kernels."""
+    sums, and the gain's and bias's gradients, in emu.fold_sum's order.  Float32 CPU
+    tensors take the fused kernels."""
     check_tensor(x, "input")
     fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
@@ -272,10 +268,10 @@ def pa_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, fmt="fl
         return _fused.layer_norm(x, int(n), weight, bias, eps, kw)
     xc = x - expand(pa_div(fold_sum(x, dims), n, **kw), x.shape)
     var = pa_div(fold_sum(pam_mul(xc, xc, **kw), dims), n, **kw)
-    y = _rowwise("pa_div", xc, pa_sqrt(var + eps, **kw), kw)
+    y = pa_div(xc, pa_sqrt(var + eps, **kw), **kw)
     if weight is not None:
         y = pam_mul(y, weight, **kw)
-    return y if bias is None else y + bias
+    return y if bias is None else add(y, bias)
 
 
 def pa_cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean",
@@ -445,13 +441,21 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
                             **_pa_kw(config, "loss"))
 
 
+def _repeat_heads(t, rep):
+    """``t.repeat_interleave(rep, -3)`` by :func:`expand`: the gradient sums each group's
+    ``rep`` heads in emu.fold_sum's order."""
+    shape = (*t.shape[:-2], rep, *t.shape[-2:])
+    return expand(t.unsqueeze(-3), shape).reshape(*t.shape[:-3], -1, *t.shape[-2:])
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False, *,
                                  config: PAMConfig | None = None):
     """F.scaled_dot_product_attention with PAM batched matmuls ('matmul') and a PA
     softmax whose logit scaling is a PAM ('softmax').  Dropout stays native (a
     select and a constant scale).  A query row whose keys are all masked gives 0, as
-    torch's attention does (not NaN, as a softmax of -inf would)."""
+    torch's attention does (not NaN, as a softmax of -inf would).  The gradients of a
+    float mask and of GQA's shared key/value heads are summed in emu.fold_sum's order."""
     if not (_on(config, "matmul") or _on(config, "softmax")):
         return F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p,
                                               is_causal, scale=scale, enable_gqa=enable_gqa)
@@ -460,8 +464,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     if enable_gqa and key.shape[-3] != query.shape[-3]:
         rep = query.shape[-3] // key.shape[-3]
-        key = key.repeat_interleave(rep, -3)
-        value = value.repeat_interleave(rep, -3)
+        key, value = _repeat_heads(key, rep), _repeat_heads(value, rep)
     s = matmul(query, key.transpose(-2, -1), config)
     s = pam_mul(s, scale, **_pa_kw(config, "softmax")) if _on(config, "softmax") else s * scale
     if is_causal:
@@ -471,7 +474,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         if attn_mask.dtype == torch.bool:
             s = s.masked_fill(~attn_mask, float("-inf"))
         else:
-            s = s + attn_mask
+            s = add(s, attn_mask)
     # rows with every key masked: torch's attention gives 0 there (its safe softmax);
     # softmax on zeros keeps NaN out of the forward and the backward, then the rows are 0
     dead = (s == float("-inf")).all(-1, keepdim=True)

@@ -3,7 +3,7 @@
 ``pa_log_softmax`` is the first half of :func:`torch_bridge.functional.pa_cross_entropy`
 (``(x - max) - palog(Σ paexp(x - max))``, the max shift as there); the losses use PAM
 weights and products, palog/paexp for their logarithms and exponentials, and a PA
-division for their mean, sums float32 (section 2.3).  ``|d|`` is a selection
+division for their mean, sums float32 in emu.fold_sum's order (section 2.3).  ``|d|`` is a selection
 (:func:`torch_bridge.elementwise.pa_abs`), so no backward multiplies by sgn(d).
 """
 from __future__ import annotations
@@ -82,9 +82,10 @@ def _reduce(loss, reduction, kw, weight=None, by_weight=False):
     if reduction == "none":
         return loss
     if reduction == "sum":
-        return loss.sum()
-    n = weight.sum() if by_weight and weight is not None else float(loss.numel())
-    return pa_div(loss.sum(), n, **kw)
+        return fold_sum(loss, None, keepdim=False)
+    n = fold_sum(weight, None, keepdim=False) if by_weight and weight is not None else \
+        float(loss.numel())
+    return pa_div(fold_sum(loss, None, keepdim=False), n, **kw)
 
 
 def pa_mse_loss(input, target, reduction="mean", fmt="float32", *, backward="approx",
@@ -178,5 +179,5 @@ def pa_kl_div(input, target, reduction="mean", log_target=False, fmt="float32", 
         xlogx = pam_mul(target, pa_log(torch.where(pos, target, 1.0), **kw), **kw)
         loss = torch.where(pos, xlogx, 0.0) - pam_mul(target, input, **kw)
     if reduction == "batchmean" and input.dim() > 0:
-        return pa_div(loss.sum(), float(input.shape[0]), **kw)
+        return pa_div(fold_sum(loss, None, keepdim=False), float(input.shape[0]), **kw)
     return _reduce(loss, "sum" if reduction == "batchmean" else reduction, kw)

@@ -59,7 +59,7 @@ from . import functional as PF
 from . import losses as PL
 from . import norms as PN
 from . import recurrent as PR
-from ._core import FLOATS
+from ._core import FLOATS, add
 from .config import PAMConfig, check_config
 
 __all__ = ["pam_mode"]
@@ -96,7 +96,7 @@ def _addmm(cfg, inp, m1, m2, *, beta=1, alpha=1, out=None):
         return NotImplemented
     inp, m1, m2 = PF.autocast_operands(inp, m1, m2)
     prod = _scaled(PF.matmul(m1, m2, cfg), alpha, cfg)
-    return prod if beta == 0 else _scaled(inp, beta, cfg) + prod
+    return prod if beta == 0 else add(_scaled(inp, beta, cfg), prod)
 
 
 def _linear(cfg, x, weight, bias=None):
@@ -146,7 +146,7 @@ def _addbmm(cfg, inp, b1, b2, *, beta=1, alpha=1, out=None):
         return NotImplemented
     inp, b1, b2 = PF.autocast_operands(inp, b1, b2)
     prod = _scaled(PC.pam_addbmm(b1, b2, cfg.fmt, **_mm_kw(cfg)), alpha, cfg)
-    return prod if beta == 0 else _scaled(inp, beta, cfg) + prod
+    return prod if beta == 0 else add(_scaled(inp, beta, cfg), prod)
 
 
 def _einsum(cfg, equation, *operands):

@@ -2,15 +2,16 @@
 
 Built like :func:`torch_bridge.functional.pa_layer_norm` (section 2.3): mean
 ``Σx ÷̂ n``, variance ``Σ (x-μ) ·̂ (x-μ) ÷̂ n``, ``(x-μ) ÷̂ pasqrt(var + eps)``, PAM gain,
-float32 bias; sums are float32 in emu.fold_sum's order.  The backward runs through that
-graph with the chosen derivative kind at every node (section 2.5).
+float32 bias; sums, and the gain's and bias's gradients, are float32 in emu.fold_sum's
+order.  The backward runs through that graph with the chosen derivative kind at every
+node (section 2.5).
 """
 from __future__ import annotations
 
 import torch
 
-from ._core import expand, fold_sum
-from .functional import _numerics, _rowwise, pa_div, pa_layer_norm, pa_sqrt, pam_mul
+from ._core import add, expand, fold_sum
+from .functional import _numerics, pa_div, pa_layer_norm, pa_sqrt, pam_mul
 
 __all__ = ["pa_batch_norm", "pa_group_norm"]
 
@@ -18,7 +19,7 @@ __all__ = ["pa_batch_norm", "pa_group_norm"]
 def _affine(y, weight, bias, shape, kw):
     if weight is not None:
         y = pam_mul(y, weight.reshape(shape), **kw)
-    return y if bias is None else y + bias.reshape(shape)
+    return y if bias is None else add(y, bias.reshape(shape))
 
 
 def pa_batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None,
@@ -45,7 +46,7 @@ def pa_batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None
     mu = pa_div(fold_sum(x, dims), float(n), **kw)
     xc = x - expand(mu, x.shape)
     ss = fold_sum(pam_mul(xc, xc, **kw), dims)
-    y = _rowwise("pa_div", xc, pa_sqrt(pa_div(ss, float(n), **kw) + eps, **kw), kw)
+    y = pa_div(xc, pa_sqrt(pa_div(ss, float(n), **kw) + eps, **kw), **kw)
     if training and running_mean is not None and running_var is not None:
         with torch.no_grad():
             unbiased = pa_div(ss.reshape(-1), float(n - 1), **kw)
