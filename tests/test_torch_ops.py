@@ -418,6 +418,42 @@ def test_bridge_sums_are_left_folds(rng):
           then=lambda v: emu.pa_div(v, np.float32(4096)))
 
 
+def test_conv2d_input_gradient_adds_patches_in_kernel_order(rng):
+    """conv2d's im2col backward (functional._Unfold) adds each input element's patch
+    gradients into a zero image one kernel offset at a time, in row-major offset order
+    (docs/semantics.md §6): the reference adds them one float32 add at a time; torch's CPU
+    col2im gives the same bits (so CPU results did not change), and on the GPU the same
+    slice adds replace CUDA's col2im."""
+    from torch_bridge.functional import _Unfold
+    for k, d, p, st in [((3, 3), (1, 1), (1, 1), (1, 1)), ((3, 2), (2, 1), (2, 0), (2, 3)),
+                        ((5, 5), (1, 1), (2, 2), (1, 1)), ((4, 3), (1, 2), (1, 3), (3, 1))]:
+        n, c, h, w = 2, 3, 11, 13
+        X = (rng.standard_normal((n, c, h, w)) * 2.0 ** rng.integers(-20, 21, (n, c, h, w))
+             ).astype(np.float32)
+        x = t32(X)
+        y = _Unfold.apply(x, k, d, p, st)
+        assert torch.equal(y, F.unfold(x, k, dilation=d, padding=p, stride=st))
+        ho = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // st[0] + 1
+        wo = (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // st[1] + 1
+        Gc = (rng.standard_normal(y.shape) * 2.0 ** rng.integers(-20, 21, y.shape)).astype(
+            np.float32)
+        got, = torch.autograd.grad(y, x, torch.from_numpy(Gc))
+        ref = np.zeros((n, c, h + 2 * p[0], w + 2 * p[1]), np.float32)
+        g6 = Gc.reshape(n, c, k[0], k[1], ho, wo)
+        for i in range(k[0]):
+            for j in range(k[1]):
+                for a in range(ho):
+                    for b in range(wo):
+                        r, q = i * d[0] + a * st[0], j * d[1] + b * st[1]
+                        ref[:, :, r, q] = ref[:, :, r, q] + g6[:, :, i, j, a, b]
+        ref = ref[:, :, p[0]:p[0] + h, p[1]:p[1] + w]
+        assert_bits_equal(npy(got), ref)
+        x2 = t32(X)
+        theirs, = torch.autograd.grad(F.unfold(x2, k, dilation=d, padding=p, stride=st), x2,
+                                      torch.from_numpy(Gc))
+        assert_bits_equal(npy(got), npy(theirs))
+
+
 # --- dtypes, layouts, modes of autograd ---------------------------------------------
 
 def test_bfloat16_float64_and_non_contiguous_inputs(rng):
