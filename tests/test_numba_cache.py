@@ -39,11 +39,16 @@ _CHECK = textwrap.dedent("""
 """)
 
 
+def _env(tmp_path):
+    """A child's environment: a Numba cache and modules under ``tmp_path``, and pamsim."""
+    return dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
+                PYTHONPATH=os.pathsep.join([str(tmp_path), str(Path(__file__).parent.parent)]))
+
+
 def _run(tmp_path, mode):
     (tmp_path / "kmod.py").write_text("from numba import njit\n\n@njit(cache=True)\n"
                                       "def f(x):\n    return x * 2 + 1\n")
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
-               PYTHONPATH=os.pathsep.join([str(tmp_path), str(Path(__file__).parent.parent)]))
+    env = _env(tmp_path)
     procs = [subprocess.Popen([sys.executable, "-c", _CHILD, str(i), mode], env=env)
              for i in range(3)]
     assert all(p.wait() == 0 for p in procs)
@@ -102,8 +107,7 @@ def test_variants_compiled_in_different_processes_keep_their_code(tmp_path):
     loads both from the cache, and each runs its own code (numba/numba#10486: the second
     ran the first's)."""
     (tmp_path / "kfac.py").write_text(_FACTORY)
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
-               PYTHONPATH=os.pathsep.join([str(tmp_path), str(Path(__file__).parent.parent)]))
+    env = _env(tmp_path)
     run = "import sys, numpy as np, kfac; print(kfac.make(int(sys.argv[1]))(np.arange(5)).sum())"
     fresh = [int(subprocess.run([sys.executable, "-c", run, c], env=env, check=True,
                                 capture_output=True, text=True).stdout) for c in ("2", "3")]

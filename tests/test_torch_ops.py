@@ -431,10 +431,10 @@ def test_conv2d_input_gradient_adds_patches_in_kernel_order(rng):
         X = (rng.standard_normal((n, c, h, w)) * 2.0 ** rng.integers(-20, 21, (n, c, h, w))
              ).astype(np.float32)
         x = t32(X)
-        y = _Unfold.apply(x, k, d, p, st)
-        assert torch.equal(y, F.unfold(x, k, dilation=d, padding=p, stride=st))
         ho = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // st[0] + 1
         wo = (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // st[1] + 1
+        y = _Unfold.apply(x, k, d, p, st, (ho, wo))
+        assert torch.equal(y, F.unfold(x, k, dilation=d, padding=p, stride=st))
         Gc = (rng.standard_normal(y.shape) * 2.0 ** rng.integers(-20, 21, y.shape)).astype(
             np.float32)
         got, = torch.autograd.grad(y, x, torch.from_numpy(Gc))

@@ -113,29 +113,28 @@ def _same_padding(x, kernel, dilation):
 
 
 class _Unfold(torch.autograd.Function):
-    """F.unfold (im2col: a gather, exact) whose backward adds the patches' gradients in a
-    defined order on every device: into a zero image, one kernel offset (i, j) at a time
-    in row-major order, each offset's gradients as one strided slice add — per input
-    element, its terms in the order of the kernel offsets that read it, the order of
-    torch's CPU col2im; torch's CUDA col2im sums per element in its own order."""
+    """F.unfold (im2col: a gather, exact; ``out`` is the output's (rows, columns), from
+    the caller) whose backward adds the patches' gradients in a defined order on every
+    device: into a zero image, one kernel offset (i, j) at a time in row-major order,
+    each offset's gradients as one strided slice add — per input element, its terms in
+    the order of the kernel offsets that read it, the order of torch's CPU col2im;
+    torch's CUDA col2im sums per element in its own order."""
 
     @staticmethod
-    def forward(ctx, x, kernel, dilation, padding, stride):
-        ctx.meta = x.shape, kernel, dilation, padding, stride
+    def forward(ctx, x, kernel, dilation, padding, stride, out):
+        ctx.meta = x.shape, kernel, dilation, padding, stride, out
         return F.unfold(x, kernel, dilation=dilation, padding=padding, stride=stride)
 
     @staticmethod
     def backward(ctx, g):
-        (n, c, h, w), (kh, kw), (dh, dw), (ph, pw), (sh, sw) = ctx.meta
-        ho = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-        wo = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        (n, c, h, w), (kh, kw), (dh, dw), (ph, pw), (sh, sw), (ho, wo) = ctx.meta
         g = g.reshape(n, c, kh, kw, ho, wo)
         dx = g.new_zeros(n, c, h + 2 * ph, w + 2 * pw)
         for i in range(kh):
             for j in range(kw):
                 dx[:, :, i * dh:i * dh + sh * (ho - 1) + 1:sh,
                    j * dw:j * dw + sw * (wo - 1) + 1:sw] += g[:, :, i, j]
-        return dx[:, :, ph:ph + h, pw:pw + w], None, None, None, None
+        return dx[:, :, ph:ph + h, pw:pw + w], None, None, None, None, None
 
 
 def pam_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
@@ -173,7 +172,7 @@ def pam_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     n, _, h, w = x.shape
     ho = (h + 2 * padding[0] - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1
     wo = (w + 2 * padding[1] - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1
-    cols = _Unfold.apply(x, kernel, dilation, padding, stride)
+    cols = _Unfold.apply(x, kernel, dilation, padding, stride, (ho, wo))
     cols = cols.reshape(n, groups, weight[0].numel(), ho * wo)      # (N, G, C/G*kh*kw, L)
     wm = weight.reshape(groups, weight.shape[0] // groups, -1)      # (G, O/G, C/G*kh*kw)
     y = pam_matmul(wm, cols, fmt, acc=acc, backward=backward, rounding=rounding)
