@@ -37,7 +37,7 @@ test: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup
 	if [ "$$(env -u PAMSIM_VECTOR_LANES $(BIN)/python -c 'from emu import _kernels; print(_kernels.W)')" = 16 ]; then \
 		PAMSIM_VECTOR_LANES=8 NUMBA_CACHE_DIR="$(abspath $(VENV))/numba-cache-8-lanes" \
-		PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup tests/test_matmul.py; \
+		PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup tests/test_matmul.py tests/test_matmul_acc.py; \
 	fi
 
 # On a machine with a CUDA GPU where torch and numba-cuda are already installed, with

@@ -41,6 +41,8 @@ def _lanes() -> int:
 
 
 W = _lanes()
+#: the CLAMPED step's clamp is one vrangeps (AVX-512DQ) where it is else three operations
+_RANGE = W == 16 and llvm.get_host_cpu_features().get("avx512dq", False)
 drop_stale(_cache_probe, __file__, S.__file__, _tiles.__file__, registry.__file__,
            config=f"lanes={W}")
 
@@ -205,19 +207,22 @@ _M_ALL = MT((1 << W) - 1)
 _MASK_A, _MASK_B, _MASK_AB = 4, 5, 6      # MASKED, by which operand holds the zeros
 
 
-def _micro_kernel(mask_a, mask_b, sh=0, sticky=False):
+def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0):
     """``acc[r, :] += A[r, k] ·̂ B[k, :]`` for QR rows, PW columns and k = 0..nk-1 in
     increasing order, the accumulators in vector registers (LLVM IR, so the block is
     register-allocated as written).  Masked-off products are not added.  ``sh`` > 0:
     each sum is then rounded onto the grid of a format with 23 - sh mantissa bits, the
-    SCALED step of emu/_kernels_acc.py; ``sh`` = F16: rounded to binary16 (its F16
-    step).  ``sticky``: the sum is first made round-to-odd with 2Sum's error, then
-    rounded to binary16 (``sh`` = F16) or, in place on its pattern, onto the grid of an
-    E = 8 format with 23 - sh mantissa bits (the STICKY step with _kernels_acc's finite
-    rounding).  The preconditions are the caller's."""
+    SCALED step of emu/_kernels_acc.py: with ``emin``, the grid of a format with that
+    smallest normal exponent (subnormals included), and the last step's sum, if it
+    rounds to zero, gives it its sign (the ``negzero`` pattern bit); ``sh`` = F16:
+    rounded to binary16 (its F16 step).  ``sticky``: the sum is first made round-to-odd
+    with 2Sum's error, then rounded to binary16 (``sh`` = F16) or, in place on its
+    pattern, onto the grid of an E = 8 format with 23 - sh mantissa bits (the STICKY
+    step with _kernels_acc's finite rounding).  The preconditions are the caller's."""
     i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
     vi, vf, vm = ir.VectorType(i32, W), ir.VectorType(f32, W), ir.VectorType(ir.IntType(1), W)
     mt = ir.IntType(W)
+    fix = emin is not None and negzero != 0     # the peeled last step sets the zero's sign
 
     @intrinsic
     def kernel(typingctx, acc, acc_off, bp, b_off, bm, bm_off, a, am, a_off, a_stride, nk):
@@ -246,10 +251,112 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False):
             ptrs = [at(accp, r * PW + v * W, vf) for r in range(QR) for v in range(NV)]
             init = [builder.load(p, align=4) for p in ptrs]
             rows = [builder.mul(a_stride, ir.Constant(i64, r)) for r in range(QR)]
+            if sh > 0 and not sticky:
+                fmuladd = builder.module.declare_intrinsic(
+                    f"llvm.fmuladd.v{W}f32", (), ir.FunctionType(vf, [vf, vf, vf]))
+                if emin is not None and _RANGE:
+                    vrange = builder.module.declare_intrinsic(
+                        "llvm.x86.avx512.mask.range.ps.512", (), ir.FunctionType(
+                            vf, [vf, vf, i32, vf, ir.IntType(16), i32]))
+
+            def vec(x, ty=vf):
+                return ir.Constant(ty, [x] * W)
+
+            def scaled(t):
+                """The SCALED rounding of t (emu/_kernels_acc.py): with c = 2^sh g,
+                RN(RN(t - c) + c); g = t, or t clamped to |g| >= 1.5 2^emin with t's
+                sign.  c is exact, so fmuladd is the same with or without an FMA."""
+                g = t
+                if emin is not None:
+                    tiny = vec(1.5 * 2.0 ** emin)
+                    if _RANGE:      # imm 7: the larger magnitude (bits 1:0), t's sign (3:2)
+                        g = builder.call(vrange, [t, tiny, ir.Constant(i32, 7), vec(0.0),
+                                                  ir.Constant(ir.IntType(16), -1),
+                                                  ir.Constant(i32, 4)])
+                    else:           # max(|t|, tiny) with t's sign bit
+                        tv = builder.bitcast(t, vi)
+                        a = builder.bitcast(builder.and_(tv, vec(S.ABS32, vi)), vf)
+                        m = builder.select(builder.fcmp_ordered(">", a, tiny), a, tiny)
+                        g = builder.bitcast(builder.or_(builder.bitcast(m, vi), builder.and_(
+                            tv, vec(S.SIGN32 - (1 << 32), vi))), vf)
+                return builder.call(fmuladd, [g, vec(2.0 ** sh), builder.call(
+                    fmuladd, [g, vec(-2.0 ** sh), t])])
+
+            def step(k, accs, last):
+                """One k: the accumulators after it (``last``: the zero takes t's sign)."""
+                kb = builder.mul(k, ir.Constant(i64, PW))
+                km = builder.mul(k, ir.Constant(i64, NV))
+                bs = [builder.load(at(bpp, builder.add(kb, ir.Constant(i64, v * W)), vi), align=4)
+                      for v in range(NV)]
+                mb = [builder.bitcast(builder.load(at(bmp, builder.add(km, ir.Constant(i64, v)))),
+                                      vm) for v in range(NV)] if mask_b else None
+                new = []
+                for r in range(QR):
+                    kr = builder.add(rows[r], k)
+                    one = builder.insert_element(ir.Constant(vi, ir.Undefined),
+                                                 builder.load(at(ap, kr)), ir.Constant(i32, 0))
+                    av = builder.shuffle_vector(one, ir.Constant(vi, ir.Undefined),
+                                                ir.Constant(vi, [0] * W))
+                    ma = builder.bitcast(builder.load(at(amp, kr)), vm) if mask_a else None
+                    for v in range(NV):
+                        s = accs[r * NV + v]
+                        y = builder.bitcast(builder.add(bs[v], av), vf)
+                        t = builder.fadd(s, y)
+                        if sticky:  # round-to-odd: to the odd neighbour on 2Sum's error's side
+                            bb = builder.fsub(t, s)
+                            err = builder.fadd(builder.fsub(s, builder.fsub(t, bb)),
+                                               builder.fsub(y, bb))
+                            nz = builder.fcmp_ordered("!=", err, vec(0.0))
+                            tv = builder.bitcast(t, vi)
+                            away = builder.icmp_signed(
+                                ">=", builder.xor(builder.bitcast(err, vi), tv), vec(0, vi))
+                            if sh == F16:
+                                tz = builder.and_(nz, builder.not_(away))
+                                odd = builder.or_(builder.sub(tv, builder.zext(tz, vi)),
+                                                  builder.zext(nz, vi))
+                                t = builder.bitcast(odd, vf)
+                            else:
+                                # E = 8, finite operands: round the pattern in place, the
+                                # tie bit (which only decides exact ties) being, for an
+                                # inexact sum, whether the error points away from zero:
+                                # what rounding its round-to-odd pattern gives
+                                low = (1 << sh) - 1
+                                lsb = builder.and_(builder.lshr(tv, vec(sh, vi)), vec(1, vi))
+                                tie = builder.select(nz, builder.zext(away, vi), lsb)
+                                t = builder.bitcast(builder.and_(builder.add(
+                                    builder.add(tv, vec(low >> 1, vi)), tie), vec(~low, vi)), vf)
+                        if sh == F16:
+                            t = builder.fpext(
+                                builder.fptrunc(t, ir.VectorType(ir.HalfType(), W)), vf)
+                        elif sh and not sticky:
+                            r0 = scaled(t)
+                            if last:    # a sum that rounds to zero: -0 if it was negative
+                                sign = builder.and_(builder.bitcast(t, vi),
+                                                    vec(negzero - (1 << 32), vi))
+                                r0 = builder.bitcast(builder.or_(builder.bitcast(r0, vi), sign), vf)
+                            t = r0
+                        if mask_a and mask_b:
+                            t = builder.select(builder.and_(ma, mb[v]), t, s)
+                        elif mask_a or mask_b:
+                            t = builder.select(ma if mask_a else mb[v], t, s)
+                        new.append(t)
+                return new
+
+            def merge(a, block_a, b, block_b):
+                """Per accumulator, a from block_a or b from block_b (phi nodes)."""
+                out = []
+                for x, y in zip(a, b):
+                    out.append(builder.phi(vf))
+                    out[-1].add_incoming(x, block_a)
+                    out[-1].add_incoming(y, block_b)
+                return out
+
+            # the loop runs k = 0 .. nk - 1, or to nk - 2 where the last step is peeled
+            stop = builder.sub(nk, ir.Constant(i64, 1)) if fix else nk
             pre = builder.basic_block
             loop = builder.append_basic_block("mk.loop")
             after = builder.append_basic_block("mk.after")
-            builder.cbranch(builder.icmp_signed(">", nk, ir.Constant(i64, 0)), loop, after)
+            builder.cbranch(builder.icmp_signed(">", stop, ir.Constant(i64, 0)), loop, after)
 
             builder.position_at_end(loop)
             k = builder.phi(i64)
@@ -258,73 +365,26 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False):
             for x in init:
                 accs.append(builder.phi(vf))
                 accs[-1].add_incoming(x, pre)
-            kb = builder.mul(k, ir.Constant(i64, PW))
-            km = builder.mul(k, ir.Constant(i64, NV))
-            bs = [builder.load(at(bpp, builder.add(kb, ir.Constant(i64, v * W)), vi), align=4)
-                  for v in range(NV)]
-            mb = [builder.bitcast(builder.load(at(bmp, builder.add(km, ir.Constant(i64, v)))), vm)
-                  for v in range(NV)] if mask_b else None
-            new = []
-            for r in range(QR):
-                kr = builder.add(rows[r], k)
-                one = builder.insert_element(ir.Constant(vi, ir.Undefined),
-                                             builder.load(at(ap, kr)), ir.Constant(i32, 0))
-                av = builder.shuffle_vector(one, ir.Constant(vi, ir.Undefined),
-                                            ir.Constant(vi, [0] * W))
-                ma = builder.bitcast(builder.load(at(amp, kr)), vm) if mask_a else None
-                for v in range(NV):
-                    s = accs[r * NV + v]
-                    y = builder.bitcast(builder.add(bs[v], av), vf)
-                    t = builder.fadd(s, y)
-                    if sticky:  # round-to-odd: to the odd neighbour on 2Sum's error's side
-                        bb = builder.fsub(t, s)
-                        err = builder.fadd(builder.fsub(s, builder.fsub(t, bb)),
-                                           builder.fsub(y, bb))
-                        nz = builder.fcmp_ordered("!=", err, ir.Constant(vf, [0.0] * W))
-                        tv = builder.bitcast(t, vi)
-                        away = builder.icmp_signed(">=", builder.xor(builder.bitcast(err, vi), tv),
-                                                   ir.Constant(vi, [0] * W))
-                        if sh == F16:
-                            tz = builder.and_(nz, builder.not_(away))
-                            t = builder.bitcast(builder.or_(builder.sub(tv, builder.zext(tz, vi)),
-                                                            builder.zext(nz, vi)), vf)
-                        else:
-                            # E = 8, finite operands: round the pattern in place, the tie
-                            # bit (which only decides exact ties) being, for an inexact
-                            # sum, whether the error points away from zero: what rounding
-                            # its round-to-odd pattern gives
-                            low = (1 << sh) - 1
-                            lsb = builder.and_(builder.lshr(tv, ir.Constant(vi, [sh] * W)),
-                                               ir.Constant(vi, [1] * W))
-                            tie = builder.select(nz, builder.zext(away, vi), lsb)
-                            t = builder.bitcast(builder.and_(builder.add(
-                                builder.add(tv, ir.Constant(vi, [low >> 1] * W)), tie),
-                                ir.Constant(vi, [~low] * W)), vf)
-                    if sh == F16:
-                        t = builder.fpext(builder.fptrunc(t, ir.VectorType(ir.HalfType(), W)), vf)
-                    elif sh and not sticky:  # c = ±2^(e + sh), e the exponent of t: (t + c) - c
-                        c = builder.bitcast(builder.add(builder.and_(
-                            builder.bitcast(t, vi), ir.Constant(vi, [-0x800000] * W)),
-                            ir.Constant(vi, [sh << 23] * W)), vf)
-                        t = builder.fsub(builder.fadd(t, c), c)
-                    if mask_a and mask_b:
-                        t = builder.select(builder.and_(ma, mb[v]), t, s)
-                    elif mask_a or mask_b:
-                        t = builder.select(ma if mask_a else mb[v], t, s)
-                    new.append(t)
+            new = step(k, accs, False)
             k1 = builder.add(k, ir.Constant(i64, 1))
             end = builder.basic_block
             k.add_incoming(k1, end)
             for ph, t in zip(accs, new):
                 ph.add_incoming(t, end)
-            builder.cbranch(builder.icmp_signed("<", k1, nk), loop, after)
+            builder.cbranch(builder.icmp_signed("<", k1, stop), loop, after)
 
             builder.position_at_end(after)
-            outs = []
-            for x, t in zip(init, new):
-                outs.append(builder.phi(vf))
-                outs[-1].add_incoming(x, pre)
-                outs[-1].add_incoming(t, end)
+            outs = merge(init, pre, new, end)
+            if fix:
+                last = builder.append_basic_block("mk.last")
+                done = builder.append_basic_block("mk.done")
+                mid = builder.basic_block
+                builder.cbranch(builder.icmp_signed(">", nk, ir.Constant(i64, 0)), last, done)
+                builder.position_at_end(last)
+                fixed = step(stop, outs, True)
+                builder.branch(done)
+                builder.position_at_end(done)
+                outs = merge(outs, mid, fixed, last)
             for p, x in zip(ptrs, outs):
                 builder.store(x, p, align=4)
             return context.get_dummy_value()
@@ -414,17 +474,18 @@ def matmul_prepare_b(B, fc):
     return Bp, Bm, st
 
 
-def matmul_blocked(sh, sticky=False):
+def matmul_blocked(sh, sticky=False, emin=None, negzero=0):
     """The register-blocked PAM matmul: float32 accumulation for ``sh`` = 0, else the
-    SCALED step onto a 23 - sh mantissa-bit grid or (``sh`` = F16) the F16 step, of
-    emu/_kernels_acc.py (whose preconditions make MASKED and SKIP exact); ``sticky``:
-    its STICKY step, rounded to binary16 (F16) or in place onto an E = 8 grid (called
-    only where every block is CLEAN)."""
-    mk_clean = _micro_kernel(False, False, sh, sticky)
-    mk_mask_a = _micro_kernel(True, False, sh, sticky)
-    mk_mask_b = _micro_kernel(False, True, sh, sticky)
-    mk_mask_ab = _micro_kernel(True, True, sh, sticky)
+    SCALED step onto a 23 - sh mantissa-bit grid (``emin``: clamped at that exponent,
+    the zero's sign ``negzero``) or (``sh`` = F16) the F16 step, of emu/_kernels_acc.py
+    (whose preconditions make MASKED and SKIP exact); ``sticky``: its STICKY step,
+    rounded to binary16 (F16) or in place onto an E = 8 grid (called only where every
+    block is CLEAN)."""
+    mk_clean, mk_mask_a, mk_mask_b, mk_mask_ab = (
+        _micro_kernel(ma, mb, sh, sticky, emin, negzero)
+        for ma, mb in ((False, False), (True, False), (False, True), (True, True)))
     low = (1 << max(sh, 0)) - 1
+    tiny = np.float32(1.5 * 2.0 ** (emin or 0))
 
     @register_jitable
     def add_rnd(x, y):
@@ -447,13 +508,15 @@ def matmul_blocked(sh, sticky=False):
             return s
         if sh == F16:
             return f16_round(s)
-        c = as_f32(np.int32((as_i32(s) & np.int32(-0x800000)) + np.int32(sh << 23)))
-        return (s + c) - c
+        g = s if emin is None or abs(s) > tiny else (-tiny if s < 0 else tiny)
+        c = g * np.float32(2.0 ** sh)
+        return (s - c) + c
 
     # the lanes are in the key too: an index entry written by a process with another
     # PAMSIM_VECTOR_LANES (drop_stale's config races with concurrent processes) is
     # never taken for this one
-    @njit_variant(f"sh={sh} sticky={sticky} lanes={W}", parallel=True)
+    @njit_variant(f"sh={sh} sticky={sticky} emin={emin} negzero={negzero} lanes={W}",
+                  parallel=True)
     def kernel(A, Am, sta, Bp, Bm, stb, ia, ib, C, fc):
         """PAM matmul with float32 (or SCALED) accumulation.
 

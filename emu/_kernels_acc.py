@@ -38,16 +38,34 @@ A PLAIN call rounds the float32 sum s = RN32(x + y) with the fewest operations i
 operands allow (step_kind):
 SCALED (scaled_ok: no inf/NaN, every non-zero product at least 2^(emin + p_acc - 1),
        and a bound on every |s| below half of acc's max and of 2^(127 - sh),
-       sh = 23 - M_acc): c = ±2^(e + sh) built from s's sign and exponent e; the
-       float32 spacing of s + c is 2^(e + sh - 23), acc's spacing at s, so
-       RN32(s + c) - c (exact) is RNE_acc(s), ties to the even acc value (c has no
-       bits there).  No subnormal arises: x and y are multiples of Q = 2^(e_y - p_acc +
-       1), e_y the smallest product exponent, so is their sum, and a rounding keeps it
-       (a sum below 2^(e_y) has at most p_acc - 1 bits: exact), so |s| >= Q >= 2^emin
-       unless s = 0; an exact cancellation gives +0, so the accumulator is never -0 and
-       adding a ±0 product is the identity: zero products are skipped as in the
-       float32 kernel, which runs it register-blocked (K.matmul_blocked): 4 vector
-       operations per step on top of the float32 kernel's 2.
+       sh = 23 - M_acc >= 13): with c = 2^sh s (exact), RN32(RN32(s - c) + c) is
+       RNE_acc(s).  Let 2^E <= |s| < 2^(E+1), E >= emin, and q = 2^(E - M_acc), acc's
+       spacing there; c is m q, m the 24-bit integer significand of s.  |s - c| =
+       (2^sh - 1) |s| lies in float32's binade of spacing q, so RN32(s - c) = -c +
+       (the multiple k q nearest s), ties to an even -m + k: a tie has m = 2^(sh-1) mod
+       2^sh, so m and k are even, acc's RNE.  Only in the sliver |s| < 2^E (1 +
+       1/(2^sh - 1)) is |s - c| below that binade (spacing q/2): there RNE_acc(s) =
+       ±2^E, and ±2^E - c is on the q/2 grid within 2^(E-sh+1) <= q/4 of s - c (sh >=
+       13), so RN32 takes it.  The last add is exact (its result is an acc value), and
+       c being exact, fmuladd is the same fused or not: 2 vector operations per step on
+       top of the float32 kernel's 2.  No subnormal arises: x and y are multiples of Q
+       = 2^(e_y - p_acc + 1), e_y the smallest product exponent, so is their sum, and a
+       rounding keeps it (a sum below 2^(e_y) has at most p_acc - 1 bits: exact), so
+       |s| >= Q >= 2^emin unless s = 0; an exact cancellation gives +0, so the
+       accumulator is never -0 and adding a ±0 product is the identity: zero products
+       are skipped as in the float32 kernel, which runs it register-blocked
+       (K.matmul_blocked).
+CLAMPED (clamped_ok: every block CLEAN and the same bound; sums may be subnormal): the
+       SCALED rounding with g = s where |s| >= 1.5 2^emin, else g = ±1.5 2^emin with
+       s's sign, and c = 2^sh g.  Above the clamp it is SCALED's argument; below it c =
+       ±3 2^22 q_min (q_min = 2^(emin - M_acc), acc's subnormal spacing: an even
+       multiple) and |s - c| lies in (2^(emin+sh), 1.5 2^(emin+sh)], float32's binade
+       of spacing q_min, so RN32(s - c) + c is s rounded RNE onto that grid.  A sum
+       that rounds to zero comes out +0 where acc's RNE gives s's sign: no product is
+       ±0, so the next step's sum is y either way, and only the last step of each
+       micro-kernel call ORs s's sign into the result (``negzero``, nothing in fnuz
+       formats).  The clamp is vrangeps where the host has AVX-512DQ: 3 operations per
+       step on top of the float32 kernel's 2.
 F16    (acc IEEE binary16 on a host with F16C, any operands): RNE_acc(s) is the
        hardware conversion to binary16 and back (overflow to inf, subnormals, NaN);
        NaNs are made canonical when C is written.  Where every block is CLEAN
@@ -101,7 +119,7 @@ def _cache_probe():
 drop_stale(_cache_probe, __file__, S.__file__, _tiles.__file__, K.__file__, config=f"qr={QR}")
 
 JW = 256        # columns per vectorised loop: QR rows of JW accumulators stay in L1
-F16, SCALED, F16_BLOCKED = 1, 2, 3  # the fast PLAIN steps (module docstring)
+F16, SCALED, F16_BLOCKED, CLAMPED = 1, 2, 3, 5  # the fast PLAIN steps (module docstring)
 STICKY_BLOCKED = 4      # the STICKY step register-blocked (module docstring)
 #: the F16 step needs the F16C conversions (else LLVM would call a library routine)
 _HAS_F16C = bool(llvm.get_host_cpu_features().get("f16c", False))
@@ -365,7 +383,7 @@ _KERNELS = {(sticky, e8, False): _make(sticky, e8) for sticky in (False, True)
             for e8 in (False, True)}
 if _HAS_F16C:
     _KERNELS[False, False, True] = _make(False, False, True)
-_BLOCKED = {}       # K.matmul_blocked kernels by (shift: SCALED 23 - M_acc or K.F16, sticky)
+_BLOCKED = {}       # K.matmul_blocked kernels by their arguments
 
 
 def is_binary16(fca) -> bool:
@@ -376,10 +394,7 @@ def is_binary16(fca) -> bool:
 def scaled_ok(A, sta, B, stb, fc, fca) -> bool:
     """Whether every SCALED step is exact (module docstring): from the statistics, no
     inf/NaN operand and every product of normal operands normal in fmt and at least
-    2^(emin_acc + p_acc - 1); and every sum is below half of both acc's max and
-    2^(127 - sh): |x_k| <= (1 + 2^-p_acc)^K · sum_k |a_ik| |b_kj| (each step rounds
-    |x + y| up by at most that factor, and |a ·̂ b| <= |a b|: PAM's error is <= 0),
-    bounded by max_i sum_k |a_ik| · max |b| and max |a| · max_j sum_k |b_kj|."""
+    2^(emin_acc + p_acc - 1); and the sums bounded (_bounded)."""
     if sta.size == 0 or stb.size == 0:
         return False
     amn, amx = int(sta[..., 0].min()), int(sta[..., 1].max())
@@ -392,11 +407,27 @@ def scaled_ok(A, sta, B, stb, fc, fca) -> bool:
     if (amn + bmn - S.ONE32 < max(fc.minnorm32, (fca.emin + p - 1 + 127) << 23)
             or amx + bmx - S.ONE32 > fc.max32):
         return False
+    return _bounded(A, B, fca)
+
+
+def clamped_ok(A, sta, B, stb, fc, fca) -> bool:
+    """Whether every CLAMPED step is exact (module docstring): every block CLEAN and the
+    sums bounded (_bounded)."""
+    return clean_ok(sta, stb, fc) and _bounded(A, B, fca)
+
+
+def _bounded(A, B, fca) -> bool:
+    """Whether every sum of finite operands is below half of both acc's max and
+    2^(127 - sh): |x_k| <= (1 + 2^-p_acc)^K · sum_k |a_ik| |b_kj| (each step rounds
+    |x + y| up by at most that factor, and |a ·̂ b| <= |a b|: PAM's error is <= 0),
+    bounded by max_i sum_k |a_ik| · max |b| and max |a| · max_j sum_k |b_kj|."""
     a_rows, a_max, b_cols, b_max = _abs_sums(A, B)
     top = min(a_rows * b_max, a_max * b_cols)
+    if top == 0:
+        return True
     lim = min(float(np.int32(fca.max32).view(np.float32)), 2.0 ** (127 - (23 - fca.man_bits)))
     k = A.shape[2]
-    return math.log2(top) + k * math.log2(1 + 2.0 ** -p) < math.log2(lim) - 1
+    return math.log2(top) + k * math.log2(1 + 2.0 ** -(fca.man_bits + 1)) < math.log2(lim) - 1
 
 
 @njit(parallel=True, cache=True)
@@ -439,10 +470,11 @@ def clean_ok(sta, stb, fc) -> bool:
 
 def step_kind(sticky, A, sta, B, stb, fc, fca):
     """The fast step of a PLAIN call: SCALED where scaled_ok (fewest operations), else
-    for a binary16 accumulator on a host with F16C F16 (register-blocked where every
-    block is CLEAN: no ±0 product meets a -0 accumulator), else None (integer rounding).
-    A STICKY call: STICKY_BLOCKED where every block is CLEAN and acc is an IEEE-style
-    E = 8 format (its rounding in place) or binary16 with F16C, else None."""
+    CLAMPED where clamped_ok, else for a binary16 accumulator on a host with F16C F16
+    (register-blocked where every block is CLEAN: no ±0 product meets a -0
+    accumulator), else None (integer rounding).  A STICKY call: STICKY_BLOCKED where
+    every block is CLEAN and acc is an IEEE-style E = 8 format (its rounding in place)
+    or binary16 with F16C, else None."""
     if sticky:
         e8 = fca.exp_bits == 8 and fca.nan_kind == S.NAN_IEEE
         if (e8 or (_HAS_F16C and is_binary16(fca))) and clean_ok(sta, stb, fc):
@@ -450,6 +482,8 @@ def step_kind(sticky, A, sta, B, stb, fc, fca):
         return None
     if scaled_ok(A, sta, B, stb, fc, fca):
         return SCALED
+    if clamped_ok(A, sta, B, stb, fc, fca):
+        return CLAMPED
     if _HAS_F16C and is_binary16(fca):
         return F16_BLOCKED if clean_ok(sta, stb, fc) else F16
     return None
@@ -461,10 +495,10 @@ def matmul_narrow(A, Am, sta, B, Bp, Bm, stb, ia, ib, C, fc, fca, sticky, fast=-
     ``fast`` from step_kind unless given (tests force each)."""
     if fast == -1:
         fast = step_kind(sticky, A, sta, B, stb, fc, fca)
-    if fast in (SCALED, F16_BLOCKED, STICKY_BLOCKED):
+    if fast in (SCALED, CLAMPED, F16_BLOCKED, STICKY_BLOCKED):
         sh = K.F16 if fast == F16_BLOCKED or (fast == STICKY_BLOCKED and is_binary16(fca)) \
             else 23 - fca.man_bits
-        key = (sh, fast == STICKY_BLOCKED)
+        key = (sh, fast == STICKY_BLOCKED) + ((fca.emin, fca.negzero32) if fast == CLAMPED else ())
         if key not in _BLOCKED:
             _BLOCKED[key] = K.matmul_blocked(*key)
         _BLOCKED[key](A, Am, sta, Bp, Bm, stb, ia, ib, C.view(np.float32), fc)

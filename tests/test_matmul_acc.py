@@ -166,9 +166,10 @@ def step_args(A, B, fmt, acc):
 @pytest.mark.parametrize("acc", NARROW)
 @pytest.mark.parametrize("case", ["dense", "zeros", "specials", "cancel"])
 def test_fast_plain_steps_match_fold(acc, case, rng):
-    """Every fast PLAIN step the call admits (SCALED where scaled_ok, F16 for binary16,
-    register-blocked where clean_ok) gives the fold's bits; bf16 data with a bf16
-    accumulator gets SCALED unless inf/NaN/overflow/flush occur."""
+    """Every fast PLAIN step the call admits (SCALED where scaled_ok, CLAMPED where
+    clamped_ok, F16 for binary16, register-blocked where clean_ok) gives the fold's
+    bits; bf16 data with a bf16 accumulator gets SCALED unless inf/NaN/overflow/flush
+    occur."""
     fmt = "bfloat16" if acc != "float16" else "float16"
     A, B = tiled(case, rng, fmt)
     f, fa = emu.format(fmt).consts, emu.format(acc).consts
@@ -180,6 +181,7 @@ def test_fast_plain_steps_match_fold(acc, case, rng):
         assert ok == (case != "specials")
     want = fold(A, B, fmt, acc)
     kinds = [KA.SCALED] if ok else []
+    kinds += [KA.CLAMPED] if KA.clamped_ok(a, sta, b, stb, f, fa) else []
     if KA._HAS_F16C and KA.is_binary16(fa):
         kinds += [KA.F16] + ([KA.F16_BLOCKED] if KA.clean_ok(sta, stb, f) else [])
     for fast in kinds:
@@ -220,23 +222,52 @@ def test_sticky_blocked_matches_fold(acc, case, rng):
 
 def test_bench_data_takes_the_blocked_steps(rng):
     """bf16 operands (the bench's): SCALED for a bf16 accumulator; for an fp16 one its
-    tiny products can make sums subnormal, so F16_BLOCKED (with F16C), and with zeros
-    (a ±0 product may meet -0) the column loops' F16."""
+    tiny products can make sums subnormal, so CLAMPED, and with zeros (a ±0 product may
+    meet -0) the column loops' F16 (with F16C)."""
     A = rng.standard_normal((40, 300)).astype(np.float32)
     B = rng.standard_normal((300, 70)).astype(np.float32)
-    bf = emu.format("bfloat16").consts
+    bf, h = emu.format("bfloat16").consts, emu.format("float16").consts
     args = step_args(A, B, "bfloat16", "bfloat16")
     assert KA.step_kind(False, *args, bf, bf) == KA.SCALED
+    args = step_args(A, B, "bfloat16", "float16")
+    assert KA.step_kind(False, *args, bf, h) == KA.CLAMPED
     if KA._HAS_F16C:
-        h = emu.format("float16").consts
-        args = step_args(A, B, "bfloat16", "float16")
-        assert KA.step_kind(False, *args, bf, h) == KA.F16_BLOCKED
         A[3, 5] = 0
         args = step_args(A, B, "bfloat16", "float16")
         assert KA.step_kind(False, *args, bf, h) == KA.F16
     for acc in ("bfloat16", "float16"):
         assert_bits_equal(emu.pam_matmul(A, B, "bfloat16", acc), fold(A, B, "bfloat16", acc),
                           what=acc)
+
+
+@pytest.mark.parametrize("acc", ["float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
+                                 "float8_e4m3fnuz", "e3m2", "e6m3fn"])
+def test_clamped_step_every_accumulator_value(acc):
+    """CLAMPED (the clamp, then RN(RN(s - c) + c)) against the fold: every acc value
+    normal in float32 and up to a quarter of _bounded's limit as the accumulator, plus
+    addends of at most p_acc significant bits (PLAIN) from 2^-40 to that quarter: sums
+    in acc's subnormal range and at its edge, ties, the sliver above each power of two,
+    and last steps that round to -0 (+0 in fnuz formats).  Forced: every sum stays below
+    half of that limit, which is what _bounded guarantees (it does not see it here)."""
+    f = emu.format(acc)
+    v = all_values(acc)
+    lim = min(f.max, 2.0 ** (127 - (23 - f.man_bits))) / 4      # _bounded's limit / 2
+    tiny = np.finfo(np.float32).tiny                            # CLEAN: normal operands
+    x = v[np.isfinite(v) & (np.abs(v) >= tiny) & (np.abs(v) <= lim)]
+    p = emu.format(f"e8m{f.man_bits}")
+    q = np.float32(f.smallest_subnormal)
+    y = np.concatenate([x[::max(1, x.size // 512)],
+                        np.float32([s * q * m for s in (1, -1) for m in
+                                    (2.0 ** -16, 0.375, 0.5, 0.625, 0.75, 1.0, 1.125, 1.5, 2.5)]),
+                        np.float32([2.0 ** -40, -2.0 ** -33, f.smallest_normal * 0.9375])])
+    y = y[(emu.quantize(y, p) == y) & (np.abs(y) >= tiny)].astype(np.float32)
+    A, B = pairs(x, y)
+    assert not KA.needs_sticky(A.view(np.int32), B.view(np.int32), emu.float32.consts, f.consts)
+    got = narrow(A, B, "float32", acc, False, KA.CLAMPED)
+    want = fold(A, B, "float32", acc)
+    assert_bits_equal(got, want, what=acc)
+    if f.exp_bits < 8:      # (E = 8: normal operands are multiples of q, so are the sums)
+        assert np.signbit(want[want == 0]).any() == f.has_neg_zero
 
 
 def test_scaled_bound_at_the_range_end():

@@ -4,9 +4,10 @@ Each row times ``pam_matmul(a, b, fmt, acc)`` with a narrow ``acc`` against the 
 call with ``acc="float32"`` (the register-blocked float32 kernel), in the same run.
 bf16 operands have products of 8 significant bits, so bf16 and fp16 accumulators take
 the PLAIN step (float32 add, one rounding), register-blocked: SCALED for bf16 (the
-bounded data admits it), F16_BLOCKED for fp16 (tiny products could make sums
-subnormal; needs F16C); float32 operands with a bf16 accumulator take the STICKY step
-(round-to-odd through 2Sum), emu/_kernels_acc.py.  Then the exact PAM-matmul gradient
+bounded data admits it), CLAMPED for fp16 (tiny products could make sums subnormal,
+so the rounding constant is clamped at fp16's smallest normal); float32 operands with
+a bf16 accumulator take the STICKY step (round-to-odd through 2Sum),
+emu/_kernels_acc.py.  Then the exact PAM-matmul gradient
 (emu.grad.pam_matmul, kind="exact": dA and dB) with a bf16 accumulator against float32
 accumulation (emu/_kernels_grad.py).  The last row is the torch bridge's ``acc=``
 option (forward), against its own float32 accumulator.
