@@ -378,13 +378,12 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0):
             if fix:
                 last = builder.append_basic_block("mk.last")
                 done = builder.append_basic_block("mk.done")
-                mid = builder.basic_block
                 builder.cbranch(builder.icmp_signed(">", nk, ir.Constant(i64, 0)), last, done)
                 builder.position_at_end(last)
                 fixed = step(stop, outs, True)
                 builder.branch(done)
                 builder.position_at_end(done)
-                outs = merge(outs, mid, fixed, last)
+                outs = merge(outs, after, fixed, last)
             for p, x in zip(ptrs, outs):
                 builder.store(x, p, align=4)
             return context.get_dummy_value()

@@ -423,8 +423,6 @@ def _bounded(A, B, fca) -> bool:
     bounded by max_i sum_k |a_ik| · max |b| and max |a| · max_j sum_k |b_kj|."""
     a_rows, a_max, b_cols, b_max = _abs_sums(A, B)
     top = min(a_rows * b_max, a_max * b_cols)
-    if top == 0:
-        return True
     lim = min(float(np.int32(fca.max32).view(np.float32)), 2.0 ** (127 - (23 - fca.man_bits)))
     k = A.shape[2]
     return math.log2(top) + k * math.log2(1 + 2.0 ** -(fca.man_bits + 1)) < math.log2(lim) - 1
