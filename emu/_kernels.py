@@ -88,10 +88,7 @@ def f16_round(typingctx, x):
 # Each elementwise kernel comes twice, from one loop: compiled parallel (prange splits
 # the elements over Numba's threads) and serial (prange is then range).  A parallel
 # region has a fixed cost even on one thread, and on a loaded machine it can wait for a
-# descheduled worker, so below SERIAL elements the backends run the serial twin.
-
-#: below this many elements an elementwise kernel's serial twin runs
-SERIAL = 1 << 16
+# descheduled worker, so below sizes.SERIAL elements the backends run the serial twin.
 
 
 def twins(variant, py_func):

@@ -24,9 +24,6 @@ from ._kernels import as_f32
 from ._numba_cache import drop_stale
 from ._tiles import GENERAL, SKIP, tile_mode
 
-#: at most this many multiply-adds (batch · M · N · K) take this kernel
-SMALL = 1 << 17
-
 
 @njit(cache=True)
 def _cache_probe():

@@ -17,6 +17,7 @@ from . import _kernels_mx as KM
 from . import _kernels_reduce as KR
 from . import _kernels_small as KS
 from . import _scalar as S
+from . import sizes
 from .formats import float32
 from .shapes import batch_index
 
@@ -73,8 +74,8 @@ def alloc(op: str, shape, dtype=np.uint32) -> np.ndarray:
 
 
 def _pick(parallel, serial, out):
-    """The kernel table for a result of ``out.size`` elements: serial below K.SERIAL."""
-    return parallel if out.size >= K.SERIAL else serial
+    """The kernel table for a result of ``out.size`` elements: serial below sizes.SERIAL."""
+    return parallel if out.size >= sizes.SERIAL else serial
 
 
 class HostBackend:
@@ -88,7 +89,7 @@ class HostBackend:
 
     def quantize(self, plan, x, mode, subnormals, saturate, key):
         out = alloc(plan.op, plan.shape).reshape(-1)
-        K.QUANTIZE[out.size >= K.SERIAL](flat_u32(x), out, plan.fc, mode, subnormals,
+        K.QUANTIZE[out.size >= sizes.SERIAL](flat_u32(x), out, plan.fc, mode, subnormals,
                                           saturate, key)
         return finish(out, plan.shape, plan.scalar)
 
@@ -164,7 +165,7 @@ class HostBackend:
         ia = batch_index(a.shape[:-2], batch)
         ib = batch_index(b.shape[:-2], batch)
         c = c.reshape(nout, m, n)
-        if acc == float32 and nout * m * n * k <= KS.SMALL:
+        if acc == float32 and nout * m * n * k <= sizes.SMALL:
             KS.matmul_small(a3, b3, ia, ib, c, fmt.consts)
             return c.reshape(plan.out)
         if acc == float32 or KA.fast_path(acc):
@@ -217,19 +218,19 @@ class HostBackend:
             # map every NaN operand to the canonical NaN themselves
             return np.ascontiguousarray(x).view(np.int32)
         out = np.empty(x.shape, np.uint32)
-        K.QUANTIZE[out.size >= K.SERIAL](flat_u32(x), out.reshape(-1), fmt.consts, S.RNE,
+        K.QUANTIZE[out.size >= sizes.SERIAL](flat_u32(x), out.reshape(-1), fmt.consts, S.RNE,
                                           True, False, 0)
         return out.view(np.int32)
 
 
 def host_fold(x: np.ndarray, plan) -> np.ndarray:
     """emu.fold_sum of the float32 array ``x`` by its plan (emu/reduce.py): a float32
-    array of shape ``plan.out``; serial kernels below K.SERIAL elements and where the
+    array of shape ``plan.out``; serial kernels below sizes.SERIAL elements and where the
     threads would have one block of results to split (they split ``outer``)."""
     if plan.perm is not None:
         x = np.transpose(x, plan.perm)
     x3 = np.ascontiguousarray(x).reshape(plan.outer, plan.n, plan.inner)
-    par = x3.size >= K.SERIAL
+    par = x3.size >= sizes.SERIAL
     if plan.inner == 1:
         out = np.empty(plan.outer, np.float32)
         KR.FOLD_ROWS[par and plan.outer > KR.RB](x3.reshape(plan.outer, plan.n), out)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _kernels_small as KS
+from . import sizes
 from .formats import Format, format, float32
 from .host import HOST
 from .ops import backend_for
@@ -43,7 +44,7 @@ def host_matmul(a, b, fmt: Format, acc: Format):
     end's conversions (for callers that checked their operands already, e.g.
     torch_bridge's per-call path); the shapes are still checked."""
     if (a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0] and fmt is float32
-            and acc is float32 and a.size * b.shape[1] <= KS.SMALL):
+            and acc is float32 and a.size * b.shape[1] <= sizes.SMALL):
         # the plain 2-D case straight to the small kernel: what HOST.matmul would run
         c = np.empty((1, a.shape[0], b.shape[1]), np.float32)
         if c.size:

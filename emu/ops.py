@@ -32,16 +32,16 @@ from .shapes import elementwise
 __all__ = ["quantize", "to_bits", "from_bits", "fp_mul"]      # + one per registry op, below
 
 ROUNDING = {"nearest_even": S.RNE, "toward_zero": S.RTZ, "stochastic": S.SR}
-_ROUNDING_ALIASES = {"rne": "nearest_even", "nearest": "nearest_even",
+ROUNDING_ALIASES = {"rne": "nearest_even", "nearest": "nearest_even",
                      "rtz": "toward_zero", "truncate": "toward_zero", "sr": "stochastic"}
 def rounding_mode(rounding) -> int:
     """Kernel code of a rounding-mode name; ValueError naming the accepted names."""
     if isinstance(rounding, str):
-        key = _ROUNDING_ALIASES.get(rounding.lower(), rounding.lower())
+        key = ROUNDING_ALIASES.get(rounding.lower(), rounding.lower())
         if key in ROUNDING:
             return ROUNDING[key]
     raise ValueError(f"rounding={rounding!r} is not a rounding mode; expected one of "
-                     f"{sorted(ROUNDING)} (aliases {sorted(_ROUNDING_ALIASES)})")
+                     f"{sorted(ROUNDING)} (aliases {sorted(ROUNDING_ALIASES)})")
 
 
 def stochastic_key(seed) -> int:

@@ -25,7 +25,8 @@ from numba.extending import register_jitable
 
 from . import _scalar as S
 from . import _kernels as K
-from ._kernels import SERIAL, as_f32, as_i32, twins
+from . import sizes
+from ._kernels import as_f32, as_i32, twins
 from ._numba_cache import drop_stale
 from .formats import Format, float32, format
 from .ops import rounding_mode, stochastic_key
@@ -133,6 +134,6 @@ def step(p, g, m, v, outp, outm, outv, consts, eps, fmt: Format, mode: int, seed
     keys = np.array([stochastic_key(s) if sr else 0 for s in (seeds or [0] * ROUNDINGS)],
                     np.int64)
     c = np.array([0.0 if x is None else x for x in consts], np.float32).view(np.uint32)
-    _ADAMW[rnd][p.size >= SERIAL](p, g, m, v, outp, outm, outv, fmt.consts, mode, keys,
+    _ADAMW[rnd][p.size >= sizes.SERIAL](p, g, m, v, outp, outm, outv, fmt.consts, mode, keys,
                                   c.astype(np.int64), np.float32(eps), consts[0] is not None,
                                   bool(maximize))

@@ -18,6 +18,7 @@ from conftest import assert_bits_equal, corner_values
 from emu import _kernels as K
 from emu import _kernels_grad as KG
 from emu._scalar_approx import ln2_pattern
+from emu import sizes
 from emu.registry import ops
 from torch_bridge import _core
 from torch_bridge import functional as PF
@@ -35,7 +36,7 @@ def npy(t):
 def general(monkeypatch):
     """A context that sends every call down the general path (emu's front ends)."""
     def use():
-        monkeypatch.setattr(_core, "SERIAL_WORK", -1)
+        monkeypatch.setattr(sizes, "SERIAL_WORK", -1)
     return use
 
 
@@ -284,7 +285,7 @@ def test_fused_takes_the_graph_where_it_cannot_run():
     assert y.dtype == torch.bfloat16 and y.grad_fn.name() != "ElementwiseBackward"
     # beyond FUSED_MAX elements the graph's vectorised kernels are faster
     assert PE.pa_gelu(x.requires_grad_()).grad_fn.name() == "ElementwiseBackward"
-    big = torch.randn(_fused.FUSED_MAX + 1, requires_grad=True)
+    big = torch.randn(sizes.FUSED_MAX + 1, requires_grad=True)
     assert PE.pa_gelu(big).grad_fn.name() != "ElementwiseBackward"
 
 

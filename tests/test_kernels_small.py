@@ -12,12 +12,13 @@ from conftest import assert_bits_equal
 from emu import _kernels as K
 from emu import _kernels_small as KS
 from emu import _scalar as S
+from emu import sizes
 from emu.matmul import host_matmul
 
 
 def _blocked(a, b, fmt, monkeypatch):
     with monkeypatch.context() as m:
-        m.setattr(KS, "SMALL", -1)
+        m.setattr(sizes, "SMALL", -1)
         return host_matmul(a, b, fmt, emu.float32)
 
 

@@ -4,7 +4,7 @@ import pytest
 
 import emu
 from conftest import assert_bits_equal
-from emu import _kernels as K
+from emu import sizes
 
 
 def reference(x, axis, keepdims=False):
@@ -64,7 +64,7 @@ def test_fold_sum_order_is_not_numpys(rng):
 
 def test_fold_sum_serial_and_parallel_agree(rng):
     """Above emu._kernels.SERIAL elements the parallel twins run: the same fold."""
-    x = (rng.standard_normal((K.SERIAL // 64 + 3, 70)) * 1e3).astype(np.float32)
+    x = (rng.standard_normal((sizes.SERIAL // 64 + 3, 70)) * 1e3).astype(np.float32)
     for axis in (-1, 0):
         assert_bits_equal(emu.fold_sum(x, axis), reference(x, axis), what=f"axis={axis}")
 

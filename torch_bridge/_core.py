@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 import emu
+from emu import sizes
 import emu.mx
 import emu.shapes
 import emu.grad as G
@@ -178,16 +179,10 @@ def _start_numba_threads():
 
 _start_numba_threads()
 
-#: below this much work (elements, or multiply-adds for a matmul) emu runs on one
-#: thread: waking a second one costs more than it saves, and on a loaded machine a
-#: parallel region can wait milliseconds for a descheduled worker
-SERIAL_WORK = 1 << 18
-
-
 @contextmanager
 def emu_threads(work: int):
     """Numba threads for an emu call: one for small work, else as many as torch uses."""
-    n = 1 if work < SERIAL_WORK else max(1, min(torch.get_num_threads(),
+    n = 1 if work < sizes.SERIAL_WORK else max(1, min(torch.get_num_threads(),
                                                 numba.config.NUMBA_NUM_THREADS))
     old = numba.get_num_threads()
     if n == old:
@@ -264,7 +259,7 @@ def broadcast_shape(a, b):
 # --- the per-call path ---------------------------------------------------------------
 #
 # Models run PA ops on tensors of a few hundred elements, where every microsecond of
-# Python per call counts, not the arithmetic.  CPU operands of at most SERIAL_WORK
+# Python per call counts, not the arithmetic.  CPU operands of at most sizes.SERIAL_WORK
 # elements therefore skip emu's front ends (formats, operands and shapes are already
 # checked here) and run emu's serial kernel twins on the tensors' memory directly:
 # rounding into the format (a kernel per operand, only when the format is not float32),
@@ -295,16 +290,12 @@ def numerics(fmt, rounding) -> _Numerics:
     return n
 
 
-#: elementwise operands of at most this many elements take the per-call path: there
-#: an op and its derivative are one kernel each, whose per-element code LLVM vectorises
-#: less than emu's chain of single-op kernels (an approximate derivative's PAMs beside
-#: paexp2): beyond ~2^15 elements the general path is faster
-LEAN_ELEMENTWISE = 1 << 15
-
-
-def lean(rounding: str, *tensors, limit: int = SERIAL_WORK) -> bool:
+def lean(rounding: str, *tensors, limit: int | None = None) -> bool:
     """Whether a call takes the per-call path: deterministic rounding, CPU tensors (not
-    routed to the CUDA backend) of at most ``limit`` elements each."""
+    routed to the CUDA backend) of at most ``limit`` elements each (sizes.SERIAL_WORK
+    by default)."""
+    if limit is None:
+        limit = sizes.SERIAL_WORK
     if rounding == "stochastic" or _CUDA_FOR_CPU:
         return False
     for t in tensors:
@@ -408,7 +399,7 @@ class PAMMatmul(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b, fmt, acc, kind, rounding):
         work = _matmul_work(a, b)
-        ctx.lean = (work <= SERIAL_WORK and not isinstance(fmt, emu.mx.MXFormat)
+        ctx.lean = (work <= sizes.SERIAL_WORK and not isinstance(fmt, emu.mx.MXFormat)
                     and lean(rounding, a, b))
         with emu_threads(work):
             if ctx.lean:
@@ -455,7 +446,7 @@ class PAMLinear(torch.autograd.Function):
         x2 = x.reshape(-1, x.shape[-1])
         (M, K), N = x2.shape, weight.shape[0]
         nm = numerics(fmt, rounding)
-        one_call = acc is emu.float32 and M * N * K <= _fused.KS.SMALL
+        one_call = acc is emu.float32 and M * N * K <= sizes.SMALL
         ctx.meta = fmt, acc, kind, rounding, x.shape, None if bias is None else bias.shape
         ctx.one_call = one_call
         if one_call:
@@ -515,7 +506,7 @@ class PABinary(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a, b, op, fmt, kind, rounding):
-        ctx.lean = lean(rounding, a, b, limit=LEAN_ELEMENTWISE)
+        ctx.lean = lean(rounding, a, b, limit=sizes.LEAN_ELEMENTWISE)
         if ctx.lean:
             A, B = _rounded_lean(ctx, (a, b), fmt, rounding)
             y = binary_kernel(op, A, B, numerics(fmt, rounding))
@@ -530,7 +521,7 @@ class PABinary(torch.autograd.Function):
     def backward(ctx, dy):
         op, fmt, kind, rounding = ctx.meta
         a, b = ctx.saved_tensors
-        if ctx.lean and lean(rounding, dy, limit=LEAN_ELEMENTWISE):
+        if ctx.lean and lean(rounding, dy, limit=sizes.LEAN_ELEMENTWISE):
             g = round_lean(as_float32(dy), fmt, rounding)
             da, db = binary_grad_kernel(op, kind, as_float32(a), as_float32(b), g,
                                         numerics(fmt, rounding))
@@ -548,7 +539,7 @@ class PAUnary(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, op, fmt, kind, rounding):
-        ctx.lean = lean(rounding, x, limit=LEAN_ELEMENTWISE)
+        ctx.lean = lean(rounding, x, limit=sizes.LEAN_ELEMENTWISE)
         if ctx.lean:
             (X,) = _rounded_lean(ctx, (x,), fmt, rounding)
             y = unary_kernel(op, X, numerics(fmt, rounding))
@@ -563,7 +554,7 @@ class PAUnary(torch.autograd.Function):
     def backward(ctx, dy):
         op, fmt, kind, rounding = ctx.meta
         (x,) = ctx.saved_tensors
-        if ctx.lean and lean(rounding, dy, limit=LEAN_ELEMENTWISE):
+        if ctx.lean and lean(rounding, dy, limit=sizes.LEAN_ELEMENTWISE):
             g = round_lean(as_float32(dy), fmt, rounding)
             dx = unary_grad_kernel(op, kind, as_float32(x), g, numerics(fmt, rounding))
         else:

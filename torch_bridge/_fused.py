@@ -26,6 +26,7 @@ from numba import njit, prange
 from numba.extending import register_jitable
 
 import emu
+from emu import sizes
 from emu import _kernels as K
 from emu import _kernels_reduce as KR
 from emu import _kernels_small as KS
@@ -100,14 +101,6 @@ def use(on: bool):
         _ENABLED = old
 
 
-#: composites of at most this many elements run fused.  The fused kernels win on the
-#: per-call cost (an autograd node and its Python per graph node), but their per-element
-#: code is the scalar definitions in one long chain that LLVM does not vectorise, where
-#: the graph's float32 PAM/division kernels are vectorised: beyond ~2^13 elements (1
-#: thread; GELU, softmax, cross-entropy) the graph is faster (docs/torch_bridge.md).
-FUSED_MAX = 1 << 13
-
-
 def fusable(rounding: str, *tensors) -> bool:
     """Whether the fast paths run: enabled, deterministic rounding, float32 CPU tensors
     (None entries are absent optional operands)."""
@@ -119,8 +112,8 @@ def fusable(rounding: str, *tensors) -> bool:
 
 def composite(rounding: str, x, *tensors) -> bool:
     """Whether a composite of ``x`` (and further operands) runs fused: :func:`fusable`,
-    and ``x`` has at most FUSED_MAX elements."""
-    return fusable(rounding, x, *tensors) and x.numel() <= FUSED_MAX
+    and ``x`` has at most sizes.FUSED_MAX elements."""
+    return fusable(rounding, x, *tensors) and x.numel() <= sizes.FUSED_MAX
 
 
 def _kind(kind: str) -> int:
@@ -133,7 +126,7 @@ def _f32(t: torch.Tensor) -> np.ndarray:
 
 
 def _par(n: int) -> bool:
-    return n >= K.SERIAL
+    return n >= sizes.SERIAL
 
 
 _CONSTS: dict = {}
@@ -700,7 +693,7 @@ _CONSTANT_PATTERNS: dict = {}
 
 def constant_ok(rounding, x) -> bool:
     """Whether ``x op number`` takes :class:`Constant`: fusable and small."""
-    return fusable(rounding, x) and x.numel() <= _core.LEAN_ELEMENTWISE
+    return fusable(rounding, x) and x.numel() <= sizes.LEAN_ELEMENTWISE
 
 
 def _constant(v, fmt, rounding) -> int:

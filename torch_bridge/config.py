@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 
 import emu
 import emu.mx
-from emu.ops import ROUNDING, _ROUNDING_ALIASES
+from emu.ops import ROUNDING, ROUNDING_ALIASES
 
 __all__ = ["OPS", "PAMConfig", "check_config"]
 
@@ -101,10 +101,10 @@ class PAMConfig:
         set_("backward", kinds if not isinstance(self.backward, str) else self.backward)
         set_("_kinds", tuple(kinds[op] for op in OPS))
         key = self.rounding.lower() if isinstance(self.rounding, str) else None
-        key = _ROUNDING_ALIASES.get(key, key)
+        key = ROUNDING_ALIASES.get(key, key)
         if key not in ROUNDING:
             raise ValueError(f"rounding={self.rounding!r}; expected one of {sorted(ROUNDING)} "
-                             f"(aliases {sorted(_ROUNDING_ALIASES)})")
+                             f"(aliases {sorted(ROUNDING_ALIASES)})")
         set_("rounding", key)
         if isinstance(self.fmt, emu.mx.MXFormat) and key != "nearest_even":
             raise ValueError(f"rounding={self.rounding!r} with fmt={self.fmt.name}: MX "

@@ -23,10 +23,11 @@ from torch.nn import functional as F
 from torch.nn.modules.utils import _pair
 
 import emu
+from emu import sizes
 from emu.registry import ops
 
 from . import _fused
-from ._core import (SERIAL_WORK, PABinary, PAMLinear, PAMMatmul, PAUnary, add, check_tensor,
+from ._core import (PABinary, PAMLinear, PAMMatmul, PAUnary, add, check_tensor,
                     expand, fold_sum)
 from .config import PAMConfig, check_config
 
@@ -95,7 +96,7 @@ def pam_linear(x, weight, bias=None, fmt="float32", *, acc="float32", backward="
                          f"2-D weight)")
     f, kind, r, a = _numerics(fmt, backward, rounding, acc)
     if (_fused.fusable(r, x, weight, bias) and not isinstance(f, emu.mx.MXFormat)
-            and x.numel() * weight.shape[0] <= SERIAL_WORK and x.numel()):
+            and x.numel() * weight.shape[0] <= sizes.SERIAL_WORK and x.numel()):
         return PAMLinear.apply(x, weight, bias, f, a, kind, r)     # the graph below, fused
     x2 = x.reshape(-1, x.shape[-1])
     y = pam_matmul(x2, weight.t(), fmt, acc=acc, backward=backward, rounding=rounding)

@@ -20,6 +20,7 @@ import torch
 from torch.nn import functional as F
 
 import emu
+from emu import sizes
 import emu.mx
 
 from . import _fused
@@ -64,8 +65,8 @@ class _Ops:
                 isinstance(cfg.fmt, emu.mx.MXFormat) or h.dim() != 2:
             return None
         if not _fused.fusable(cfg.rounding, gi, h, c, w_hh, b_hh) or \
-                h.shape[0] * w_hh.numel() > _fused.KS.SMALL or not gi.numel() or \
-                gi[0].numel() > _fused.FUSED_MAX:
+                h.shape[0] * w_hh.numel() > sizes.SMALL or not gi.numel() or \
+                gi[0].numel() > sizes.FUSED_MAX:
             return None
         mm = PF._numerics(cfg.fmt, cfg.kind("matmul"), cfg.rounding, cfg.acc)
         mm = (mm[0], mm[3], mm[1], mm[2])
