@@ -12,14 +12,15 @@ and on random float32 and bfloat16 values).  The fused CPU kernels of torch_brid
 (and its lean per-call path) are built from these.
 
 Unary rules are ``op_approx(x, dy, ln2, fc) -> dx``, binary ones ``op_approx(a, b, dy,
-ln2, fc) -> (da, db)``, on float32 patterns (int64); ``ln2`` is the pattern of
-emu.registry.ln2(fmt), the constant of paexp2's and palog2's rules.  Each exists for
+ln2, fc) -> (da, db)``, on float32 patterns (int64); ``ln2`` is ``fmt.consts.ln2_32``
+(emu.registry.ln2(fmt)), the constant of paexp2's and palog2's rules.  Each exists for
 any format and, specialised, for float32 (:func:`rules`).
 """
 import numpy as np
 from numba.extending import register_jitable
 
 from . import _scalar as S
+from .formats import format
 
 MINUS_ONE32 = 0xBF800000       # -1.0: -(A ·̂ δ) is (A ·̂ δ) ·̂ -1 in pa_div's rule
 TWO32 = 0x40000000             # 2.0: the halving in pa_sqrt's rule
@@ -116,6 +117,5 @@ globals().update(GENERAL)
 
 
 def ln2_pattern(fmt) -> int:
-    """The ``ln2`` argument of the rules above for ``fmt``."""
-    from .registry import ln2
-    return int(np.float32(ln2(fmt)).view(np.uint32))
+    """The ``ln2`` argument of the rules above for ``fmt`` (``fmt.consts.ln2_32``)."""
+    return format(fmt).consts.ln2_32

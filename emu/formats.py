@@ -63,6 +63,8 @@ class FmtConsts(NamedTuple):
     negzero32: int    # pattern a -0 result takes: 0x80000000, or 0 where there is no -0 (fnuz)
     nan32: int        # what an invalid operation returns: canonical NaN, or -0 without NaN
     nanenc: int       # encoding of the canonical NaN (0 where there is none)
+    ln2_32: int       # ln(2) rounded (RNE) to the format: the constant of the approximate
+    #                   derivatives of paexp2 and palog2 (Table 1)
 
 
 def _default_bias(exp_bits: int, nan: str) -> int:
@@ -265,6 +267,16 @@ def _round_nearest_even(value: Fraction, man_bits: int) -> Fraction:
     return Fraction(n, 1 << man_bits)
 
 
+# ln(2) to 40 significant digits: far more than any rounding to <= 24 bits needs
+_LN2 = Fraction("0.6931471805599453094172321214581765680755")
+
+
+def _ln2(fmt: Format) -> Fraction:
+    """ln(2) rounded (RNE) to ``fmt``: a subnormal where 2^-1 is below its smallest normal."""
+    quantum = Fraction(2) ** (max(-1, fmt.emin) - fmt.man_bits)   # ln2 = 2^-1 (1.386...)
+    return round(_LN2 / quantum) * quantum                         # Fraction: ties to even
+
+
 _CONSTS_CACHE: dict = {}
 
 
@@ -282,7 +294,8 @@ def _consts(fmt: Format) -> FmtConsts:
             nan_kind=NAN_POLICIES.index(fmt.nan),
             negzero32=_SIGN32 if fmt.has_neg_zero else 0,
             nan32=_SIGN32 if fmt.nan == "none" else _QNAN32,
-            nanenc=fmt.nan_encoding or 0)
+            nanenc=fmt.nan_encoding or 0,
+            ln2_32=_f32_pattern(_ln2(fmt)))
         _CONSTS_CACHE[fmt] = c
     return c
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Callable
 
 import numpy as np
@@ -73,16 +72,10 @@ def ops(arity: int | None = None, *, public: bool | None = None,
 
 # --- constants of the approximate derivatives ------------------------------------------
 
-# ln(2) to 40 significant digits: far more than any rounding to <= 24 bits needs
-_LN2 = Fraction("0.6931471805599453094172321214581765680755")
-
-
 def ln2(fmt: Format | str = float32) -> np.float32:
     """ln(2) rounded (RNE) to ``fmt``: the constant of the approximate derivatives of
     paexp2 and palog2 (Table 1)."""
-    fmt = format(fmt)
-    quantum = Fraction(2) ** (max(-1, fmt.emin) - fmt.man_bits)   # ln2 = 2^-1 (1.386...)
-    return np.float32(round(_LN2 / quantum) * quantum)             # Fraction: ties to even
+    return np.uint32(format(fmt).consts.ln2_32).view(np.float32)
 
 
 def log2e(fmt: Format) -> np.float32:
