@@ -25,10 +25,11 @@ import numpy as np
 from . import _kernels_grad as KG
 from . import cuda_backend
 from . import ops as ops_module
+from .backend import backend_for
 from .formats import Format, float32, format
 from .host import as_float32
 from .matmul import host_matmul as _pam_matmul
-from .ops import backend_for, quantize
+from .ops import quantize
 from .registry import ln2, ops
 from .shapes import batch_index, contract_layout, elementwise, matmul_grad_shapes
 

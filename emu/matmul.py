@@ -15,9 +15,9 @@ import numpy as np
 
 from . import _kernels_small as KS
 from . import sizes
+from .backend import backend_for
 from .formats import Format, format, float32
 from .host import HOST
-from .ops import backend_for
 from .shapes import matmul_shapes
 
 __all__ = ["pam_matmul"]

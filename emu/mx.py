@@ -27,8 +27,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .backend import backend_for, backend_of
 from .formats import (Format, float4_e2m1fn, float6_e2m3fn, float6_e3m2fn, float8_e4m3fn,
                       float8_e5m2, format)
+from .matmul import pam_matmul
+from .shapes import matmul_shapes
 from ._scalar_mx import E8M0_NAN  # noqa: F401 (the NaN code of E8M0, a NaN block's scale)
 
 __all__ = ["MX_TYPES", "MXFormat", "mx_format", "mx_type", "mx_quantize", "mx_dequantize",
@@ -133,7 +136,6 @@ def _plan(shape, block, axis, name=None) -> MXPlan:
 def _quantize(x, name, block, axis, values, stream):
     """(elements, scales), or (``values``) the dequantized values, by the kernels of the
     backend ``x`` picks (CPU, or CUDA for a device array: docs/gpu.md)."""
-    from .ops import backend_for
     backend, (xv,) = backend_for(stream, {"x": x})
     return backend.mx_quantize(_plan(xv.shape, block, axis, name), xv, values)
 
@@ -159,9 +161,7 @@ def mx_dequantize(elements, scales, block: int = 32, axis: int = -1, *, stream=N
     """The values ``P_i · 2^(code - 127)`` of MX data, rounded RNE to float32 (exact
     unless beyond float32's range); a NaN scale (0xFF) makes its block NaN.  CUDA
     operands (both on the device) run there."""
-    from . import cuda_backend
-    from .host import HOST
-    backend = cuda_backend.prepare(stream, elements=elements, scales=scales) or HOST
+    backend = backend_of(stream, elements=elements, scales=scales)
     p = backend.operand(elements, "elements")
     sc = backend.operand(scales, "scales", bits=True)
     plan = _plan(p.shape, block, axis)
@@ -218,9 +218,6 @@ def mx_pam_matmul(a, b, elem, block: int = 32, acc="float32", *, stream=None):
     order into ``acc`` from +0 (docs/semantics.md, "MX block formats").  It is
     :meth:`MXFormat.round` of each operand and ``pam_matmul`` in float32 on the
     results, so CUDA operands stay on the device."""
-    from .matmul import pam_matmul
-    from .ops import backend_for
-    from .shapes import matmul_shapes
     mx = MXFormat(elem, block)
     acc = format(acc, argname="acc").arithmetic("acc")
     _, (av, bv) = backend_for(stream, {"a": a, "b": b})       # checked before any kernel

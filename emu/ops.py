@@ -1,7 +1,7 @@
 """The front end of the elementwise operations: it validates the arguments, plans the
 call once (emu/shapes.py: kernel, broadcast shape, format) and hands it to the backend
-the operands pick: the CPU backend (emu/host.py, Numba kernels) or the CUDA backend
-(emu/cuda_backend.py, numba-cuda kernels), both built from the registry's scalar
+the operands pick (emu/backend.py): the CPU backend (emu/host.py, Numba kernels) or the
+CUDA backend (emu/cuda_backend.py, numba-cuda kernels), both built from the registry's scalar
 definitions.
 
 Inputs: anything ``numpy.asarray`` accepts with a real floating dtype (float16,
@@ -22,10 +22,9 @@ import secrets
 import numpy as np
 
 from . import _scalar as S
-from . import cuda_backend
 from . import mx as _mx
+from .backend import backend_for
 from .formats import Format, format, float32
-from .host import HOST
 from .registry import ops
 from .shapes import elementwise
 
@@ -111,14 +110,6 @@ def _e8m0(x, bits, stream):
     """quantize (``bits`` False) or to_bits into the E8M0 scale type."""
     backend, (xv,) = backend_for(stream, {"x": x})
     return backend.e8m0(elementwise("to_bits" if bits else "quantize", None, x=xv), xv, bits)
-
-
-def backend_for(stream, operands: dict, bits: bool = False):
-    """``(backend, the operands as it reads them)``: the CUDA backend for CUDA operands,
-    else the CPU backend (``stream`` only goes with CUDA operands).  ``bits``: the
-    operands are integer encodings, read as they are, not converted to float32."""
-    backend = cuda_backend.prepare(stream, **operands) or HOST
-    return backend, [backend.operand(v, n, bits) for n, v in operands.items()]
 
 
 def _unary(name, x, fmt, stream):

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .ops import backend_for
+from .backend import backend_for
 
 __all__ = ["fold_sum", "FoldPlan", "fold_plan"]
 
