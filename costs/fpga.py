@@ -31,7 +31,7 @@ from pathlib import Path
 
 __all__ = ["Design", "Resources", "SynthResult", "synthesize", "TARGETS", "devices",
            "Device", "fit", "Fit", "cache_dir", "fmax_wrapper", "summary_row",
-           "format_rows"]
+           "format_rows", "find_device"]
 
 #: Bumped whenever the scripts or the parsing change, so old cache entries are not reused.
 _PIPELINE_VERSION = 3
@@ -145,7 +145,9 @@ def devices() -> dict[tuple[str, str], Device]:
         for r in rows}
 
 
-def _device(target: str, device: str | None) -> Device:
+def find_device(target: str, device: str | None) -> Device:
+    """The device named ``device`` (None: the target's default) of ``target``; ValueError
+    naming the known devices otherwise."""
     name = device or _DEFAULT_DEVICE[target]
     dev = devices().get((target, name))
     if dev is None:
@@ -344,7 +346,7 @@ def synthesize(design: Design, target: str = "ecp5", *, device: str | None = Non
     if not isinstance(design, Design):
         raise TypeError(f"design must be a costs.fpga.Design, got {type(design).__name__}")
     _check_target(target)
-    dev = _device(target, device)
+    dev = find_device(target, device)
     pnr = bool(pnr) and target in _PNR_TOOL
     tools = _versions(target, pnr)
     synth = _synth_command(target, design.top, dsp, dev)
@@ -423,7 +425,7 @@ def fit(result: SynthResult, device: str | None = None) -> Fit:
     """
     if not isinstance(result, SynthResult):
         raise TypeError(f"result must be a costs.fpga.SynthResult, got {type(result).__name__}")
-    dev = _device(result.target, device or result.device)
+    dev = find_device(result.target, device or result.device)
     r = result.resources
     used = {"logic": r.logic, "ff": r.ffs, "dsp": r.dsps, "bram": r.brams}
     if dev.carry:

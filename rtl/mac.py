@@ -16,13 +16,16 @@ from ._float import FloatLayout, as_format
 from .ieee import FloatAdder, FloatMultiplier
 from .pa import PAMMultiplier
 
-__all__ = ["PAMMac", "PAMDotArray", "MAX_STAGES", "MAX_ARRAY_SIDE"]
+__all__ = ["PAMMac", "PAMDotArray", "MAX_STAGES", "MAX_ARRAY_SIDE", "check_stages",
+           "check_side"]
 
 MAX_STAGES = 3
 MAX_ARRAY_SIDE = 32
 
 
-def _check_stages(stages) -> int:
+def check_stages(stages) -> int:
+    """``stages`` if it is a pipeline depth the MAC supports, else ValueError (sim's
+    harness checks its arguments with it too)."""
     if isinstance(stages, bool) or not isinstance(stages, int) or not 1 <= stages <= MAX_STAGES:
         raise ValueError(
             f"stages={stages!r}: expected an int in [1, {MAX_STAGES}] (1: multiply and "
@@ -32,7 +35,8 @@ def _check_stages(stages) -> int:
     return stages
 
 
-def _check_side(name: str, v) -> int:
+def check_side(name: str, v) -> int:
+    """``v`` if it is an array side (``name``: rows or cols) the array supports."""
     if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_ARRAY_SIDE:
         raise ValueError(f"{name}={v!r}: expected an int in [1, {MAX_ARRAY_SIDE}]")
     return v
@@ -62,7 +66,7 @@ class PAMMac(wiring.Component):
     def __init__(self, in_fmt, acc_fmt="float32", stages: int = 2, multiplier: str = "pam"):
         self.in_fmt = as_format(in_fmt, "in_fmt")
         self.acc_fmt = as_format(acc_fmt, "acc_fmt")
-        self.stages = _check_stages(stages)
+        self.stages = check_stages(stages)
         if multiplier not in self.MULTIPLIERS:
             raise ValueError(f"multiplier={multiplier!r}; expected one of {self.MULTIPLIERS}")
         self.multiplier = multiplier
@@ -118,10 +122,10 @@ class PAMDotArray(wiring.Component):
     """
 
     def __init__(self, rows: int, cols: int, in_fmt, acc_fmt="float32", stages: int = 2):
-        self.rows, self.cols = _check_side("rows", rows), _check_side("cols", cols)
+        self.rows, self.cols = check_side("rows", rows), check_side("cols", cols)
         self.in_fmt = as_format(in_fmt, "in_fmt")
         self.acc_fmt = as_format(acc_fmt, "acc_fmt")
-        self.stages = _check_stages(stages)
+        self.stages = check_stages(stages)
         fin, facc = FloatLayout(self.in_fmt), FloatLayout(self.acc_fmt)
         in_layout = data.StructLayout({"a": data.ArrayLayout(fin, rows),
                                        "b": data.ArrayLayout(fin, cols),

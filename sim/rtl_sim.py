@@ -133,18 +133,18 @@ class Harness:
     @classmethod
     def mac(cls, fmt, acc="float32", stages: int = 2, slots: int = STREAM_SLOTS) -> "Harness":
         from rtl import as_format
-        from rtl.mac import _check_stages
+        from rtl.mac import check_stages
         return cls("mac", as_format(fmt, "fmt").name, as_format(acc, "acc").name,
-                   _check_stages(stages), _positive(slots, "slots"))
+                   check_stages(stages), _positive(slots, "slots"))
 
     @classmethod
     def array(cls, rows: int, cols: int, fmt, acc="float32", stages: int = 2,
               slots: int = ARRAY_SLOTS) -> "Harness":
         from rtl import as_format
-        from rtl.mac import _check_side, _check_stages
+        from rtl.mac import check_side, check_stages
         return cls("array", as_format(fmt, "fmt").name, as_format(acc, "acc").name,
-                   _check_stages(stages), _positive(slots, "slots"), _check_side("rows", rows),
-                   _check_side("cols", cols))
+                   check_stages(stages), _positive(slots, "slots"), check_side("rows", rows),
+                   check_side("cols", cols))
 
     @property
     def key(self) -> str:

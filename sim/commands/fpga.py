@@ -61,7 +61,7 @@ def run(args) -> int:
           if getattr(args, k) is not None}
     try:
         for target in targets:          # every device before the first synthesis
-            fpga._device(target, args.device)
+            fpga.find_device(target, args.device)
         design = units.unit_design(args.unit, args.fmt, **kw)
     except (ValueError, RuntimeError) as exc:
         return fail(args, exc)
