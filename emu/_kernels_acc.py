@@ -96,6 +96,7 @@ matters here because a narrow accumulator can hold -0: -0 + +0 = +0) and GENERAL
 (branch-free pam_mul).
 """
 import math
+from typing import NamedTuple
 
 import numpy as np
 from llvmlite import binding as llvm
@@ -122,7 +123,7 @@ JW = 256        # columns per vectorised loop: QR rows of JW accumulators stay i
 F16, SCALED, F16_BLOCKED, CLAMPED = 1, 2, 3, 5  # the fast PLAIN steps (module docstring)
 STICKY_BLOCKED = 4      # the STICKY step register-blocked (module docstring)
 #: the F16 step needs the F16C conversions (else LLVM would call a library routine)
-_HAS_F16C = bool(llvm.get_host_cpu_features().get("f16c", False))
+HAS_F16C = bool(llvm.get_host_cpu_features().get("f16c", False))
 
 _SIGN = np.int32(-0x80000000)
 _ABS = np.int32(S.ABS32)
@@ -160,28 +161,42 @@ def needs_sticky(a, b, fc, fca, extra=0) -> bool:
     return 23 - tz > fca.man_bits
 
 
-def acc_consts(fca):
-    """The accumulator's rounding constants (int32/float32) as the kernels take them:
-    shift, half, keep mask, smallest normal, max, overflow value, overflow sign mask, c,
-    the pattern of -0 (0 in fnuz formats: applied when C is written, as a -0 in the
-    accumulator behaves as +0 in every later step but -0 + -0) and of an invalid sum
-    (the canonical NaN, -0 in none formats: docs/semantics.md §9 rule 3)."""
+class AccConsts(NamedTuple):
+    """The accumulator's rounding constants as the steps take them (int32 patterns,
+    ``csub`` float32), from :func:`acc_consts`."""
+    sh: np.int32        # 23 - M_acc: the float32 mantissa bits below acc's
+    half: np.int32      # (2^sh - 1) >> 1: RNE's half spacing, less the tie's even bit
+    keep: np.int32      # ~(2^sh - 1): the bits of acc's mantissa
+    min_normal: np.int32    # acc's smallest normal magnitude
+    max_finite: np.int32    # acc's largest finite magnitude
+    ovf: np.int32       # an overflow's result: inf (ieee), NaN (fn, fnuz), max (none)
+    ovf_sign: np.int32  # the sign bit if an overflow keeps the sign (inf, max), else 0
+    csub: np.float32    # 2^(emin - M + 23): (|v| + csub) - csub rounds onto acc's subnormals
+    negzero: np.int32   # a -0 result (0 in fnuz formats): applied when C is written, as a
+    #                     -0 in the accumulator behaves as +0 in every later step but -0 + -0
+    nan: np.int32       # an invalid sum: the canonical NaN, -0 in none formats (§9 rule 3)
+
+
+def acc_consts(fca) -> AccConsts:
+    """The :class:`AccConsts` of the accumulator format ``fca`` (its ``consts``)."""
     sh = 23 - fca.man_bits
     low = (1 << sh) - 1
     # overflow (docs/semantics.md §9 rule 1): ±inf (ieee), NaN (fn, fnuz), ±max (none)
     sat = fca.nan_kind == S.NAN_NONE
-    return (np.int32(sh), np.int32(low >> 1), np.int32(~low), np.int32(fca.minnorm32),
-            np.int32(fca.max32), _INF if fca.has_inf else (np.int32(fca.max32) if sat else _QNAN),
-            _SIGN if fca.has_inf or sat else np.int32(0),
-            np.float32(2.0 ** (fca.emin - fca.man_bits + 23)),
-            np.int32(np.uint32(fca.negzero32)), np.int32(np.uint32(fca.nan32)))
+    return AccConsts(
+        np.int32(sh), np.int32(low >> 1), np.int32(~low), np.int32(fca.minnorm32),
+        np.int32(fca.max32), _INF if fca.has_inf else (np.int32(fca.max32) if sat else _QNAN),
+        _SIGN if fca.has_inf or sat else np.int32(0),
+        np.float32(2.0 ** (fca.emin - fca.man_bits + 23)),
+        np.int32(np.uint32(fca.negzero32)), np.int32(np.uint32(fca.nan32)))
 
 
 def _step(sticky, e8, finite, f16=False):
     """``step(x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub, nan)``: RNE_acc(x + y) for
-    the int32 pattern x of an acc value and y of a float32 value, the constants from
-    acc_consts.  LLVM IR on i32/float so that the column loop vectorises in 32-bit
-    lanes (Numba's integer arithmetic would widen to int64).
+    the int32 pattern x of an acc value and y of a float32 value, the constants those of
+    :class:`AccConsts` (``amn``/``amx``: min_normal/max_finite).  LLVM IR on i32/float so
+    that the column loop vectorises in 32-bit lanes (Numba's integer arithmetic would
+    widen to int64).
 
     ``finite``: y is finite and x is not a NaN other than the canonical one (CLEAN and
     ZEROS blocks: every step's NaN is canonical), and acc has E = 8 (so IEEE-style).
@@ -239,7 +254,7 @@ def _step(sticky, e8, finite, f16=False):
 
 def steps(sticky, e8, f16=False):
     """``(step, step_finite)``: ``step(x, y, ac)`` = RNE_acc(x + y) for int32 patterns, ac
-    from acc_consts, by the STICKY or PLAIN argument (the caller's), for an E = 8
+    an :class:`AccConsts`, by the STICKY or PLAIN argument (the caller's), for an E = 8
     accumulator or a narrower one, or (``f16``) the F16 step; ``step_finite`` for a
     finite y and an x that is no NaN but the canonical one (_step's ``finite``).  Used
     by the matmul kernels below and the exact-gradient kernels (emu/_kernels_grad.py)."""
@@ -248,14 +263,14 @@ def steps(sticky, e8, f16=False):
 
     @register_jitable
     def step(x, y, ac):
-        sh, half, keep, amn, amx, ovf, ovf_sign, csub, _, nan = ac
-        return step_ir(x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub, nan)
+        return step_ir(x, y, ac.sh, ac.half, ac.keep, ac.min_normal, ac.max_finite, ac.ovf,
+                       ac.ovf_sign, ac.csub, ac.nan)
 
     @register_jitable
     def step_finite(x, y, ac):
         """step for a finite y (CLEAN and ZEROS blocks)."""
-        sh, half, keep, amn, amx, ovf, ovf_sign, csub, _, nan = ac
-        return step_fin(x, y, sh, half, keep, amn, amx, ovf, ovf_sign, csub, nan)
+        return step_fin(x, y, ac.sh, ac.half, ac.keep, ac.min_normal, ac.max_finite, ac.ovf,
+                        ac.ovf_sign, ac.csub, ac.nan)
 
     return step, step_finite
 
@@ -354,7 +369,7 @@ def _make(sticky, e8, f16=False):
                     for r in range(min(QR, M - i0)):
                         for j in range(jw):     # the F16 step leaves x86's NaN
                             v = acc[r, j]
-                            v = ac[8] if v == _SIGN else v
+                            v = ac.negzero if v == _SIGN else v
                             C[bo, i0 + r, j0 + j] = _QNAN if (v & _ABS) > _INF else v
 
     return kernel
@@ -381,9 +396,14 @@ def _pam(a, b, mn, mx, ovf):
 
 _KERNELS = {(sticky, e8, False): _make(sticky, e8) for sticky in (False, True)
             for e8 in (False, True)}
-if _HAS_F16C:
+if HAS_F16C:
     _KERNELS[False, False, True] = _make(False, False, True)
 _BLOCKED = {}       # K.matmul_blocked kernels by their arguments
+
+
+def is_e8(fca) -> bool:
+    """Whether acc is IEEE-style with E = 8 (bf16, e8mX): the finite step's case (_step)."""
+    return fca.exp_bits == 8 and fca.nan_kind == S.NAN_IEEE
 
 
 def is_binary16(fca) -> bool:
@@ -474,15 +494,14 @@ def step_kind(sticky, A, sta, B, stb, fc, fca):
     every block is CLEAN and acc is an IEEE-style E = 8 format (its rounding in place)
     or binary16 with F16C, else None."""
     if sticky:
-        e8 = fca.exp_bits == 8 and fca.nan_kind == S.NAN_IEEE
-        if (e8 or (_HAS_F16C and is_binary16(fca))) and clean_ok(sta, stb, fc):
+        if (is_e8(fca) or (HAS_F16C and is_binary16(fca))) and clean_ok(sta, stb, fc):
             return STICKY_BLOCKED
         return None
     if scaled_ok(A, sta, B, stb, fc, fca):
         return SCALED
     if clamped_ok(A, sta, B, stb, fc, fca):
         return CLAMPED
-    if _HAS_F16C and is_binary16(fca):
+    if HAS_F16C and is_binary16(fca):
         return F16_BLOCKED if clean_ok(sta, stb, fc) else F16
     return None
 
@@ -501,6 +520,5 @@ def matmul_narrow(A, Am, sta, B, Bp, Bm, stb, ia, ib, C, fc, fca, sticky, fast=-
             _BLOCKED[key] = K.matmul_blocked(*key)
         _BLOCKED[key](A, Am, sta, Bp, Bm, stb, ia, ib, C.view(np.float32), fc)
     else:
-        e8 = fca.exp_bits == 8 and fca.nan_kind == S.NAN_IEEE     # the finite step's case
-        _KERNELS[sticky, e8 and fast != F16, fast == F16](
+        _KERNELS[sticky, is_e8(fca) and fast != F16, fast == F16](
             A, sta, B, stb, ia, ib, C, fc, acc_consts(fca))

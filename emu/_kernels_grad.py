@@ -52,16 +52,7 @@ drop_stale(_cache_probe, __file__, S.__file__, G.__file__, A.__file__, K.__file_
 # --- elementwise ------------------------------------------------------------------
 
 def _unary(op, parallel):
-    op_dx, = op.grads
-
-    def kernel(x, d, out, fc):
-        if S.is_float32(fc):        # operands need no rounding: a loop LLVM vectorises
-            for i in prange(x.size):
-                out[i] = op_dx(np.int64(x[i]), np.int64(d[i]), fc)
-        else:
-            for i in prange(x.size):
-                out[i] = op_dx(S.operand(x[i], fc), S.operand(d[i], fc), fc)
-    return njit_variant(f"grad {op.name} parallel={parallel}", parallel=parallel)(kernel)
+    return K.pairwise(op.grads[0], f"grad {op.name} parallel={parallel}", parallel)
 
 
 def binary_step(op_a, op_b):
@@ -208,6 +199,13 @@ def _w_split(w):
     return wsh, wm
 
 
+@register_jitable
+def _output_row(t, P, ix, iw):
+    """``(batch, row, x's batch, w's batch)`` of task t of a fold's loop over rows."""
+    bo = t // P
+    return bo, t % P, ix[bo], iw[bo]
+
+
 @njit(parallel=True, cache=True)
 def _matmul_grad_fmtacc(g, x, w, ix, iw, fc, fca):
     """The same fold accumulating in the format ``fca`` (each step one fp_add)."""
@@ -215,10 +213,7 @@ def _matmul_grad_fmtacc(g, x, w, ix, iw, fc, fca):
     C = x.shape[2]
     out = np.empty((nout, P, C), np.int32)
     for t in prange(nout * P):
-        bo = t // P
-        p = t % P
-        bx = ix[bo]
-        bw = iw[bo]
+        bo, p, bx, bw = _output_row(t, P, ix, iw)
         acc = np.zeros(C, np.int64)
         for r in range(R):
             d = g[bo, p, r]
@@ -239,7 +234,7 @@ def _make_grad(narrow=None):
     """The fold of the module docstring, vectorised over c like the forward kernel and
     with its integer fast path for the terms: g (nout, P, R), x (nx, P, C), w (nw, R, C)
     int32 patterns of format values, ix/iw mapping each output batch to its x/w batch,
-    ``ac`` acc_consts of the accumulator; returns float32 (nout, P, C).
+    ``ac`` the accumulator's KA.AccConsts; returns float32 (nout, P, C).
 
     ``narrow`` None: float32 accumulation (``+``), where ±0 terms are skipped (a float32
     accumulator is never -0, so adding them changes nothing).  ``narrow`` = (sticky,
@@ -265,10 +260,7 @@ def _make_grad(narrow=None):
         nz = np.int32(np.uint32(fc.negzero32))
         sgn = np.int32(-0x80000000)
         for t in prange(nout * P):
-            bo = t // P
-            p = t % P
-            bx = ix[bo]
-            bw = iw[bo]
+            bo, p, bx, bw = _output_row(t, P, ix, iw)
             acc = np.zeros(C, np.int32)
             xmr = xm[bx, p]
             nan_row = xnan[bx, p]
@@ -306,7 +298,7 @@ def _make_grad(narrow=None):
                                   ac)
             for c in range(C):          # as the forward kernel writes C
                 v = acc[c]
-                v = ac[8] if v == sgn else v
+                v = ac.negzero if v == sgn else v
                 out[bo, p, c] = np.int32(S.QNAN32) if (v & np.int32(S.ABS32)) > np.int32(S.INF32) \
                     else v
         return out.view(np.float32)
@@ -330,8 +322,8 @@ def matmul_grad(g, x, w, ix, iw, fc, fca):
     if not KA.fast_path(fca):
         return _matmul_grad_fmtacc(g, x, w, ix, iw, fc, fca)
     sticky = KA.needs_sticky(g, None, fc, fca, 0 if fc.has_inf else fc.max32 & G.MAN32)
-    f16 = not sticky and KA._HAS_F16C and KA.is_binary16(fca)
-    e8 = fca.exp_bits == 8 and fca.nan_kind == S.NAN_IEEE and not f16
+    f16 = not sticky and KA.HAS_F16C and KA.is_binary16(fca)
+    e8 = KA.is_e8(fca) and not f16
     key = (sticky, e8, f16)
     if key not in _GRAD:
         _GRAD[key] = _make_grad(key)

@@ -182,7 +182,7 @@ def test_fast_plain_steps_match_fold(acc, case, rng):
     want = fold(A, B, fmt, acc)
     kinds = [KA.SCALED] if ok else []
     kinds += [KA.CLAMPED] if KA.clamped_ok(a, sta, b, stb, f, fa) else []
-    if KA._HAS_F16C and KA.is_binary16(fa):
+    if KA.HAS_F16C and KA.is_binary16(fa):
         kinds += [KA.F16] + ([KA.F16_BLOCKED] if KA.clean_ok(sta, stb, f) else [])
     for fast in kinds:
         assert_bits_equal(narrow(A, B, fmt, acc, False, fast), want, what=f"{acc} {case} {fast}")
@@ -210,7 +210,7 @@ def test_sticky_blocked_matches_fold(acc, case, rng):
         A *= np.float32(2.0 ** 61)      # products up to ~2^127, sums past the max
         B *= np.float32(2.0 ** 62) if acc != "float16" else np.float32(2.0 ** -50)
     fa = emu.format(acc)
-    if acc == "float16" and not KA._HAS_F16C:
+    if acc == "float16" and not KA.HAS_F16C:
         pytest.skip("the F16 step needs F16C")
     for fmt in ("float32", "bfloat16"):
         a, sta, b, stb = step_args(A, B, fmt, acc)
@@ -231,7 +231,7 @@ def test_bench_data_takes_the_blocked_steps(rng):
     assert KA.step_kind(False, *args, bf, bf) == KA.SCALED
     args = step_args(A, B, "bfloat16", "float16")
     assert KA.step_kind(False, *args, bf, h) == KA.CLAMPED
-    if KA._HAS_F16C:
+    if KA.HAS_F16C:
         A[3, 5] = 0
         args = step_args(A, B, "bfloat16", "float16")
         assert KA.step_kind(False, *args, bf, h) == KA.F16
@@ -352,7 +352,7 @@ def grad_variants(g, fc, fca):
     out = [(True, e8, False)]
     if not KA.needs_sticky(g, None, fc, fca, 0 if fc.has_inf else fc.max32 & 0x7FFFFF):
         out.append((False, e8, False))
-        if KA._HAS_F16C and KA.is_binary16(fca):
+        if KA.HAS_F16C and KA.is_binary16(fca):
             out.append((False, False, True))
     return [KG._make_grad(v) for v in out]
 
