@@ -149,15 +149,8 @@ BINARY = {op.name: _binary(op.scalar) for op in ops(2)}
 # --- exact derivatives (emu/_scalar_grad.py, Table 1) --------------------------------
 #
 # The twins of emu/_kernels_grad.py's elementwise kernels: every operand, the gradient
-# included, is rounded to fmt (RNE) first, then the scalar definition is applied.
-
-def _grad_unary(op):
-    @cuda.jit
-    def kernel(x, d, out, fc):
-        for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
-            out[i] = op(S.operand(x[i], fc), S.operand(d[i], fc), fc)
-    return kernel
-
+# included, is rounded to fmt (RNE) first, then the scalar definition is applied (a
+# unary op's derivative op_dx(x, dy, fc) is a binary op's kernel).
 
 def _grad_binary(op_a, op_b):
     step = binary_step(op_a, op_b)
@@ -169,7 +162,7 @@ def _grad_binary(op_a, op_b):
     return kernel
 
 
-GRAD_UNARY = {op.name: _grad_unary(*op.grads) for op in ops(1, differentiable=True)}
+GRAD_UNARY = {op.name: _binary(*op.grads) for op in ops(1, differentiable=True)}
 GRAD_BINARY = {op.name: _grad_binary(*op.grads) for op in ops(2, differentiable=True)}
 
 
@@ -336,6 +329,16 @@ def _batch_offset(bo, terms):
 
 
 @register_jitable
+def _staged(e, kfast):
+    """``(k, row or column)`` of element e of a TK x 64 tile staged by a thread block:
+    consecutive e run along k where the operand's k stride is 1 (``kfast``), else along
+    the other index, so that consecutive threads read consecutive addresses."""
+    if kfast:
+        return e & (TK - 1), e >> TK_LOG
+    return e >> TM_LOG, e & (TM - 1)        # TM == TN
+
+
+@register_jitable
 def _offset(a):
     """c(a): what CLEAN/MASKED add (mod 2^32) to b's pattern to get a ·̂ b."""
     a = np.int64(a)
@@ -423,12 +426,7 @@ def _make_matmul(f32acc):
                 if mode != SKIP:
                     for q in range(TM * TK // TPB):
                         e = tid + q * TPB
-                        if a_kfast:
-                            kk = e & (TK - 1)
-                            ii = e >> TK_LOG
-                        else:
-                            ii = e & (TM - 1)
-                            kk = e >> TM_LOG
+                        kk, ii = _staged(e, a_kfast)
                         v = np.int64(0)         # padding: +0, or c(1.0) in CLEAN mode
                         if i0 + ii < M and kk < kn:
                             v = S.operand(A[abase + (i0 + ii) * sai + (k0 + kk) * sak], fc)
@@ -437,12 +435,7 @@ def _make_matmul(f32acc):
                         As[np.uint32(kk * TMP + ii)] = v
                     for q in range(TN * TK // TPB):
                         e = tid + q * TPB
-                        if b_kfast:
-                            kk = e & (TK - 1)
-                            jj = e >> TK_LOG
-                        else:
-                            jj = e & (TN - 1)
-                            kk = e >> TM_LOG
+                        kk, jj = _staged(e, b_kfast)
                         v = np.int64(S.ONE32)   # padding: 1.0, products of padding stay finite
                         if j0 + jj < N and kk < kn:
                             v = S.operand(B[bbase + (k0 + kk) * sbk + (j0 + jj) * sbj], fc)

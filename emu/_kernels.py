@@ -16,6 +16,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic, register_jitable
 
 from . import _scalar as S
+from . import _scalar_grad as G
 from . import _tiles
 from . import registry
 from ._numba_cache import drop_stale, njit_variant
@@ -43,7 +44,7 @@ def _lanes() -> int:
 W = _lanes()
 #: the CLAMPED step's clamp is one vrangeps (AVX-512DQ) where it is else three operations
 _RANGE = W == 16 and llvm.get_host_cpu_features().get("avx512dq", False)
-drop_stale(_cache_probe, __file__, S.__file__, _tiles.__file__, registry.__file__,
+drop_stale(_cache_probe, __file__, S.__file__, G.__file__, _tiles.__file__, registry.__file__,
            config=f"lanes={W}")
 
 
@@ -156,17 +157,22 @@ def _unary(op, parallel):
     return njit_variant(f"unary {op.name} parallel={parallel}", parallel=parallel)(kernel)
 
 
-def _binary(op, parallel):
-    scalar = op.scalar
-
+def pairwise(f, variant, parallel):
+    """The kernel ``out[i] = f(x[i], y[i], fc)`` with both operands rounded into the
+    format first: a binary op, or the exact derivative of a unary one
+    (emu/_kernels_grad.py, whose scalar definitions this module's cache depends on)."""
     def kernel(x, y, out, fc):
         if S.is_float32(fc):        # operands need no rounding: a loop LLVM vectorises
             for i in prange(x.size):
-                out[i] = scalar(np.int64(x[i]), np.int64(y[i]), fc)
+                out[i] = f(np.int64(x[i]), np.int64(y[i]), fc)
         else:
             for i in prange(x.size):
-                out[i] = scalar(S.operand(x[i], fc), S.operand(y[i], fc), fc)
-    return njit_variant(f"binary {op.name} parallel={parallel}", parallel=parallel)(kernel)
+                out[i] = f(S.operand(x[i], fc), S.operand(y[i], fc), fc)
+    return njit_variant(variant, parallel=parallel)(kernel)
+
+
+def _binary(op, parallel):
+    return pairwise(op.scalar, f"binary {op.name} parallel={parallel}", parallel)
 
 
 #: one CPU kernel per elementwise op of the registry (emu/registry.py), by name, and

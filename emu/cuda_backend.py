@@ -84,21 +84,21 @@ class CudaBackend(DeviceCall):
                                      "got values outside that range")
             return res
 
-    def unary(self, plan, x):
+    def _elementwise(self, kernel, plan, operands, outputs=1):
+        """Launch an elementwise ``kernel(*operands, *outputs, fc)`` over the plan's shape:
+        ``outputs`` float32 results (a tuple if more than one)."""
         with self.device():
-            res, out = self.empty(plan.shape, np.float32)
+            made = [self.empty(plan.shape, np.float32) for _ in range(outputs)]
             n = math.prod(plan.shape)
-            self.launch(self.K.UNARY[plan.op], n, self.flat(x, plan.shape), flat_view(out, n),
-                        plan.fc)
-            return res
+            self.launch(kernel, n, *(self.flat(v, plan.shape) for v in operands),
+                        *(flat_view(out, n) for _, out in made), plan.fc)
+            return made[0][0] if outputs == 1 else tuple(res for res, _ in made)
+
+    def unary(self, plan, x):
+        return self._elementwise(self.K.UNARY[plan.op], plan, (x,))
 
     def binary(self, plan, a, b):
-        with self.device():
-            res, out = self.empty(plan.shape, np.float32)
-            n = math.prod(plan.shape)
-            self.launch(self.K.BINARY[plan.op], n, self.flat(a, plan.shape),
-                        self.flat(b, plan.shape), flat_view(out, n), plan.fc)
-            return res
+        return self._elementwise(self.K.BINARY[plan.op], plan, (a, b))
 
     def fold_sum(self, plan, x):
         """emu.fold_sum on the device (emu/reduce.py has the definition and the plan)."""
@@ -190,22 +190,10 @@ class CudaBackend(DeviceCall):
 
     # -- exact derivatives and PAM-matmul gradients (emu/grad.py) -----------------------
     def grad_unary(self, plan, x, dy):
-        with self.device():
-            res, out = self.empty(plan.shape, np.float32)
-            n = math.prod(plan.shape)
-            self.launch(self.K.GRAD_UNARY[plan.op], n, self.flat(x, plan.shape),
-                        self.flat(dy, plan.shape), flat_view(out, n), plan.fc)
-            return res
+        return self._elementwise(self.K.GRAD_UNARY[plan.op], plan, (x, dy))
 
     def grad_binary(self, plan, a, b, dy):
-        with self.device():
-            res_a, out_a = self.empty(plan.shape, np.float32)
-            res_b, out_b = self.empty(plan.shape, np.float32)
-            n = math.prod(plan.shape)
-            self.launch(self.K.GRAD_BINARY[plan.op], n, self.flat(a, plan.shape),
-                        self.flat(b, plan.shape), self.flat(dy, plan.shape),
-                        flat_view(out_a, n), flat_view(out_b, n), plan.fc)
-            return res_a, res_b
+        return self._elementwise(self.K.GRAD_BINARY[plan.op], plan, (a, b, dy), outputs=2)
 
     def matmul_grad(self, A, B, dY, fmt, acc, kind, need):
         """emu.grad.pam_matmul on the device: the same folds as the CPU path, with the
