@@ -45,8 +45,8 @@ def internal(owner, name: str, params: tuple[str, ...] | None, user: str, why: s
     wrong bits (tests/test_patches.py checks every such internal)."""
     kind = owner if inspect.isclass(owner) or inspect.ismodule(owner) else type(owner)
     module = kind.__name__ if inspect.ismodule(kind) else kind.__module__
-    lib = module.partition(".")[0]
-    where = f"{lib} {getattr(sys.modules[lib], '__version__', '?')}"
+    lib = "numba_cuda" if module.startswith("numba.cuda") else module.partition(".")[0]
+    where = f"{lib} {getattr(sys.modules.get(lib), '__version__', '?')}"
     what = f"{getattr(kind, '__qualname__', module)}.{name}"
     try:
         attr = getattr(owner, name)
