@@ -33,7 +33,9 @@ run: $(STAMP)
 # On an AVX-512 host emu's matmul picks its 16-lane micro-kernel (docs/semantics.md, 5);
 # the suite then runs the emu matmul tests once more in the 8-lane configuration every
 # other host uses, with its own Numba cache (switching widths drops the shared one).
+# ruff runs first (its rule set: pyproject.toml, CONTRIBUTING.md).
 test: $(STAMP)
+	$(BIN)/ruff check .
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup
 	if [ "$$(env -u PAMSIM_VECTOR_LANES $(BIN)/python -c 'from emu import _kernels; print(_kernels.W)')" = 16 ]; then \
 		PAMSIM_VECTOR_LANES=8 NUMBA_CACHE_DIR="$(abspath $(VENV))/numba-cache-8-lanes" \

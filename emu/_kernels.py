@@ -16,17 +16,9 @@ from numba import njit, prange, types
 from numba.extending import intrinsic, register_jitable
 
 from . import _scalar as S
-from . import _scalar_grad as G
-from . import _tiles
-from . import registry
 from ._numba_cache import drop_stale, njit_variant
 from .registry import ops
 from ._tiles import CLEAN, GENERAL, MASKED, task_index, tile_mode
-
-
-@njit(cache=True)
-def _cache_probe():
-    return 0
 
 
 def _lanes() -> int:
@@ -44,8 +36,7 @@ def _lanes() -> int:
 W = _lanes()
 #: the CLAMPED step's clamp is one vrangeps (AVX-512DQ) where it is else three operations
 _RANGE = W == 16 and llvm.get_host_cpu_features().get("avx512dq", False)
-drop_stale(_cache_probe, __file__, S.__file__, G.__file__, _tiles.__file__, registry.__file__,
-           config=f"lanes={W}")
+drop_stale(__file__, config=f"lanes={W}")
 
 
 @intrinsic

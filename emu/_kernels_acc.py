@@ -106,18 +106,12 @@ from numba.extending import intrinsic, register_jitable
 
 from . import _kernels as K
 from . import _scalar as S
-from . import _tiles
 from ._kernels import KG, MB, NB, QR
 from ._numba_cache import drop_stale, njit_variant
 from ._tiles import CLEAN, GENERAL, task_index, tile_mode
 
 
-@njit(cache=True)
-def _cache_probe():
-    return 0
-
-
-drop_stale(_cache_probe, __file__, S.__file__, _tiles.__file__, K.__file__, config=f"qr={QR}")
+drop_stale(__file__, config=f"qr={QR}")
 
 JW = 256        # columns per vectorised loop: QR rows of JW accumulators stay in L1
 F16, SCALED, F16_BLOCKED, CLAMPED = 1, 2, 3, 5  # the fast PLAIN steps (module docstring)

@@ -35,18 +35,11 @@ from . import _scalar_grad as G
 from . import _scalar_approx as A
 from ._kernels import as_f32
 from ._numba_cache import drop_stale, njit_variant
-from . import registry
 from .formats import float32
 from .registry import ops
 
 
-@njit(cache=True)
-def _cache_probe():
-    return 0
-
-
-drop_stale(_cache_probe, __file__, S.__file__, G.__file__, A.__file__, K.__file__,
-           KA.__file__, registry.__file__)
+drop_stale(__file__)
 
 
 # --- elementwise ------------------------------------------------------------------

@@ -5,17 +5,11 @@ of float32 data; uint8 scale codes); emu/mx.py checks the arguments and emu/host
 lays the operands out."""
 from numba import njit, prange
 
-from . import _scalar as S
 from . import _scalar_mx as X
 from ._numba_cache import drop_stale
 
 
-@njit(cache=True)
-def _cache_probe():
-    return 0
-
-
-drop_stale(_cache_probe, __file__, S.__file__, X.__file__)
+drop_stale(__file__)
 
 
 @njit(parallel=True, cache=True)

@@ -8,21 +8,15 @@ vectorises over ``i`` (and splits ``o`` over threads), never reordering the fold
 inside a larger computation (torch_bridge's fused composites).
 """
 import numpy as np
-from numba import njit, prange
+from numba import prange
 from numba.extending import register_jitable
 
-from . import _kernels as K
 from . import _scalar as S
 from ._kernels import as_f32, twins
 from ._numba_cache import drop_stale
 
 
-@njit(cache=True)
-def _cache_probe():
-    return 0
-
-
-drop_stale(_cache_probe, __file__, S.__file__, K.__file__)
+drop_stale(__file__)
 
 
 @register_jitable

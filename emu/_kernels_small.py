@@ -17,20 +17,13 @@ blocked kernel (tests/test_matmul.py runs both).
 import numpy as np
 from numba import njit
 
-from . import _kernels as K
 from . import _scalar as S
-from . import _tiles
 from ._kernels import as_f32
 from ._numba_cache import drop_stale
 from ._tiles import GENERAL, SKIP, tile_mode
 
 
-@njit(cache=True)
-def _cache_probe():
-    return 0
-
-
-drop_stale(_cache_probe, __file__, S.__file__, _tiles.__file__, K.__file__)
+drop_stale(__file__)
 
 
 @njit(cache=True)

@@ -20,11 +20,10 @@ kernel call, a temporary and a Python round trip per operation.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 from numba.extending import register_jitable
 
 from . import _scalar as S
-from . import _kernels as K
 from . import sizes
 from ._kernels import as_f32, as_i32, twins
 from ._numba_cache import drop_stale
@@ -37,12 +36,7 @@ __all__ = ["ROUNDINGS", "pa_adamw"]
 ROUNDINGS = 10
 
 
-@njit(cache=True)
-def _cache_probe():
-    return 0
-
-
-drop_stale(_cache_probe, __file__, S.__file__, K.__file__)
+drop_stale(__file__)
 
 
 @register_jitable

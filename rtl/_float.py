@@ -57,6 +57,21 @@ def rounded_overflow(fmt: emu.Format, sign: Value) -> Value:
     return Const(fmt.nan_encoding, fmt.width)
 
 
+def drive_rounded(m: Module, y: Value, fmt: emu.Format, specials, sign: Value, enc: Value,
+                  overflow: Value) -> None:
+    """Drive a correctly rounded unit's output ``y``: the value of the first of
+    ``specials`` ((condition, value) pairs, in priority order) that holds, else the
+    overflow of ``sign`` where ``overflow``, else ``sign`` with round_pack's ``enc``."""
+    top = fmt.width - 1
+    for i, (condition, value) in enumerate(specials):
+        with (m.Elif if i else m.If)(condition):
+            m.d.comb += y.eq(value)
+    with m.Elif(overflow):
+        m.d.comb += y.eq(rounded_overflow(fmt, sign))
+    with m.Else():
+        m.d.comb += y.eq((sign << top) | enc[:top])
+
+
 class FloatLayout(data.StructLayout):
     """A value of ``fmt`` as a struct: ``man`` (M bits), ``exp`` (E bits), ``sign`` (1 bit).
 

@@ -11,8 +11,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ._float import (BinaryOp, Decoded, FloatLayout, as_format, invalid_encoding,
-                     rounded_overflow, round_pack, signed_zero)
+from ._float import (BinaryOp, Decoded, FloatLayout, as_format, drive_rounded,
+                     invalid_encoding, rounded_overflow, round_pack, signed_zero)
 
 __all__ = ["FloatAdder", "FloatMultiplier"]
 
@@ -112,20 +112,14 @@ class FloatAdder(wiring.Component):
         e_hi = max(f.emax, self.b_fmt.emax) + 2
         enc, zero, overflow = round_pack(m, R, e_top, (e_lo, e_hi), f, "rnd")
         sign = Mux(total < 0, small_sign, big_sign)
-        y = self.y.as_value()
-        top = f.width - 1
-        with m.If(a.is_nan | b.is_nan | (a.is_inf & b.is_inf & (a.sign != b.sign))):
-            m.d.comb += y.eq(invalid_encoding(f))
-        with m.Elif(a.is_inf | b.is_inf):                     # inf rounded into fmt
-            m.d.comb += y.eq(rounded_overflow(f, Mux(a.is_inf, a.sign, b.sign)))
-        with m.Elif(R == 0):                                  # exact zero: -0 only for -0 + -0
-            m.d.comb += y.eq(signed_zero(f, a.sign & b.sign))
-        with m.Elif(zero):                                    # rounded to zero: keeps its sign
-            m.d.comb += y.eq(signed_zero(f, sign))
-        with m.Elif(overflow):
-            m.d.comb += y.eq(rounded_overflow(f, sign))
-        with m.Else():
-            m.d.comb += y.eq((sign << top) | enc[:top])
+        drive_rounded(m, self.y.as_value(), f, [
+            (a.is_nan | b.is_nan | (a.is_inf & b.is_inf & (a.sign != b.sign)),
+             invalid_encoding(f)),
+            (a.is_inf | b.is_inf,                             # inf rounded into fmt
+             rounded_overflow(f, Mux(a.is_inf, a.sign, b.sign))),
+            (R == 0, signed_zero(f, a.sign & b.sign)),        # exact zero: -0 only for -0 + -0
+            (zero, signed_zero(f, sign)),                     # rounded to zero: keeps its sign
+        ], sign, enc, overflow)
         return m
 
 
@@ -155,16 +149,10 @@ class FloatMultiplier(BinaryOp):
         m.d.comb += e_top.eq(a.e + b.e + 1)
         enc, zero, overflow = round_pack(m, prod, e_top, (2 * f.emin + 1, 2 * f.emax + 3), f,
                                          "rnd", ftz=True, lzc_limit=1)
-        y = self.y.as_value()
-        top = f.width - 1
-        with m.If(a.is_nan | b.is_nan | (a.is_inf & b.is_sub) | (b.is_inf & a.is_sub)):
-            m.d.comb += y.eq(invalid_encoding(f))
-        with m.Elif(a.is_inf | b.is_inf):                     # never true without inf
-            m.d.comb += y.eq(rounded_overflow(f, s))
-        with m.Elif(a.is_sub | b.is_sub | zero):
-            m.d.comb += y.eq(signed_zero(f, s))
-        with m.Elif(overflow):
-            m.d.comb += y.eq(rounded_overflow(f, s))
-        with m.Else():
-            m.d.comb += y.eq((s << top) | enc[:top])
+        drive_rounded(m, self.y.as_value(), f, [
+            (a.is_nan | b.is_nan | (a.is_inf & b.is_sub) | (b.is_inf & a.is_sub),
+             invalid_encoding(f)),
+            (a.is_inf | b.is_inf, rounded_overflow(f, s)),     # never true without inf
+            (a.is_sub | b.is_sub | zero, signed_zero(f, s)),
+        ], s, enc, overflow)
         return m

@@ -200,7 +200,7 @@ class Harness:
 
     def lane_ports(self, port: str) -> list[str]:
         """Port names of ``port`` (e.g. ``mul_a``, ``i_payload``), one per lane."""
-        return [port] if self.lanes == 1 else [f"{port}_{l}" for l in range(self.lanes)]
+        return [port] if self.lanes == 1 else [f"{port}_{i}" for i in range(self.lanes)]
 
     def top_verilog(self, module_names: dict) -> str:
         """The harness top around the unit(s).
@@ -256,14 +256,14 @@ class Harness:
                 ops = OPERANDS[:UNITS[u].arity]
                 ports.append(f"input wire {u}_en")
                 body += [f"  wire {u}_clk = clk & {u}_en;"]
-                for l in range(self.lanes):
-                    t = f"{u}{l}"
+                for i in range(self.lanes):
+                    t = f"{u}{i}"
                     conns = ", ".join(f".{o}({t}_{o})" for o in (*ops, "y"))
                     body += lane(f"{u}_clk",
-                                 [(f"{t}_{o}", self.lane_ports(f"{u}_{o}")[l], w) for o in ops],
+                                 [(f"{t}_{o}", self.lane_ports(f"{u}_{o}")[i], w) for o in ops],
                                  [f"  wire [{w - 1}:0] {t}_y;",
                                   f"  {module_names[u]} {t} ({conns});"],
-                                 [(self.lane_ports(f"{u}_y")[l], w, f"{t}_y")])
+                                 [(self.lane_ports(f"{u}_y")[i], w, f"{t}_y")])
         else:
             iw, ow = self.in_width, self.out_width
             ports.append("input wire rst")

@@ -44,6 +44,15 @@ def assert_bits_equal(actual, expected, *inputs, what=""):
     pytest.fail(f"{what}: {int((~ok).sum())} of {ok.size} differ\n" + "\n".join(rows))
 
 
+def forward_backward(f, x, grad=None):
+    """(f(x), the gradient of x) for the upstream gradient ``grad`` (default ones), on a
+    copy of ``x`` that requires grad."""
+    xr = x.clone().requires_grad_(True)
+    y = f(xr)
+    y.backward(y.new_ones(y.shape) if grad is None else grad)
+    return y.detach(), xr.grad
+
+
 def all_values(fmt) -> np.ndarray:
     """Every encoding of a format (<= 16 bits wide) decoded to float32, NaNs included."""
     fmt = emu.format(fmt)

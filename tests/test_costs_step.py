@@ -15,23 +15,23 @@ def _sgd_step(module, x):
 
 
 def test_linear_known_counts():
-    B, I, O = 5, 20, 7
-    lin = nn.Linear(I, O)
-    x = torch.randn(B, I, requires_grad=True)
+    B, IN, OUT = 5, 20, 7
+    lin = nn.Linear(IN, OUT)
+    x = torch.randn(B, IN, requires_grad=True)
     c = _sgd_step(lin, x)
     # y = x W^T + b; backward: dx = dy W and dW = dy^T x
-    assert c.macs == {"forward": B * I * O, "backward": 2 * B * I * O, "optimizer": 0}
-    assert c.macs_by_op == {"aten.addmm": B * I * O, "aten.mm": 2 * B * I * O}
-    # forward: the bias adds of addmm + the B*O - 1 additions of .sum()
-    assert c.ops["forward"] == {"add": B * O + B * O - 1}
+    assert c.macs == {"forward": B * IN * OUT, "backward": 2 * B * IN * OUT, "optimizer": 0}
+    assert c.macs_by_op == {"aten.addmm": B * IN * OUT, "aten.mm": 2 * B * IN * OUT}
+    # forward: the bias adds of addmm + the B*OUT - 1 additions of .sum()
+    assert c.ops["forward"] == {"add": B * OUT + B * OUT - 1}
     # backward: the bias gradient sums dy over the batch
-    assert c.ops["backward"] == {"add": B * O - O}
+    assert c.ops["backward"] == {"add": B * OUT - OUT}
     # SGD: p += (-lr) * g, one multiply and one add per parameter
-    P = I * O + O
+    P = IN * OUT + OUT
     assert c.ops["optimizer"] == {"mul": P, "add": P}
     assert c.params == P
     # saved for backward: the input x (the weight is a parameter, not an activation)
-    assert c.saved_bytes == B * I * 4 and c.saved_float_bytes == B * I * 4
+    assert c.saved_bytes == B * IN * 4 and c.saved_float_bytes == B * IN * 4
     assert c.unclassified == {}
 
 

@@ -20,7 +20,6 @@ from emu import _kernels_grad as KG
 from emu._scalar_approx import ln2_pattern
 from emu import sizes
 from emu.registry import ops
-from torch_bridge import _core
 from torch_bridge import functional as PF
 
 FORMATS = ["float32", "bf16", "float16", "float8_e4m3fn", "e3m2"]

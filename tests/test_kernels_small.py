@@ -10,7 +10,6 @@ import pytest
 import emu
 from conftest import assert_bits_equal
 from emu import _kernels as K
-from emu import _kernels_small as KS
 from emu import _scalar as S
 from emu import sizes
 from emu.matmul import host_matmul

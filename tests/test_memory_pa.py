@@ -4,7 +4,7 @@ ceil(log2 P) bits, stored fits reproduce and their errors are honest, bad input.
 import numpy as np
 import pytest
 import torch
-from conftest import assert_bits_equal
+from conftest import assert_bits_equal, forward_backward
 
 from torch_bridge.memory import (PA_ACTIVATIONS, PAActivation, PAGELU, PASiLU, activation,
                                  fit_pa, pa_activation, pa_table, packed_nbytes, unpack_bits)
@@ -30,17 +30,15 @@ def segment(table, x: np.ndarray) -> np.ndarray:
 def test_forward_and_exact_backward(name, pieces):
     t = pa_table(name, pieces)
     x = inputs(t)
-    xr = x.clone().requires_grad_(True)
-    y = pa_activation(xr, name, pieces)
     g = torch.randn(x.shape, generator=torch.Generator().manual_seed(pieces))
-    y.backward(g)
+    y, dx = forward_backward(lambda v: pa_activation(v, name, pieces), x, g)
     i = segment(t, x.numpy())
     slope = torch.from_numpy(t.slopes).float()[i]
     icpt = torch.from_numpy(t.intercepts).float()[i]
-    assert_bits_equal(y.detach().numpy(), (x * slope + icpt).numpy(), x.numpy(),
+    assert_bits_equal(y.numpy(), (x * slope + icpt).numpy(), x.numpy(),
                       what=f"PA {name} {pieces} forward")
     want = torch.where(torch.isnan(x), np.nan, g * slope)      # f(NaN) is NaN, so is f'
-    assert_bits_equal(xr.grad.numpy(), want.numpy(), x.numpy(),
+    assert_bits_equal(dx.numpy(), want.numpy(), x.numpy(),
                       what=f"PA {name} {pieces} backward")
 
 
@@ -106,16 +104,12 @@ def test_regenerated_fits_equal_the_stored_ones():
 def test_torch_path_equals_numba_path():
     x = torch.randn(4097, dtype=torch.float64) * 3
     t = pa_table("silu", 8)
-    seg = PASiLU(8)
-    xr = x.clone().requires_grad_(True)
-    y = seg(xr)
-    y.backward(torch.ones_like(y))
-    x16 = x.float().bfloat16().requires_grad_(True)       # bfloat16 takes the torch path
-    y16 = PASiLU(8)(x16)
-    y16.backward(torch.ones_like(y16))
-    i = segment(t, x16.detach().double().numpy())
-    assert torch.equal(x16.grad, torch.from_numpy(t.slopes).bfloat16()[i])
-    assert torch.equal(xr.grad, torch.from_numpy(t.slopes)[segment(t, x.numpy())])
+    _, dx = forward_backward(PASiLU(8), x)
+    x16 = x.float().bfloat16()                            # bfloat16 takes the torch path
+    _, dx16 = forward_backward(PASiLU(8), x16)
+    i = segment(t, x16.double().numpy())
+    assert torch.equal(dx16, torch.from_numpy(t.slopes).bfloat16()[i])
+    assert torch.equal(dx, torch.from_numpy(t.slopes)[segment(t, x.numpy())])
 
 
 def test_bad_input():

@@ -118,3 +118,56 @@ def test_variants_compiled_in_different_processes_keep_their_code(tmp_path):
     out = subprocess.run([sys.executable, "-c", both], env=env, check=True,
                          capture_output=True, text=True).stdout.split()
     assert [int(v) for v in out] == [*fresh, 2]
+
+
+def test_dependencies_are_computed():
+    """drop_stale hashes every pamsim module a kernel module imports, directly or not:
+    the files whose register_jitable functions it inlines, and the cache's own module."""
+    from emu import _numba_cache as C
+    root = Path(__file__).parent.parent
+
+    def deps(module):
+        return {str(f.relative_to(root)) for f in C.dependencies(str(root / module))}
+    assert {"emu/_kernels_acc.py", "emu/_scalar.py", "emu/_tiles.py", "emu/_kernels.py",
+            "emu/_numba_cache.py", "emu/registry.py"} <= deps("emu/_kernels_acc.py")
+    assert deps("torch_bridge/memory/_kernels.py") == {
+        "torch_bridge/memory/_kernels.py", "torch_bridge/memory/_scalar.py",
+        "emu/_numba_cache.py"}
+    assert {"emu/_kernels_grad.py", "emu/_kernels_reduce.py", "emu/_scalar_grad.py",
+            "torch_bridge/_fused_scalar.py"} <= deps("torch_bridge/_fused.py")
+
+
+#: a package ``emu`` in a child's directory: a cached kernel module that inlines, through
+#: a module between, a register_jitable function of a third module
+_PACKAGE = {
+    "__init__.py": "",
+    "_dep.py": "from numba.extending import register_jitable\n\n@register_jitable\n"
+               "def f():\n    return 1\n",
+    "_mid.py": "from numba.extending import register_jitable\nfrom ._dep import f\n\n"
+               "@register_jitable\ndef h():\n    return f() + 10\n",
+    "kmod.py": "from numba import njit\nfrom . import _mid\nfrom ._numba_cache import drop_stale\n"
+               "\ndrop_stale(__file__)\n\n@njit(cache=True)\ndef g():\n    return _mid.h()\n",
+}
+
+
+def test_editing_an_inlined_dependency_drops_the_cache(tmp_path):
+    """A kernel loads from the cache while nothing changed, and is compiled afresh once a
+    module it inlines through another is edited (Numba alone would serve the old code)."""
+    package = tmp_path / "emu"
+    package.mkdir()
+    for name, text in _PACKAGE.items():
+        (package / name).write_text(text)
+    (package / "_numba_cache.py").write_bytes(
+        (Path(__file__).parent.parent / "emu" / "_numba_cache.py").read_bytes())
+    env = _env(tmp_path)
+    run = "from emu import kmod; print(kmod.g(), sum(kmod.g.stats.cache_hits.values()))"
+
+    def child():
+        done = subprocess.run([sys.executable, "-c", run], env=env, cwd=tmp_path,
+                              capture_output=True, text=True)     # its emu, not ours
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+    assert child() == ["11", "0"]
+    assert child() == ["11", "1"]
+    (package / "_dep.py").write_text(_PACKAGE["_dep.py"].replace("return 1", "return 2"))
+    assert child() == ["12", "0"]

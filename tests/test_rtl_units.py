@@ -188,7 +188,7 @@ def test_mac_stream_in_amaranth_sim(fmt, acc, stages, rng):
     assert len(outs) == len(want)
     assert same_encoding([o for o, _ in outs], want, acc).all(), (outs, want)
     ends = np.cumsum([x.shape[1] for x in dots]) - 1
-    assert [l for _, l in outs] == [int(i in ends) for i in range(len(want))]
+    assert [last for _, last in outs] == [int(i in ends) for i in range(len(want))]
 
 
 @pytest.mark.parametrize("fmt,acc", [("float4_e2m1fn", "float4_e2m1fn"),

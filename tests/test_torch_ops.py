@@ -411,10 +411,10 @@ def test_bridge_sums_are_left_folds(rng):
     X = wide(2048, 3)
     check(PE.pa_mean(t32(X), 0), X, (0,), "pa_mean over dim 0",
           then=lambda v: emu.pa_div(v, np.float32(2048)))
-    I, T = wide(64, 64), wide(64, 64)
-    terms = emu.pam_mul(I - T, I - T, "float32")
-    check(PL.pa_mse_loss(t32(I), t32(T), reduction="sum"), terms, (0, 1), "mse_loss sum")
-    check(PL.pa_mse_loss(t32(I), t32(T)), terms, (0, 1), "mse_loss mean",
+    Y, T = wide(64, 64), wide(64, 64)
+    terms = emu.pam_mul(Y - T, Y - T, "float32")
+    check(PL.pa_mse_loss(t32(Y), t32(T), reduction="sum"), terms, (0, 1), "mse_loss sum")
+    check(PL.pa_mse_loss(t32(Y), t32(T)), terms, (0, 1), "mse_loss mean",
           then=lambda v: emu.pa_div(v, np.float32(4096)))
 
 

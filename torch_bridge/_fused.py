@@ -28,11 +28,9 @@ from numba.extending import register_jitable
 import emu
 from emu import sizes
 from emu import _kernels as K
-from emu import _kernels_reduce as KR
 from emu import _kernels_small as KS
 from emu import _scalar as S
 from emu import _scalar_approx as A
-from emu import _scalar_grad as G
 from emu._kernels import as_f32, as_i32, twins
 from emu._kernels_reduce import fold
 from emu._numba_cache import drop_stale
@@ -46,13 +44,7 @@ __all__ = ["enabled", "use", "elementwise", "rows", "layer_norm", "rms_norm",
            "cross_entropy"]
 
 
-@njit(cache=True)
-def _cache_probe():
-    return 0
-
-
-drop_stale(_cache_probe, __file__, FS.__file__, S.__file__, G.__file__, A.__file__,
-           K.__file__, KR.__file__, KS.__file__)
+drop_stale(__file__)
 
 
 @register_jitable

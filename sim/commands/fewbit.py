@@ -61,24 +61,24 @@ def run(args) -> int:
         return 0
     if args.check:
         return check(names, args.only, args.full)
-    out = args.out or tables.DATA_DIR
     from pathlib import Path
+
+    from torch_bridge.memory import pa
+    out = Path(args.out or tables.DATA_DIR)
     t0 = time.perf_counter()
-    if args.only in (None, "fewbit"):
-        fb = [n for n in (names or tables.FEWBIT_ACTIVATIONS) if n in tables.FEWBIT_ACTIVATIONS]
-        doc = tables.generate_fewbit(fb, progress=lambda s: print(
-            f"  solved {s} ({time.perf_counter() - t0:.0f} s)", flush=True))
-        doc = _merge(doc, Path(out) / tables.FEWBIT_FILE, "few-bit", names)
-        tables.write(doc, Path(out) / tables.FEWBIT_FILE)
-        print(f"wrote {len(doc['tables'])} few-bit tables to {Path(out) / tables.FEWBIT_FILE}")
-    if args.only in (None, "pa"):
-        from torch_bridge.memory import pa
-        pn = [n for n in (names or pa.PA_ACTIVATIONS) if n in pa.PA_ACTIVATIONS]
-        doc = pa.generate_pa(pn, progress=lambda s: print(
-            f"  fitted {s} ({time.perf_counter() - t0:.0f} s)", flush=True))
-        doc = _merge(doc, Path(out) / tables.PA_FILE, "PA activation", names)
-        tables.write(doc, Path(out) / tables.PA_FILE)
-        print(f"wrote {len(doc['tables'])} PA tables to {Path(out) / tables.PA_FILE}")
+    # --only's kind: (its activations, generator, file, kind for _merge, tables' name, verb)
+    kinds = {"fewbit": (tables.FEWBIT_ACTIVATIONS, tables.generate_fewbit, tables.FEWBIT_FILE,
+                        "few-bit", "few-bit", "solved"),
+             "pa": (pa.PA_ACTIVATIONS, pa.generate_pa, tables.PA_FILE, "PA activation", "PA",
+                    "fitted")}
+    for kind, (known, generate, file, merge_kind, what, verb) in kinds.items():
+        if args.only not in (None, kind):
+            continue
+        doc = generate([n for n in (names or known) if n in known], progress=lambda s: print(
+            f"  {verb} {s} ({time.perf_counter() - t0:.0f} s)", flush=True))
+        doc = _merge(doc, out / file, merge_kind, names)
+        tables.write(doc, out / file)
+        print(f"wrote {len(doc['tables'])} {what} tables to {out / file}")
     return 0
 
 

@@ -1,11 +1,11 @@
 """``pamsim sweep``: the mantissa width of the PAM inputs (the paper's Table 6, Appendix D)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from sim.cli import fail, int_in, output_dir
-from sim.commands.train import add_spec_arguments, ops_arg, seeds_arg, set_threads, spec_from_args
+from sim.cli import fail, int_in
+from sim.commands.train import (add_spec_arguments, add_study_arguments, ops_arg,
+                                seed_specs, seeds_arg, start_study, write_study)
 
 
 def mantissas_arg(text: str) -> list[int]:
@@ -49,8 +49,7 @@ def register(sub):
                    help="op groups made PA (default matmul: Appendix D narrows only the "
                         "matmul inputs)")
     p.add_argument("--backward", choices=("approx", "exact"), default="approx")
-    p.add_argument("--out", type=output_dir, default="out/sweep")
-    p.add_argument("--quiet", action="store_true")
+    add_study_arguments(p, "out/sweep")
     p.set_defaults(run=run)
 
 
@@ -58,31 +57,24 @@ def run(args) -> int:
     import torch_bridge as tb
     from sim import train as T
     try:
-        specs = [spec_from_args(args, seed=s) for s in range(args.seeds)]
+        specs = seed_specs(args)
         for f in [f"e{args.exp_bits}m{m}" for m in args.mantissa] + args.mx:
             tb.PAMConfig(f)                     # validates --exp-bits with each width
     except ValueError as exc:
         return fail(args, exc)
-    set_threads(args)
     from sim import study as S
-    out = Path(args.out)
     spec0 = specs[0]
     key, label = T.metric_names(spec0)
-    print(f"pamsim sweep: {spec0.label()}, {spec0.epochs} epochs, seeds 0..{args.seeds - 1}, "
-          f"PAM on {'+'.join(sorted(args.ops))}, {args.backward} backward")
-    rows = S.table6(S.Runs(specs, out / "runs", not args.quiet), args.mantissa,
-                    args.exp_bits, args.ops, args.backward, mx=args.mx)
+    runs = start_study(args, specs, f"PAM on {'+'.join(sorted(args.ops))}, {args.backward} backward")
+    rows = S.table6(runs, args.mantissa, args.exp_bits, args.ops, args.backward, mx=args.mx)
     table, stats = S.table6_markdown(key, label, rows)
     print(table)
-    stem = f"sweep_{spec0.data}_{spec0.model}"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(
-        {"spec": spec0.__dict__, "seeds": args.seeds, "ops": sorted(args.ops),
-         "backward": args.backward, "stats": stats,
-         "rows": [{"name": n, "config": c.describe() if c else "native float32",
-                   "mantissa": getattr(c.fmt, "man_bits", None) if c else None,
-                   "runs": [r.to_json() for r in runs]} for n, c, runs in rows]}, indent=1))
-    S.plot_rows(spec0, [(n, r) for n, _, r in rows], out / f"{stem}.png",
+    write_study(Path(args.out), f"sweep_{spec0.data}_{spec0.model}",
+                {"spec": spec0.__dict__, "seeds": args.seeds, "ops": sorted(args.ops),
+                 "backward": args.backward, "stats": stats,
+                 "rows": [{"name": n, "config": c.describe() if c else "native float32",
+                           "mantissa": getattr(c.fmt, "man_bits", None) if c else None,
+                           "runs": [r.to_json() for r in runs]} for n, c, runs in rows]},
+                spec0, [(n, r) for n, _, r in rows],
                 f"{spec0.label()}: PAM mantissa width (cf. Table 6)")
-    print(f"wrote {out / stem}.json and {out / stem}.png")
     return 0

@@ -94,6 +94,39 @@ def spec_from_args(args, **override):
     return TrainSpec(**{**kw, **override})
 
 
+def add_study_arguments(p, out_default: str):
+    """A study's last options (ablate, sweep): --out and --quiet."""
+    p.add_argument("--out", type=output_dir, default=out_default)
+    p.add_argument("--quiet", action="store_true")
+
+
+def seed_specs(args) -> list:
+    """A multi-seed study's runs (ablate, sweep): one spec per seed 0..--seeds-1;
+    ValueError for a bad combination of options."""
+    return [spec_from_args(args, seed=s) for s in range(args.seeds)]
+
+
+def start_study(args, specs, detail: str):
+    """Set the threads and print a study's header line (seed 0's spec, the seeds, then
+    ``detail``); the sim.study.Runs of ``specs`` under --out."""
+    from sim import study as S
+    set_threads(args)
+    spec = specs[0]
+    print(f"pamsim {args.command}: {spec.label()}, {spec.epochs} epochs, seeds "
+          f"0..{args.seeds - 1}, {detail}")
+    return S.Runs(specs, Path(args.out) / "runs", not args.quiet)
+
+
+def write_study(out: Path, stem: str, record: dict, spec, rows, title: str):
+    """A study's results: ``stem``.json (``record``) and ``stem``.png (``rows`` plotted by
+    sim.study.plot_rows) in ``out``."""
+    from sim import study as S
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(record, indent=1))
+    S.plot_rows(spec, rows, out / f"{stem}.png", title)
+    print(f"wrote {out / stem}.json and {out / stem}.png")
+
+
 def register(sub):
     from sim.train import MAX_SEED
     p = sub.add_parser("train", help="train on emulated PA hardware next to a float32 baseline "

@@ -187,8 +187,8 @@ class CombTB(_SlotTB):
             strings = [pack([(x[lo:hi], w)], C) for x in operands]
             for s in range(len(strings[0]) // K):
                 for ports, st in zip(self.ports_in, strings):
-                    for l in range(K):
-                        ports[l].value = st[s * K + l]
+                    for lane in range(K):
+                        ports[lane].value = st[s * K + lane]
                 await self.step()
                 out += [str(p.value) for p in self.ports_y]
         return unpack(out, [w], C)[0][:n]

@@ -20,12 +20,7 @@ from emu._numba_cache import drop_stale
 from . import _scalar as S
 
 
-@njit(cache=True)
-def _cache_probe():
-    return 0
-
-
-drop_stale(_cache_probe, __file__, S.__file__)
+drop_stale(__file__)
 
 
 def thresholds(bp64: np.ndarray, dtype) -> np.ndarray:

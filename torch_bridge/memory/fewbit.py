@@ -92,6 +92,10 @@ class _Quantizer:
     def bits(self) -> int:
         return self.table.bits
 
+    def forward(self, x: torch.Tensor):
+        """(the native activation, packed interval indices)."""
+        return self.act.native(x), self.index_packed(x)
+
     def index_packed(self, x: torch.Tensor) -> torch.Tensor:
         if not fused(x):
             return pack_bits(self.index(x), self.bits)
@@ -119,19 +123,24 @@ class _Quantizer:
         return scale_by_code(grad, packed, self.bits, self.levels)
 
 
-class _FewBit(torch.autograd.Function):
+class CodedBackward(torch.autograd.Function):
+    """An activation whose backward keeps only a few-bit code per element (and the NaN
+    positions): ``coder.forward(x)`` is (y, packed codes), ``coder.scale(grad, packed)``
+    the input gradient and ``coder.act`` the activation (native gradient at NaNs).
+    Few-bit derivatives (a _Quantizer) and PA activations (pa._Segments) share it."""
+
     @staticmethod
-    def forward(ctx, x, q: _Quantizer):
-        y = q.act.native(x)
-        ctx.save_for_backward(q.index_packed(x), *nan_positions(x))
-        ctx.q = q
+    def forward(ctx, x, coder):
+        y, packed = coder.forward(x)
+        ctx.save_for_backward(packed, *nan_positions(x))
+        ctx.coder = coder
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
         packed, *nans = ctx.saved_tensors
-        return grad_at_nans(ctx.q.act, grad, nans, ctx.q.scale(grad, packed)), None
+        return grad_at_nans(ctx.coder.act, grad, nans, ctx.coder.scale(grad, packed)), None
 
 
 _QUANTIZERS: dict = {}
@@ -161,7 +170,7 @@ def fewbit(x: torch.Tensor, act="gelu", bits: int | None = 3, weight: str = "uni
     q = _quantizer(a, bits, weight)
     if not (torch.is_grad_enabled() and x.requires_grad) or x.device.type == "meta":
         return a.native(x)
-    return _FewBit.apply(x, q)
+    return CodedBackward.apply(x, q)
 
 
 class FewBitActivation(nn.Module):

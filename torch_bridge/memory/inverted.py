@@ -118,8 +118,12 @@ class Inverter:
 
     def _fits(self, degree, n, lpb) -> _Fits:
         n_tail = (self.e_split - self.e_tail) << lpb
-        const = lambda c: np.r_[np.zeros(degree), c][None]
-        t_branch = lambda t: self.ymin + t * t
+
+        def const(c):
+            return np.r_[np.zeros(degree), c][None]
+
+        def t_branch(t):
+            return self.ymin + t * t
         near = self._fit(degree, self.t_left, n, t_branch, False)
         return _Fits(degree, n, lpb, np.concatenate([
             self._fit(degree, self.t_right, n, t_branch, True), const(1.0),

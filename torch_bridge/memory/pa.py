@@ -24,12 +24,11 @@ from functools import lru_cache
 import numpy as np
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 from .. import _core
 from . import _kernels as K
-from .activations import activation, grad_at_nans, nan_positions
-from .fewbit import check_input, fused, scale_by_code
+from .activations import activation
+from .fewbit import CodedBackward, check_input, fused, scale_by_code
 from .packing import packed_nbytes, pack_bits
 from .tables import DATA_DIR, PA_FILE, VERSION, read
 
@@ -211,6 +210,10 @@ class _Segments:
         c[:table.pieces] = torch.from_numpy(table.intercepts)
         return cls(table, bp, s, c)
 
+    @property
+    def act(self):
+        return activation(self.table.activation)
+
     def index(self, x: torch.Tensor) -> torch.Tensor:
         """Segment of each x: #{knots < x} (NaN -> 0)."""
         v = x.detach().reshape(-1).double()
@@ -242,22 +245,6 @@ class _Segments:
         return scale_by_code(grad, packed, self.table.bits, self.slope)
 
 
-class _PA(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, seg: _Segments):
-        y, packed = seg.forward(x)
-        ctx.save_for_backward(packed, *nan_positions(x))
-        ctx.seg = seg
-        return y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad):
-        packed, *nans = ctx.saved_tensors
-        act = activation(ctx.seg.table.activation)
-        return grad_at_nans(act, grad, nans, ctx.seg.scale(grad, packed)), None
-
-
 _SEGMENTS: dict = {}
 
 
@@ -277,7 +264,7 @@ def pa_activation(x: torch.Tensor, act="gelu", pieces: int = 16) -> torch.Tensor
         return activation(act).native(x)
     if not (torch.is_grad_enabled() and x.requires_grad):
         return seg.forward(x)[0]
-    return _PA.apply(x, seg)
+    return CodedBackward.apply(x, seg)
 
 
 class PAActivation(nn.Module):
