@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .. import _core
+from .._backend import on_cuda_backend
 from . import _kernels as K
 from .activations import activation, grad_at_nans, nan_positions
 from .fewbit import check_input, fused, scale_by_code
@@ -225,7 +225,7 @@ class _Segments:
             xc = x.detach().contiguous()
             y = torch.empty_like(xc)
             packed = torch.empty(packed_nbytes(x.numel(), k), dtype=torch.uint8, device=x.device)
-            if _core.on_cuda_backend(xc):
+            if on_cuda_backend(xc):
                 from . import _cuda as C
                 C.launch(C.affine_index_pack, C.groups(xc.numel()), x=xc.view(-1),
                          bp=self.bp64.to(xc.device), k=k, slope=s, intercept=c, y=y.view(-1),
