@@ -205,7 +205,7 @@ def test_conv_transpose_folds_over_the_flipped_kernel(kw):
     x, w = torch.randn(2, 4, 4, 3), torch.randn(4, 3, 3, 2)
     y = pam_conv_transpose(x, w, None, groups=2, fmt="bf16", **kw)
     assert y.shape == F.conv_transpose2d(x, w, None, groups=2, **kw).shape
-    s, p, d = (tb.contract._ints("", kw.get(a, dflt), 2, 0) for a, dflt in
+    s, p, d = (tb.functional.int_tuple("", kw.get(a, dflt), 2, 0) for a, dflt in
                (("stride", 1), ("padding", 0), ("dilation", 1)))
     X, W = npy(x), npy(w)
     for oc in range(6):
@@ -268,12 +268,12 @@ def test_average_pooling_is_the_window_sum_pa_divided(nd):
     (lambda x, w: tb.pam_conv2d(x, w, padding=-1), r"padding=-1; expected an int >= 0"),
     (lambda x, w: tb.pam_conv2d(x, w, padding="full"), r"padding='full'"),
     (lambda x, w: tb.pam_conv2d(x, w, groups=0), r"groups=0; expected an int >= 1"),
-    (lambda x, w: tb.contract.pam_conv1d(x[0], w[..., 0], stride=(1, 1)), r"stride=\(1, 1\)"),
-    (lambda x, w: tb.contract.pam_conv3d(x[None], w[None], stride=2, padding="same"),
+    (lambda x, w: tb.functional.pam_conv1d(x[0], w[..., 0], stride=(1, 1)), r"stride=\(1, 1\)"),
+    (lambda x, w: tb.functional.pam_conv3d(x[None], w[None], stride=2, padding="same"),
      r"padding='same' needs stride 1"),
-    (lambda x, w: tb.contract.pam_conv_transpose(x, w, stride=2, output_padding=2),
+    (lambda x, w: tb.functional.pam_conv_transpose(x, w, stride=2, output_padding=2),
      r"output_padding=\(2, 2\) must be smaller than max\(stride, dilation\)"),
-    (lambda x, w: tb.contract.pam_conv_transpose(x, w, padding="same"), r"padding='same'"),
+    (lambda x, w: tb.functional.pam_conv_transpose(x, w, padding="same"), r"padding='same'"),
     (lambda x, w: tb.contract.pa_avg_pool(x, (2, 0)), r"kernel_size=\(2, 0\)"),
     (lambda x, w: tb.contract.pa_avg_pool(x, (2, 2), stride=0), r"stride=0"),
     (lambda x, w: tb.contract.pa_avg_pool(x, (2, 2), padding=2), r"at most half"),
