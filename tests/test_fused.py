@@ -1,7 +1,7 @@
 """torch_bridge's fast paths give the bits of its general path, bit for bit.
 
 * the per-call path of the primitives (emu's serial kernels on the tensors' memory,
-  torch_bridge/_core.py) against the emu front-end calls of the general path;
+  torch_bridge/_lean.py) against the emu front-end calls of the general path;
 * emu's serial kernel twins against the parallel kernels;
 * the scalar form of every approximate derivative (emu/_scalar_approx.py) against the
   registry's sequence of emu calls (emu.grad, kind 'approx').
@@ -319,21 +319,21 @@ def test_fused_recurrent_cells_are_their_graphs(fmt, kind, rounding):
 
 def test_fused_lstm_unused_outputs():
     """An LSTM step whose c' (or h') gets no gradient from outside: as the graph."""
-    kw = dict(fmt=emu.float32, backward="exact", rounding="nearest_even")
+    nm = tb.config.Numerics(emu.float32, "exact", "nearest_even", emu.float32)
     gi, gh, cp = specials((3, 8), 13), specials((3, 8), 14), specials((3, 2), 15)
     for pick in (0, 1):
         def fn(a, b, c):
-            return _fused.lstm_step(a, b, c, kw)[pick] * 2.0 if _fused.enabled() else \
-                _graph_lstm(a, b, c, kw)[pick] * 2.0
+            return _fused.lstm_step(a, b, c, nm)[pick] * 2.0 if _fused.enabled() else \
+                _graph_lstm(a, b, c, nm)[pick] * 2.0
         fused = _run(fn, (gi, gh, cp))
         with _fused.use(False):
             graph = _run(fn, (gi, gh, cp))
         _same(fused, graph, f"output {pick}")
 
 
-def _graph_lstm(gi, gh, c, kw):
+def _graph_lstm(gi, gh, c, nm):
     from torch_bridge.recurrent import _cell, _Ops
-    ops = _Ops(tb.PAMConfig("bf16", pa_fmt=kw["fmt"], backward=kw["backward"]))
+    ops = _Ops(tb.PAMConfig("bf16", pa_fmt=nm.fmt, backward=nm.backward))
     ops.linear = lambda h, w, b: gh
     return _cell("lstm", ops, gi, None, c, None, None)
 

@@ -8,7 +8,7 @@ Inputs are corner values (±0, subnormals, ±inf, NaN, huge) and every breakpoin
 knot and window edge with its float neighbours, plus a few random values.
 
 Without a GPU the CUDA side runs under Numba's CUDA simulator with CPU tensors routed
-through the CUDA kernels (``torch_bridge._core.cuda_backend()``); the simulator must be
+through the CUDA kernels (``torch_bridge._backend.cuda_backend()``); the simulator must be
 enabled before ``numba.cuda`` is imported, so a normal run defines only the outer
 tests, which run this file in a subprocess with ``NUMBA_ENABLE_CUDASIM=1`` and check
 from a launch log that every memory kernel ran.  ``PAMSIM_CUDA_HARDWARE=1`` runs the
@@ -55,7 +55,7 @@ else:
     import torch
 
     from emu import device
-    from torch_bridge._core import cuda_backend
+    from torch_bridge._backend import cuda_backend
     from torch_bridge.memory import (ACTIVATIONS, INVERTIBLE, PA_ACTIVATIONS, activation,
                                      fewbit, fewbit_table, inverted, inverter, pa_activation,
                                      pack_bits, pa_table, unpack_bits)

@@ -11,7 +11,7 @@ from sim.cli import main
 from torch_bridge.audit import MULTIPLY_FREE
 
 ALL = tb.PAMConfig("bf16")
-NO_ELEMENTWISE = tb.PAMConfig("bf16", ops=set(tb.OPS) - {"elementwise"})
+NO_ELEMENTWISE = tb.PAMConfig("bf16", ops=set(tb.OP_GROUPS) - {"elementwise"})
 
 
 class Net(nn.Module):

@@ -4,7 +4,7 @@ Every case computes the same thing twice from the same seed: once with CPU tenso
 on the CPU backend, once on the CUDA backend, and compares every output, gradient
 and optimizer state by bits (NaNs by class).  Without a GPU the CUDA side runs under
 Numba's CUDA simulator with CPU tensors routed through the CUDA kernels
-(``torch_bridge._core.cuda_backend()``); the simulator has to be enabled before
+(``torch_bridge._backend.cuda_backend()``); the simulator has to be enabled before
 ``numba.cuda`` is imported, so a normal pytest run defines only
 ``test_torch_cuda_backend_matches_cpu``, which runs this file in a subprocess with
 ``NUMBA_ENABLE_CUDASIM=1`` (as tests/test_cuda_sim.py does).  On a machine with a
@@ -28,7 +28,7 @@ if not (SIM or HARDWARE):
     def test_mixed_devices_are_a_clear_error():
         import torch
 
-        from torch_bridge._core import same_device
+        from torch_bridge._tensors import same_device
         with pytest.raises(ValueError, match=r"mixed devices: a on cpu, b on meta"):
             same_device(a=torch.ones(2), b=torch.ones(2, device="meta"), c=1.0)
         same_device(a=torch.ones(2), b=torch.ones(3), c=1.0)
@@ -40,7 +40,7 @@ else:
     import emu
     import torch_bridge as tb
     from conftest import assert_bits_equal
-    from torch_bridge._core import cuda_backend
+    from torch_bridge._backend import cuda_backend
 
     pytestmark = pytest.mark.filterwarnings(
         "error:overflow encountered in scalar:RuntimeWarning")

@@ -90,7 +90,7 @@ def test_pam_mode_routes_elementwise_calls(x):
             tb.pam_mul(mask.float(), x), tb.pam_mul(x, y)]
     for i, (g, w) in enumerate(zip(got, want)):
         assert g.dtype == w.dtype and torch.equal(g, w), i
-    off = tb.PAMConfig("bf16", ops=set(tb.OPS) - {"elementwise"})
+    off = tb.PAMConfig("bf16", ops=set(tb.OP_GROUPS) - {"elementwise"})
     with tb.pam_mode(off):
         assert torch.equal(x * y, torch.mul(x, y)) and torch.equal(F.gelu(x), F.gelu(x))
     with tb.pam_mode(CFG):                  # dtypes follow torch's promotion
@@ -148,7 +148,7 @@ def test_einsum_is_one_pam_matmul_per_pair():
 
 
 def test_conv1d_is_a_height_one_conv2d():
-    from torch_bridge.contract import pam_conv1d
+    from torch_bridge.functional import pam_conv1d
     torch.manual_seed(0)
     x, w, bias = torch.randn(2, 4, 10), torch.randn(6, 2, 3), torch.randn(6)
     for kw in ({"groups": 2}, {"stride": 2, "padding": 1, "groups": 2},
@@ -173,7 +173,7 @@ def _fold(terms, shape):
 
 def test_conv3d_is_the_pam_fold_over_the_kernel():
     """Each output folds over (channel, depth, row, column) of the kernel."""
-    from torch_bridge.contract import pam_conv3d
+    from torch_bridge.functional import pam_conv3d
     torch.manual_seed(0)
     x, w = torch.randn(2, 4, 5, 6, 5), torch.randn(6, 2, 2, 3, 2)
     s, p, d, groups = (2, 1, 1), (1, 0, 1), (1, 2, 1), 2
@@ -200,12 +200,12 @@ def test_conv3d_is_the_pam_fold_over_the_kernel():
 def test_conv_transpose_folds_over_the_flipped_kernel(kw):
     """out[z] folds over (input channel, kernel position from the last) of the terms
     w[c, o, i] ·̂ x[c, y] with y·s - p + i·d = z (the stuffed zeros add nothing)."""
-    from torch_bridge.contract import pam_conv_transpose
+    from torch_bridge.functional import pam_conv_transpose
     torch.manual_seed(0)
     x, w = torch.randn(2, 4, 4, 3), torch.randn(4, 3, 3, 2)
     y = pam_conv_transpose(x, w, None, groups=2, fmt="bf16", **kw)
     assert y.shape == F.conv_transpose2d(x, w, None, groups=2, **kw).shape
-    s, p, d = (tb.contract._ints("", kw.get(a, dflt), 2, 0) for a, dflt in
+    s, p, d = (tb.functional.int_tuple("", kw.get(a, dflt), 2, 0) for a, dflt in
                (("stride", 1), ("padding", 0), ("dilation", 1)))
     X, W = npy(x), npy(w)
     for oc in range(6):
@@ -268,12 +268,12 @@ def test_average_pooling_is_the_window_sum_pa_divided(nd):
     (lambda x, w: tb.pam_conv2d(x, w, padding=-1), r"padding=-1; expected an int >= 0"),
     (lambda x, w: tb.pam_conv2d(x, w, padding="full"), r"padding='full'"),
     (lambda x, w: tb.pam_conv2d(x, w, groups=0), r"groups=0; expected an int >= 1"),
-    (lambda x, w: tb.contract.pam_conv1d(x[0], w[..., 0], stride=(1, 1)), r"stride=\(1, 1\)"),
-    (lambda x, w: tb.contract.pam_conv3d(x[None], w[None], stride=2, padding="same"),
+    (lambda x, w: tb.functional.pam_conv1d(x[0], w[..., 0], stride=(1, 1)), r"stride=\(1, 1\)"),
+    (lambda x, w: tb.functional.pam_conv3d(x[None], w[None], stride=2, padding="same"),
      r"padding='same' needs stride 1"),
-    (lambda x, w: tb.contract.pam_conv_transpose(x, w, stride=2, output_padding=2),
+    (lambda x, w: tb.functional.pam_conv_transpose(x, w, stride=2, output_padding=2),
      r"output_padding=\(2, 2\) must be smaller than max\(stride, dilation\)"),
-    (lambda x, w: tb.contract.pam_conv_transpose(x, w, padding="same"), r"padding='same'"),
+    (lambda x, w: tb.functional.pam_conv_transpose(x, w, padding="same"), r"padding='same'"),
     (lambda x, w: tb.contract.pa_avg_pool(x, (2, 0)), r"kernel_size=\(2, 0\)"),
     (lambda x, w: tb.contract.pa_avg_pool(x, (2, 2), stride=0), r"stride=0"),
     (lambda x, w: tb.contract.pa_avg_pool(x, (2, 2), padding=2), r"at most half"),

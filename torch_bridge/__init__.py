@@ -14,10 +14,11 @@ Operations": every number comes from :mod:`emu` (forward) and :mod:`emu.grad`
   arithmetic of unmodified models (:mod:`torch_bridge.mode` lists them).
 * :func:`audit` — the multiplies of a model that still run natively under a config
   (the function shadows its module: import names from ``torch_bridge.audit``).
-* :mod:`torch_bridge.functional` — the PA primitives and composites; more composites
+* :mod:`torch_bridge.functional` — the PA primitives (convolutions included) and
+  composites; more composites
   in :mod:`~torch_bridge.elementwise`, :mod:`~torch_bridge.norms`,
-  :mod:`~torch_bridge.losses`, :mod:`~torch_bridge.contract` (einsum, conv1d/3d,
-  transposed convolutions, addbmm, average pooling) and
+  :mod:`~torch_bridge.losses`, :mod:`~torch_bridge.contract` (einsum, addbmm, average
+  pooling) and
   :mod:`~torch_bridge.recurrent` (GRU, LSTM, RNN).
 * :class:`PAAdamW`, :class:`PASGD` — optimizers with PA arithmetic.
 * :mod:`torch_bridge.memory` — memory-saving activations (few-bit backward, inverted
@@ -29,7 +30,7 @@ import emu.registry
 
 from . import functional, memory
 from .audit import AuditReport, audit
-from .config import OPS, PAMConfig
+from .config import OP_GROUPS, PAMConfig
 from .convert import convert
 from .functional import (pa_cross_entropy, pa_layer_norm, pa_softmax, pam_conv2d, pam_linear,
                          pam_matmul)
@@ -42,7 +43,7 @@ from .optim import PAAdamW, PASGD, make_optimizer
 _ELEMENTWISE = [op.name for op in emu.registry.ops(differentiable=True)]
 globals().update({name: getattr(functional, name) for name in _ELEMENTWISE})
 
-__all__ = ["PAMConfig", "OPS", "convert", "pam_mode", "audit", "AuditReport", "functional",
+__all__ = ["PAMConfig", "OP_GROUPS", "convert", "pam_mode", "audit", "AuditReport", "functional",
            "memory", "pam_matmul", "pam_linear", "pam_conv2d", *_ELEMENTWISE, "pa_softmax",
            "pa_layer_norm", "pa_cross_entropy", "PAMLinear", "PAMConv2d", "PALayerNorm",
            "PASoftmax", "PAMultiheadAttention", "PACrossEntropyLoss", "PAAdamW", "PASGD",

@@ -14,7 +14,7 @@ layer norm's x, through x - μ and through Σx), the fused Function takes the in
 per contribution and returns them separately, so autograd adds them to whatever the
 input received before in the graph's order.  Gradients of broadcast parameters (a
 norm's weight and bias, a recurrent layer's bias) are reduced by
-``_core.fold_to`` (emu.fold_sum's order) in both.
+``_sums.fold_to`` (emu.fold_sum's order) in both.
 """
 from __future__ import annotations
 
@@ -27,18 +27,19 @@ from numba.extending import register_jitable
 
 import emu
 from emu import sizes
-from emu import _kernels as K
-from emu import _kernels_small as KS
-from emu import _scalar as S
-from emu import _scalar_approx as A
-from emu._kernels import as_f32, as_i32, twins
-from emu._kernels_reduce import fold
-from emu._numba_cache import drop_stale
+from emu.grad import host_matmul_grad
+from emu.lowlevel import as_f32, as_i32, drop_stale, fold, twins
+from emu.lowlevel import scalar as S
+from emu.lowlevel import scalar_approx as A
 from emu.registry import log2e
 
-from . import _core
 from . import _fused_scalar as FS
-from ._core import numerics, out_flat
+from ._backend import cuda_backend_active
+from ._lean import flat, kernel_consts, new, out_flat, round_lean, rounded_lean
+from ._linear import LINEAR
+from ._sums import fold_to
+from ._tensors import as_float32, kernel_fmt
+from .config import Numerics
 
 __all__ = ["enabled", "use", "elementwise", "rows", "layer_norm", "rms_norm",
            "cross_entropy"]
@@ -96,7 +97,7 @@ def use(on: bool):
 def fusable(rounding: str, *tensors) -> bool:
     """Whether the fast paths run: enabled, deterministic rounding, float32 CPU tensors
     (None entries are absent optional operands)."""
-    if not _ENABLED or rounding == "stochastic" or _core.cuda_backend_active():
+    if not _ENABLED or rounding == "stochastic" or cuda_backend_active():
         return False
     return all(t is None or (isinstance(t, torch.Tensor) and t.dtype == torch.float32
                              and t.device.type == "cpu") for t in tensors)
@@ -134,7 +135,7 @@ def consts(key, fmt, rounding, *items) -> np.ndarray:
         vals = [1.0] + [v[1] if isinstance(v, tuple) else float(v) for v in items]
         keep = np.array([False] + [isinstance(v, tuple) for v in items])
         t = torch.tensor(vals, dtype=torch.float32)
-        r = _core.round_lean(t, fmt, rounding).numpy()
+        r = round_lean(t, fmt, rounding).numpy()
         pats = np.where(keep, t.numpy(), r).astype(np.float32).view(np.uint32).astype(np.int64)
         if len(_CONSTS) > 4096:
             _CONSTS.clear()
@@ -178,7 +179,7 @@ class Elementwise(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, name, c, fmt, rounding, kind, x, *_):
-        nm = numerics(fmt, rounding)
+        nm = kernel_consts(fmt, rounding)
         y = torch.empty(x.shape)
         ELEMENTWISE[name][0][_par(x.numel())](_f32(x), out_flat(y).view(np.float32), c, nm.fc,
                                               nm.mode)
@@ -197,9 +198,9 @@ class Elementwise(torch.autograd.Function):
         return (None,) * 5 + tuple(dx.unbind(0))
 
 
-def elementwise(name: str, x: torch.Tensor, c: np.ndarray, kw: dict) -> torch.Tensor:
+def elementwise(name: str, x: torch.Tensor, c: np.ndarray, nm: Numerics) -> torch.Tensor:
     """The composite ``name`` of ``x`` fused (the caller checked :func:`fusable`)."""
-    return Elementwise.apply(name, c, kw["fmt"], kw["rounding"], _kind(kw["backward"]),
+    return Elementwise.apply(name, c, nm.fmt, nm.rounding, _kind(nm.backward),
                              *(x,) * SLOTS[name])
 
 
@@ -235,7 +236,7 @@ class Rows(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, name, c, fmt, rounding, kind, x):
-        nm = numerics(fmt, rounding)
+        nm = kernel_consts(fmt, rounding)
         n = x.shape[-1]
         out = torch.empty(x.shape)
         ROWS[name][0][_par(x.numel())](_f32(x), out_flat(out).view(np.float32),
@@ -257,14 +258,14 @@ class Rows(torch.autograd.Function):
         return None, None, None, None, None, dx
 
 
-def rows(name: str, x: torch.Tensor, dim: int, kw: dict) -> torch.Tensor:
+def rows(name: str, x: torch.Tensor, dim: int, nm: Numerics) -> torch.Tensor:
     """softmax / log_softmax of ``x`` along ``dim``, fused (the caller checked
     :func:`fusable` and that x is not empty)."""
-    fmt = kw["fmt"]
-    c = consts("rows", fmt, kw["rounding"], log2e(fmt))
+    fmt = nm.fmt
+    c = consts("rows", fmt, nm.rounding, log2e(fmt))
     last = dim % x.dim() == x.dim() - 1 if x.dim() else True
     xm = x if last else x.movedim(dim, -1)
-    y = Rows.apply(name, c, fmt, kw["rounding"], _kind(kw["backward"]), xm)
+    y = Rows.apply(name, c, fmt, nm.rounding, _kind(nm.backward), xm)
     return y if last else y.movedim(-1, dim)
 
 
@@ -311,7 +312,7 @@ RMS_BACKWARD = twins("fused rms_norm backward", _rms_backward)
 
 
 def _norm_forward(ctx, kernels, c, fmt, rounding, kind, x, weight, bias, n):
-    nm = numerics(fmt, rounding)
+    nm = kernel_consts(fmt, rounding)
     out = torch.empty(x.shape)
     kernels[_par(x.numel())](_f32(x), _EMPTY if weight is None else _f32(weight),
                              _EMPTY if bias is None else _f32(bias),
@@ -345,8 +346,8 @@ class LayerNorm(torch.autograd.Function):
             _EMPTY if dw is None else out_flat(dw).view(np.float32),
             np.empty(x.numel(), np.float32), rows, n, c, kind, nm.ln2, nm.fc, nm.mode)
         dsum = dsum.view(-1, 1).expand(rows, n).reshape(x.shape)
-        gw = None if dw is None else _core.fold_to(dw, weight.shape)
-        gb = None if bshape is None else _core.fold_to(g, bshape)
+        gw = None if dw is None else fold_to(dw, weight.shape)
+        gb = None if bshape is None else fold_to(g, bshape)
         return None, None, None, None, None, dx, dsum, gw, gb
 
 
@@ -370,23 +371,23 @@ class RMSNorm(torch.autograd.Function):
             *(out_flat(t).view(np.float32) for t in (dx, dx2, dx3)),
             _EMPTY if dw is None else out_flat(dw).view(np.float32),
             np.empty(x.numel(), np.float32), rows, n, c, kind, nm.ln2, nm.fc, nm.mode)
-        gw = None if dw is None else _core.fold_to(dw, weight.shape)
+        gw = None if dw is None else fold_to(dw, weight.shape)
         return None, None, None, None, None, dx, dx2, dx3, gw
 
 
-def layer_norm(x, n, weight, bias, eps, kw):
+def layer_norm(x, n, weight, bias, eps, nm: Numerics):
     """pa_layer_norm fused over the trailing ``n`` elements (checked by the caller)."""
-    fmt = kw["fmt"]
-    c = consts("norm", fmt, kw["rounding"], float(n), ("raw", eps))
-    return LayerNorm.apply(c, fmt, kw["rounding"], _kind(kw["backward"]), n, x, x,
+    fmt = nm.fmt
+    c = consts("norm", fmt, nm.rounding, float(n), ("raw", eps))
+    return LayerNorm.apply(c, fmt, nm.rounding, _kind(nm.backward), n, x, x,
                            weight, bias)
 
 
-def rms_norm(x, n, weight, eps, kw):
+def rms_norm(x, n, weight, eps, nm: Numerics):
     """pa_rms_norm fused over the trailing ``n`` elements (checked by the caller)."""
-    fmt = kw["fmt"]
-    c = consts("norm", fmt, kw["rounding"], float(n), ("raw", eps))
-    return RMSNorm.apply(c, fmt, kw["rounding"], _kind(kw["backward"]), n, x, x, x, weight)
+    fmt = nm.fmt
+    c = consts("norm", fmt, nm.rounding, float(n), ("raw", eps))
+    return RMSNorm.apply(c, fmt, nm.rounding, _kind(nm.backward), n, x, x, x, weight)
 
 
 # --- cross-entropy --------------------------------------------------------------------------
@@ -454,7 +455,7 @@ class CrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, c, fmt, rounding, kind, red, smooth, t, valid, q, w, wy, z):
-        nm = numerics(fmt, rounding)
+        nm = kernel_consts(fmt, rounding)
         rows, n = z.shape
         loss = torch.empty(rows)
         res = np.zeros(3, np.float32)
@@ -481,18 +482,18 @@ class CrossEntropy(torch.autograd.Function):
         return (None,) * 11 + (dz,)
 
 
-def cross_entropy(z, t, valid, q, weight, wy, reduction, eps, eps_c, kw):
+def cross_entropy(z, t, valid, q, weight, wy, reduction, eps, eps_c, nm: Numerics):
     """pa_cross_entropy of the (rows, C) float32 logits ``z`` fused: class targets ``t``
     (int64, 0 where not ``valid``) or probability targets ``q`` (smoothed already);
     ``wy``: the targets' weights (float32, rows), for 'mean'."""
-    fmt = kw["fmt"]
-    c = consts("ce", fmt, kw["rounding"], log2e(fmt), 1.0 - eps, eps_c, float(z.shape[0]))
+    fmt = nm.fmt
+    c = consts("ce", fmt, nm.rounding, log2e(fmt), 1.0 - eps, eps_c, float(z.shape[0]))
     rows = z.shape[0]
     smooth = q is None and eps > 0
     ta = np.zeros(rows, np.int64) if t is None else t.numpy()
     va = np.ones(rows, np.bool_) if valid is None else valid.numpy()
     wya = np.ones(rows, np.float32) if wy is None else _f32(wy)
-    return CrossEntropy.apply(c, fmt, kw["rounding"], _kind(kw["backward"]),
+    return CrossEntropy.apply(c, fmt, nm.rounding, _kind(nm.backward),
                               REDUCTIONS[reduction], smooth, ta, va, q, weight, wya, z)
 
 
@@ -587,7 +588,7 @@ class GRUStep(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, c, fmt, rounding, kind, gi, gh, h):
-        nm = numerics(fmt, rounding)
+        nm = kernel_consts(fmt, rounding)
         rows, H = h.shape
         out, o = _new(rows, H)
         GRU[0][_par(gh.numel())](_f32(gi), _f32(gh), _f32(h), o, rows, H, c, nm.fc, nm.mode)
@@ -612,7 +613,7 @@ class LSTMStep(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, c, fmt, rounding, kind, gi, gh, cp):
-        nm = numerics(fmt, rounding)
+        nm = kernel_consts(fmt, rounding)
         rows, H = cp.shape
         (h2, a), (c2, b) = _new(rows, H), _new(rows, H)
         LSTM[0][_par(gh.numel())](_f32(gi), _f32(gh), _f32(cp), a, b, rows, H, c, nm.fc,
@@ -635,16 +636,16 @@ class LSTMStep(torch.autograd.Function):
         return None, None, None, None, ds, ds, dcp
 
 
-def gru_step(gi, gh, h, kw):
+def gru_step(gi, gh, h, nm: Numerics):
     """GRUStep of the gates ``gi``, ``gh`` and the state ``h`` (checked by the caller)."""
-    c = consts("cell", kw["fmt"], kw["rounding"])
-    return GRUStep.apply(c, kw["fmt"], kw["rounding"], _kind(kw["backward"]), gi, gh, h)
+    c = consts("cell", nm.fmt, nm.rounding)
+    return GRUStep.apply(c, nm.fmt, nm.rounding, _kind(nm.backward), gi, gh, h)
 
 
-def lstm_step(gi, gh, cp, kw):
+def lstm_step(gi, gh, cp, nm: Numerics):
     """LSTMStep: ``(h', c')`` (checked by the caller)."""
-    c = consts("cell", kw["fmt"], kw["rounding"])
-    return LSTMStep.apply(c, kw["fmt"], kw["rounding"], _kind(kw["backward"]), gi, gh, cp)
+    c = consts("cell", nm.fmt, nm.rounding)
+    return LSTMStep.apply(c, nm.fmt, nm.rounding, _kind(nm.backward), gi, gh, cp)
 
 
 # --- a binary primitive with a number operand ---------------------------------------------
@@ -694,7 +695,7 @@ def _constant(v, fmt, rounding) -> int:
     key = (v if v == v else "nan", fmt, rounding)      # (NaN != NaN as a key)
     c = _CONSTANT_PATTERNS.get(key)
     if c is None:
-        r = _core.round_lean(torch.tensor(float(v), dtype=torch.float32), fmt, rounding)
+        r = round_lean(torch.tensor(float(v), dtype=torch.float32), fmt, rounding)
         c = int(r.numpy().reshape(1).view(np.uint32)[0])
         if len(_CONSTANT_PATTERNS) > 4096:
             _CONSTANT_PATTERNS.clear()
@@ -709,11 +710,11 @@ class Constant(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, v, swap, op, fmt, kind, rounding):
-        nm = numerics(fmt, rounding)
+        nm = kernel_consts(fmt, rounding)
         c = _constant(v, fmt, rounding)
-        (X,) = _core._rounded_lean(ctx, (x,), fmt, rounding)
-        out, o = _core.new(x.shape)
-        CONSTANT[op][0][_par(x.numel())](_core.flat(X), o, c, swap, nm.fc)
+        (X,) = rounded_lean(ctx, (x,), fmt, rounding)
+        out, o = new(x.shape)
+        CONSTANT[op][0][_par(x.numel())](flat(X), o, c, swap, nm.fc)
         ctx.meta = op, c, swap, nm, kind, fmt, rounding
         return out
 
@@ -721,62 +722,11 @@ class Constant(torch.autograd.Function):
     def backward(ctx, dy):
         op, c, swap, nm, kind, fmt, rounding = ctx.meta
         (x,) = ctx.saved_tensors
-        g = _core.round_lean(_core.as_float32(dy), fmt, rounding)
-        out, o = _core.new(g.shape)
-        CONSTANT[op][1][_par(g.numel())](_core.flat(_core.as_float32(x)), _core.flat(g), o, c,
+        g = round_lean(as_float32(dy), fmt, rounding)
+        out, o = new(g.shape)
+        CONSTANT[op][1][_par(g.numel())](flat(as_float32(x)), flat(g), o, c,
                                          swap, kind == "exact", nm.ln2, nm.fc)
         return out, None, None, None, None, None, None
-
-
-# --- pam_linear on small operands: rounding and products in one kernel call ----------------
-
-_QUANTIZE = K.QUANTIZE[False]
-_MM = KS.matmul_small
-_Z1 = np.zeros(1, np.int64)
-
-
-@register_jitable
-def _round_into(x, out, rnd, fcq, mode):
-    """out = round_to(x) (emu's quantize kernel), or x itself when nothing rounds."""
-    if rnd:
-        _QUANTIZE(x.reshape(-1).view(np.uint32), out.reshape(-1).view(np.uint32), fcq, mode,
-                  True, False, 0)
-        return out
-    return x
-
-
-def _linear_forward(x, w, rx, rw, out, rnd, fcq, mode, fcm):
-    """out (M, N) = pam_matmul(R(x) (M, K), R(w)ᵀ): what PAMMatmul's per-call path computes
-    (emu.matmul.host_matmul's small kernel, operands rounded by emu's quantize kernel)."""
-    a = _round_into(x, rx, rnd, fcq, mode)
-    b = _round_into(w, rw, rnd, fcq, mode)
-    _MM(a.view(np.int32).reshape(1, a.shape[0], a.shape[1]),
-        np.ascontiguousarray(b.T).view(np.int32).reshape(1, b.shape[1], b.shape[0]),
-        _Z1, _Z1, out.reshape(1, out.shape[0], out.shape[1]), fcm)
-
-
-def _linear_backward(a, w, dy, rg, dx, dw, rnd, fcq, mode, fcm, need_x, need_w):
-    """The approximate gradients of ``pam_matmul(a, wᵀ)`` as emu.grad.host_matmul_grad
-    forms them for 2-D operands: dx = R(dy) w, dwᵀ = aᵀ R(dy) or (R(dy)ᵀ a)ᵀ."""
-    g = _round_into(dy, rg, rnd, fcq, mode)
-    M, K = a.shape
-    N = w.shape[0]
-    if need_x:
-        _MM(g.view(np.int32).reshape(1, M, N), w.view(np.int32).reshape(1, N, K), _Z1, _Z1,
-            dx.reshape(1, M, K), fcm)
-    if need_w:
-        if M * K <= M * N:
-            db = np.empty((1, K, N), np.float32)
-            _MM(np.ascontiguousarray(a.T).view(np.int32).reshape(1, K, M),
-                g.view(np.int32).reshape(1, M, N), _Z1, _Z1, db, fcm)
-            dw[:, :] = db[0].T
-        else:
-            _MM(np.ascontiguousarray(g.T).view(np.int32).reshape(1, N, M),
-                a.view(np.int32).reshape(1, M, K), _Z1, _Z1, dw.reshape(1, N, K), fcm)
-
-
-LINEAR = (njit(cache=True)(_linear_forward), njit(cache=True)(_linear_backward))
-_EMPTY2 = np.zeros((0, 0), np.float32)
 
 
 # --- recurrent layers: one Function per direction -------------------------------------------
@@ -793,7 +743,7 @@ def _sum_in_order(*terms):
 
 class Recurrence(torch.autograd.Function):
     """One direction of a GRU or LSTM layer (recurrent.pa_recurrent's loop over steps) as
-    one Function: per step the hidden projection (PAMLinear's kernels: R(h), R(W_hh),
+    one Function: per step the hidden projection (LinearFunction's kernels: R(h), R(W_hh),
     products, + b_hh) and the fused gate arithmetic, every gradient accumulated in the
     order the per-step graph accumulates it: a step's output h gets the output stack's
     slice (and h_T's, for the last step) first, then the next step's gate term (GRU) and
@@ -804,11 +754,11 @@ class Recurrence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, spec, gi, h0, c0, w, b):
         mode, reverse, mm, ew = spec
-        (mfmt, _, _, mround), (efmt, _, eround) = mm, ew
+        mfmt, mround, efmt, eround = mm.fmt, mm.rounding, ew.fmt, ew.rounding
         T, N, GH = gi.shape
         H = h0.shape[1]
-        nmm, nme = numerics(mfmt, mround), numerics(efmt, eround)
-        fcm = _core.kernel_fmt(mfmt).consts
+        nmm, nme = kernel_consts(mfmt, mround), kernel_consts(efmt, eround)
+        fcm = kernel_fmt(mfmt).consts
         gin = gi.detach().contiguous().numpy()
         wn = w.detach().contiguous().numpy()
         rw = wn if nmm.f32 else np.empty_like(wn)
@@ -826,7 +776,7 @@ class Recurrence(torch.autograd.Function):
             hraw[t] = h
             LINEAR[0](hraw[t], wn, hrnd[t], rw, ghs[t], not nmm.f32, nmm.fc, nmm.mode, fcm)
             if bias is not None:
-                torch.from_numpy(ghs[t]).add_(bias)         # PAMLinear's y + bias
+                torch.from_numpy(ghs[t]).add_(bias)         # LinearFunction's y + bias
             if mode == "gru":
                 GRU[0][False](gin[t].reshape(-1), ghs[t].reshape(-1), hraw[t].reshape(-1),
                               ys[t].reshape(-1), N, H, c, nme.fc, nme.mode)
@@ -846,7 +796,7 @@ class Recurrence(torch.autograd.Function):
     def backward(ctx, g_ys, g_hT, g_cT=None):
         spec, steps, hraw, hrnd, ghs, craw, rw, c, nmm, nme, fcm = ctx.meta
         mode, _, mm, ew = spec
-        (mfmt, macc, mkind, mround), (_, ekind, _) = mm, ew
+        mfmt, macc, mkind, mround, ekind = mm.fmt, mm.acc, mm.backward, mm.rounding, ew.backward
         gi, _, _, _, b = ctx.saved_tensors
         T, N, GH = gi.shape
         H = hraw.shape[2]
@@ -876,20 +826,20 @@ class Recurrence(torch.autograd.Function):
                                dgh.reshape(-1), dcp.reshape(-1), N, H, c, ek, nme.ln2, nme.fc,
                                nme.mode)
                 dc = dcp
-            if mkind == "approx":                           # PAMLinear's backward
+            if mkind == "approx":                           # LinearFunction's backward
                 dx = np.empty((N, H), np.float32)
                 dwt = np.empty((GH, H), np.float32)
                 LINEAR[1](hrnd[t], rw, dgh, dgh if nmm.f32 else np.empty_like(dgh), dx, dwt,
                           not nmm.f32, nmm.fc, nmm.mode, fcm, True, True)
             else:
-                g = _core.round_lean(torch.from_numpy(dgh), mfmt, mround).numpy()
-                dx, dB = _core.host_matmul_grad(hrnd[t], rw.T, g, _core.kernel_fmt(mfmt),
-                                                macc, mkind, (True, True))
+                g = round_lean(torch.from_numpy(dgh), mfmt, mround).numpy()
+                dx, dB = host_matmul_grad(hrnd[t], rw.T, g, kernel_fmt(mfmt), macc, mkind,
+                                          (True, True))
                 dwt = dB.T
             dw = dwt if dw is None else dw + dwt
         db = None
-        if b is not None:       # each step's PAMLinear bias term (a fold over N), last first
-            dbt = _core.fold_to(torch.from_numpy(dghs), (T, 1, GH)).numpy().reshape(T, GH)
+        if b is not None:       # each step's LinearFunction bias term (a fold over N), last first
+            dbt = fold_to(torch.from_numpy(dghs), (T, 1, GH)).numpy().reshape(T, GH)
             db = dbt[steps[-1]]
             for k in range(T - 2, -1, -1):
                 db = db + dbt[steps[k]]
@@ -904,7 +854,7 @@ class Recurrence(torch.autograd.Function):
 
 def recurrence(mode, gi, h0, c0, w, b, reverse, mm, ew):
     """Recurrence of one layer direction: ``(ys, h_T, c_T)`` (c_T None for the GRU);
-    ``mm``: (fmt, acc, kind, rounding) of the projection, ``ew``: (fmt, kind, rounding)
-    of the gates (checked by the caller)."""
+    ``mm``, ``ew``: the checked :class:`~torch_bridge.config.Numerics` of the projection
+    and of the gates."""
     out = Recurrence.apply((mode, reverse, mm, ew), gi, h0, c0, w, b)
     return out if mode == "lstm" else (out[0], out[1], None)

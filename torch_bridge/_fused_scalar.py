@@ -29,10 +29,10 @@ repeated per target).  Patterns are float32 bit patterns held in int64, as in em
 import numpy as np
 from numba.extending import register_jitable
 
-from emu import _scalar as S
-from emu import _scalar_approx as A
-from emu import _scalar_grad as G
-from emu._kernels_reduce import fold
+from emu.lowlevel import fold
+from emu.lowlevel import scalar as S
+from emu.lowlevel import scalar_approx as A
+from emu.lowlevel import scalar_grad as G
 
 EXACT, APPROX = 0, 1
 SIGN32 = S.SIGN32

@@ -295,8 +295,8 @@ def audit(model: torch.nn.Module, inputs, config: PAMConfig | None, *, loss_fn=N
     if loss_fn is not None and not callable(loss_fn):
         raise TypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
     from .convert import convert
-    from .modules import _PAModule
-    converted = any(isinstance(m, _PAModule) for m in model.modules())
+    from .modules import PAModule
+    converted = any(isinstance(m, PAModule) for m in model.modules())
     plain = convert(copy.deepcopy(model), None) if converted else model
     native = _pass(plain, inputs, None, loss_fn, backward)
     pa = native if config is None and not converted else \

@@ -3,16 +3,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import emu
 import emu.mx
-from emu.ops import ROUNDING, ROUNDING_ALIASES
+from emu.lowlevel import ROUNDING, ROUNDING_ALIASES
 
-__all__ = ["OPS", "PAMConfig", "check_config"]
+__all__ = ["OP_GROUPS", "PAMConfig", "check_config", "Numerics", "check_numerics"]
 
 #: The operation groups of the paper's Table 3, in its order, then "elementwise": the
 #: products, quotients, powers, exp/log/sqrt and activations of a model's own code.
-OPS = ("matmul", "softmax", "layernorm", "loss", "optimizer", "elementwise")
+OP_GROUPS = ("matmul", "softmax", "layernorm", "loss", "optimizer", "elementwise")
 _KINDS = ("approx", "exact")
 
 
@@ -64,7 +65,7 @@ class PAMConfig:
     """
     fmt: object = "bf16"
     backward: object = field(default="approx", compare=False)
-    ops: Iterable[str] = OPS
+    ops: Iterable[str] = OP_GROUPS
     rounding: str = "nearest_even"
     acc: object = "float32"
     pa_fmt: object = "float32"
@@ -79,27 +80,28 @@ class PAMConfig:
         try:
             ops = frozenset(ops)
         except TypeError:
-            raise ValueError(f"ops={self.ops!r}; expected a set of names from {OPS}") from None
-        bad = sorted(map(str, ops - set(OPS)))
+            raise ValueError(f"ops={self.ops!r}; expected a set of names from "
+                             f"{OP_GROUPS}") from None
+        bad = sorted(map(str, ops - set(OP_GROUPS)))
         if bad:
-            raise ValueError(f"ops: unknown op group(s) {bad}; expected names from {OPS}")
+            raise ValueError(f"ops: unknown op group(s) {bad}; expected names from {OP_GROUPS}")
         set_("ops", ops)
         if isinstance(self.backward, str):
-            kinds = {op: self.backward for op in OPS}
+            kinds = {op: self.backward for op in OP_GROUPS}
         elif isinstance(self.backward, Mapping):
-            bad = sorted(map(str, set(self.backward) - set(OPS)))
+            bad = sorted(map(str, set(self.backward) - set(OP_GROUPS)))
             if bad:
                 raise ValueError(f"backward: unknown op group(s) {bad}; expected names "
-                                 f"from {OPS}")
-            kinds = {op: self.backward.get(op, "approx") for op in OPS}
+                                 f"from {OP_GROUPS}")
+            kinds = {op: self.backward.get(op, "approx") for op in OP_GROUPS}
         else:
             raise ValueError(f"backward={self.backward!r}; expected 'approx', 'exact' or a "
-                             f"mapping from op group {OPS} to one of them")
+                             f"mapping from op group {OP_GROUPS} to one of them")
         for op, kind in kinds.items():
             if kind not in _KINDS:
                 raise ValueError(f"backward[{op!r}]={kind!r}; expected one of {_KINDS}")
         set_("backward", kinds if not isinstance(self.backward, str) else self.backward)
-        set_("_kinds", tuple(kinds[op] for op in OPS))
+        set_("_kinds", tuple(kinds[op] for op in OP_GROUPS))
         key = self.rounding.lower() if isinstance(self.rounding, str) else None
         key = ROUNDING_ALIASES.get(key, key)
         if key not in ROUNDING:
@@ -112,15 +114,15 @@ class PAMConfig:
 
     def enabled(self, op: str) -> bool:
         """Whether op group ``op`` runs piecewise affine under this config."""
-        if op not in OPS:
-            raise ValueError(f"op={op!r}; expected one of {OPS}")
+        if op not in OP_GROUPS:
+            raise ValueError(f"op={op!r}; expected one of {OP_GROUPS}")
         return self.fmt is not None and op in self.ops
 
     def kind(self, op: str) -> str:
         """The derivative kind ('approx' or 'exact') of op group ``op``."""
-        if op not in OPS:
-            raise ValueError(f"op={op!r}; expected one of {OPS}")
-        return self._kinds[OPS.index(op)]
+        if op not in OP_GROUPS:
+            raise ValueError(f"op={op!r}; expected one of {OP_GROUPS}")
+        return self._kinds[OP_GROUPS.index(op)]
 
     def replace(self, **changes) -> "PAMConfig":
         """A copy with some fields changed (validated again)."""
@@ -135,8 +137,9 @@ class PAMConfig:
         """One line for tables and logs, e.g. 'bfloat16 all-ops approx (exact: loss)'."""
         if self.fmt is None or not self.ops:
             return "native"
-        ops = "all-ops" if self.ops == set(OPS) else "+".join(op for op in OPS if op in self.ops)
-        groups = [op for op in OPS if op in self.ops and op != "optimizer"] or ["matmul"]
+        ops = "all-ops" if self.ops == set(OP_GROUPS) else "+".join(
+            op for op in OP_GROUPS if op in self.ops)
+        groups = [op for op in OP_GROUPS if op in self.ops and op != "optimizer"] or ["matmul"]
         exact = [op for op in groups if self.kind(op) == "exact"]
         if not exact or len(exact) == len(groups):
             bwd = "exact" if exact else "approx"
@@ -153,3 +156,39 @@ def check_config(config):
         raise TypeError(f"config must be a torch_bridge.PAMConfig or None, got "
                         f"{type(config).__name__} {config!r}")
     return config
+
+
+class Numerics(NamedTuple):
+    """The checked numerics of a PA call (:func:`check_numerics`): what the primitives'
+    autograd Functions and the composites pass along."""
+    fmt: object         #: operand format (an emu format, or an MX type for matmuls)
+    backward: str       #: derivative kind: 'approx' or 'exact'
+    rounding: str       #: a canonical rounding name (emu.lowlevel.ROUNDING)
+    acc: object         #: matmul accumulator format
+
+
+def check_numerics(fmt, backward, rounding, acc=None) -> Numerics:
+    """``fmt``, ``backward``, ``rounding``, ``acc`` (None: float32) validated through
+    PAMConfig's checks, ValueError naming the bad one (remembered per argument tuple:
+    every PA call of a model asks again with the same few)."""
+    key = (fmt, backward, rounding, acc)
+    try:
+        return _NUMERICS[key]
+    except (KeyError, TypeError):       # TypeError: an unhashable argument, checked below
+        pass
+    if backward not in _KINDS:
+        raise ValueError(f"backward={backward!r}; expected one of {_KINDS}")
+    cfg = PAMConfig(fmt=fmt, rounding=rounding, acc=emu.float32 if acc is None else acc)
+    if cfg.fmt is None:
+        raise ValueError("fmt=None; the PA primitives need a format (use the dispatchers "
+                         "with config=None for native torch)")
+    out = Numerics(cfg.fmt, backward, cfg.rounding, cfg.acc)
+    try:
+        if len(_NUMERICS) < 256:
+            _NUMERICS[key] = out
+    except TypeError:
+        pass
+    return out
+
+
+_NUMERICS: dict = {}

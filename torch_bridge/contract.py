@@ -1,11 +1,11 @@
 """More PAM matmul products with a defined contraction order, and average pooling.
 
-einsum, addbmm and the 1-D, 3-D and transposed convolutions reduce to
-:func:`torch_bridge.functional.pam_matmul` (emu's fold: strictly increasing k in
-``acc``), so their backward passes are the PAM matmul's, approximate or exact
-(Table 1).  Average pooling sums its windows in float32 and divides ÷̂ by the window
-size (eqs. 14-17), as :func:`torch_bridge.elementwise.pa_mean`.  Sums (and bias
-gradients) are in emu.fold_sum's order.
+einsum and addbmm reduce to :func:`torch_bridge.functional.pam_matmul` (emu's fold:
+strictly increasing k in ``acc``), so their backward passes are the PAM matmul's,
+approximate or exact (Table 1); the convolutions are in :mod:`torch_bridge.functional`.
+Average pooling sums its windows in float32 and divides ÷̂ by the window size
+(eqs. 14-17), as :func:`torch_bridge.elementwise.pa_mean`.  Sums are in emu.fold_sum's
+order.
 """
 from __future__ import annotations
 
@@ -13,13 +13,12 @@ import math
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
-from ._core import add, check_tensor, fold_sum
-from .functional import _same_padding, pa_div, pam_conv2d, pam_matmul
+from ._sums import fold_sum
+from ._tensors import check_tensor
+from .functional import int_tuple, pa_div, pam_matmul
 
-__all__ = ["pam_einsum", "pam_addbmm", "conv_args", "pam_conv1d", "pam_conv3d",
-           "pam_conv_transpose", "pa_avg_pool", "pa_adaptive_avg_pool"]
+__all__ = ["pam_einsum", "pam_addbmm", "pa_avg_pool", "pa_adaptive_avg_pool"]
 
 
 def _parse(equation: str, n: int):
@@ -103,135 +102,6 @@ def pam_addbmm(a, b, fmt="float32", *, acc="float32", backward="approx",
                       fmt, acc=acc, backward=backward, rounding=rounding)
 
 
-def _ints(name, value, nd, low):
-    """``value`` (an int or a sequence of ``nd`` ints, each >= ``low``) as a tuple."""
-    vals = (value,) * nd if isinstance(value, int) and not isinstance(value, bool) else value
-    if not (isinstance(vals, (tuple, list)) and len(vals) == nd and all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= low for v in vals)):
-        raise ValueError(f"{name}={value!r}; expected an int >= {low} or a sequence of "
-                         f"{nd} such ints")
-    return tuple(vals)
-
-
-def conv_args(op, nd, stride, padding, dilation, groups, output_padding=None):
-    """A convolution's arguments checked before any work and normalised to tuples of
-    ``nd`` ints (``padding`` may stay 'same' or 'valid'; transposed convolutions give
-    ``output_padding``, which must be below max(stride, dilation), as torch).
-    ValueError naming the argument, its value and what is accepted."""
-    stride, dilation = _ints(f"{op}: stride", stride, nd, 1), \
-        _ints(f"{op}: dilation", dilation, nd, 1)
-    if isinstance(padding, str) and output_padding is None:
-        if padding not in ("same", "valid"):
-            raise ValueError(f"{op}: padding={padding!r}; expected 'same', 'valid' or ints")
-        if padding == "same" and stride != (1,) * nd:
-            raise ValueError(f"{op}: padding='same' needs stride 1, got stride={stride}")
-    else:
-        padding = _ints(f"{op}: padding", padding, nd, 0)
-    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
-        raise ValueError(f"{op}: groups={groups!r}; expected an int >= 1")
-    if output_padding is None:
-        return stride, padding, dilation
-    output_padding = _ints(f"{op}: output_padding", output_padding, nd, 0)
-    if any(o >= max(s, d) for o, s, d in zip(output_padding, stride, dilation)):
-        raise ValueError(f"{op}: output_padding={output_padding} must be smaller than "
-                         f"max(stride, dilation) in each dimension (stride={stride}, "
-                         f"dilation={dilation})")
-    return stride, padding, dilation, output_padding
-
-
-def _conv_operands(op, nd, x, weight, groups, transposed=False):
-    """(input batched, unbatched?) after the shape checks of an ``nd``-d convolution."""
-    check_tensor(x, "input")
-    check_tensor(weight, "weight")
-    unbatched = x.dim() == nd + 1
-    xb = x.unsqueeze(0) if unbatched else x
-    channels = weight.shape[0] if transposed else weight.shape[1] * groups
-    if xb.dim() != nd + 2 or weight.dim() != nd + 2 or xb.shape[1] != channels \
-            or weight.shape[0] % groups:
-        raise ValueError(f"{op}: input.shape={tuple(x.shape)}, weight.shape="
-                         f"{tuple(weight.shape)} and groups={groups} do not fit (expected a "
-                         f"{nd + 1}-D or {nd + 2}-D input and a {nd + 2}-D weight)")
-    return xb, unbatched
-
-
-def pam_conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
-               fmt="float32", *, acc="float32", backward="approx", rounding="nearest_even"):
-    """1-D convolution as :func:`pam_conv2d` on a height-1 image: each output folds
-    over the kernel's (channel, position) entries in that order.  F.conv1d's arguments."""
-    (stride,), padding, (dilation,) = conv_args("conv1d", 1, stride, padding, dilation, groups)
-    x, unbatched = _conv_operands("conv1d", 1, x, weight, groups)
-    pad = padding if isinstance(padding, str) else (0, padding[0])
-    y = pam_conv2d(x.unsqueeze(-2), weight.unsqueeze(-2), bias, (1, stride), pad,
-                   (1, dilation), groups, fmt, acc=acc, backward=backward,
-                   rounding=rounding).squeeze(-2)
-    return y.squeeze(0) if unbatched else y
-
-
-def pam_conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
-               fmt="float32", *, acc="float32", backward="approx", rounding="nearest_even"):
-    """3-D convolution as :func:`pam_conv2d` over depth windows: the input's depth
-    windows (Tensor.unfold) become ``kd`` extra channels per channel and the output
-    depths extra batch entries, so each output folds over the kernel's (channel, depth,
-    row, column) entries in that order — the order of ``weight.reshape(out, -1)``.
-    F.conv3d's arguments."""
-    stride, padding, dilation = conv_args("conv3d", 3, stride, padding, dilation, groups)
-    x, unbatched = _conv_operands("conv3d", 3, x, weight, groups)
-    kd = weight.shape[2]
-    if padding == "same":
-        x, padding = _same_padding(x, weight.shape[2:], dilation), (0, 0, 0)
-    elif padding == "valid":
-        padding = (0, 0, 0)
-    x = F.pad(x, (0, 0, 0, 0, padding[0], padding[0]))
-    cols = x.unfold(2, dilation[0] * (kd - 1) + 1, stride[0])[..., ::dilation[0]]
-    n, c, do, h, w, _ = cols.shape                        # (N, C, Do, H, W, kd)
-    x2 = cols.permute(0, 2, 1, 5, 3, 4).reshape(n * do, c * kd, h, w)
-    w2 = weight.reshape(weight.shape[0], -1, *weight.shape[3:])
-    y = pam_conv2d(x2, w2, None, stride[1:], padding[1:], dilation[1:], groups, fmt, acc=acc,
-                   backward=backward, rounding=rounding)
-    y = y.reshape(n, do, *y.shape[1:]).transpose(1, 2)
-    if bias is not None:
-        y = add(y, bias.reshape(1, -1, 1, 1, 1))
-    return y.squeeze(0) if unbatched else y
-
-
-_CONV = {1: pam_conv1d, 2: pam_conv2d, 3: pam_conv3d}
-
-
-def pam_conv_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
-                       dilation=1, fmt="float32", *, acc="float32", backward="approx",
-                       rounding="nearest_even"):
-    """Transposed convolution (F.conv_transpose1d/2d/3d's arguments; the dimension
-    follows ``weight``) as the direct convolution it equals: the input with ``stride-1``
-    zeros stuffed between entries, padded by ``dilation·(k-1) - padding`` on each side
-    (plus ``output_padding`` at the end; negative pads crop), convolved with stride 1
-    by the kernel flipped in space with its in/out channels swapped per group.  Each
-    output folds over (input channel, kernel position of the flipped kernel); the
-    stuffed zeros contribute PAM products that are exact zeros."""
-    nd = check_tensor(weight, "weight").dim() - 2
-    if nd not in _CONV:
-        raise ValueError(f"conv_transpose: weight.shape={tuple(weight.shape)}; expected "
-                         f"3 to 5 dimensions")
-    op = f"conv_transpose{nd}d"
-    stride, padding, dilation, output_padding = conv_args(op, nd, stride, padding, dilation,
-                                                          groups, output_padding)
-    x, unbatched = _conv_operands(op, nd, x, weight, groups, transposed=True)
-    if stride != (1,) * nd:
-        z = x.new_zeros(*x.shape[:2], *((s - 1) * (n - 1) + n for s, n in
-                                        zip(stride, x.shape[2:])))
-        z[(..., *(slice(None, None, s) for s in stride))] = x
-        x = z
-    k = weight.shape[2:]
-    pads = []
-    for kk, d, p, o in reversed(list(zip(k, dilation, padding, output_padding))):
-        pads += [d * (kk - 1) - p, d * (kk - 1) - p + o]
-    cin, cog = weight.shape[:2]
-    wc = weight.reshape(groups, cin // groups, cog, *k).transpose(1, 2) \
-        .reshape(groups * cog, cin // groups, *k).flip(list(range(2, nd + 2)))
-    y = _CONV[nd](F.pad(x, pads), wc, bias, 1, 0, dilation, groups, fmt, acc=acc,
-                  backward=backward, rounding=rounding)
-    return y.squeeze(0) if unbatched else y
-
-
 # --- average pooling: float32 window sums ÷̂ the window size
 
 def _pool_sum(x, bounds):
@@ -268,10 +138,10 @@ def pa_avg_pool(x, kernel_size, stride=None, padding=0, ceil_mode=False,
     when ``count_include_pad``, never the ceil_mode overhang) or ``divisor_override``."""
     nd = len(kernel_size) if isinstance(kernel_size, (tuple, list)) else 2
     op = f"avg_pool{nd}d"
-    k = _ints(f"{op}: kernel_size", kernel_size, nd, 1)
+    k = int_tuple(f"{op}: kernel_size", kernel_size, nd, 1)
     s = k if stride is None or stride == [] or stride == () else \
-        _ints(f"{op}: stride", stride, nd, 1)
-    p = _ints(f"{op}: padding", padding, nd, 0)
+        int_tuple(f"{op}: stride", stride, nd, 1)
+    p = int_tuple(f"{op}: padding", padding, nd, 0)
     if any(pp > kk // 2 for pp, kk in zip(p, k)):
         raise ValueError(f"{op}: padding={p} must be at most half of kernel_size={k}")
     if divisor_override is not None and (not isinstance(divisor_override, int)
@@ -316,7 +186,7 @@ def pa_adaptive_avg_pool(x, output_size, fmt="float32", *, backward="approx",
     op = f"adaptive_avg_pool{nd}d"
     x, unbatched = _pool_operand(op, x, nd)
     sizes_in = x.shape[2:]
-    outs = _ints(f"{op}: output_size", tuple(n if o is None else o for o, n in zip(
+    outs = int_tuple(f"{op}: output_size", tuple(n if o is None else o for o, n in zip(
         output_size if isinstance(output_size, (tuple, list)) else (output_size,) * nd,
         sizes_in)), nd, 1)
     bounds = [[(i * n // m, -(-(i + 1) * n // m)) for i in range(m)]

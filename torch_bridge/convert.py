@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from torch import nn
 
 from .config import PAMConfig, check_config
-from .modules import _PAModule, drop_ins
+from .modules import PAModule, drop_ins
 
 __all__ = ["convert"]
 
@@ -18,7 +18,7 @@ def _target(module: nn.Module, config):
     """The module that should stand where ``module`` is (``module`` if unchanged)."""
     if config is _KEEP:
         return module
-    if isinstance(module, _PAModule):
+    if isinstance(module, PAModule):
         if config is None:
             return module.to_native()
         module.config = config

@@ -16,9 +16,10 @@ import math
 import torch
 
 from . import _fused
-from ._core import broadcast_shape, expand, fold_sum
-from .functional import (_numerics, pa_div, pa_exp, pa_exp2, pa_log, pa_log2, pa_sqrt,
-                         pam_mul)
+from ._sums import expand, fold_sum
+from ._tensors import broadcast_shape
+from .config import check_numerics
+from .functional import div, exp, exp2, log, log2, mul, sqrt
 
 __all__ = ["pa_reciprocal", "pa_rsqrt", "pa_pow", "pa_mean", "pa_vector_norm", "pa_sigmoid",
            "pa_tanh", "pa_silu", "pa_gelu", "pa_softplus", "pa_rms_norm", "pa_cosine_similarity",
@@ -41,20 +42,15 @@ _ERF_XMAX = 16.0
 _EXP_MAX = 88.0
 
 
-def _kw(fmt, backward, rounding):
-    fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
-    return dict(fmt=fmt, backward=kind, rounding=rounding)
-
-
 def pa_reciprocal(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
     """``1 ÷̂ x`` (eqs. 14-17)."""
-    return pa_div(1.0, x, **_kw(fmt, backward, rounding))
+    return div(1.0, x, check_numerics(fmt, backward, rounding))
 
 
 def pa_rsqrt(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
     """``1 ÷̂ pasqrt(x)`` (eqs. 14-17, 20)."""
-    kw = _kw(fmt, backward, rounding)
-    return pa_div(1.0, pa_sqrt(x, **kw), **kw)
+    nm = check_numerics(fmt, backward, rounding)
+    return div(1.0, sqrt(x, nm), nm)
 
 
 def pa_pow(x, exponent, fmt="float32", *, backward="approx", rounding="nearest_even"):
@@ -64,84 +60,83 @@ def pa_pow(x, exponent, fmt="float32", *, backward="approx", rounding="nearest_e
     (NaN for x < 0, as torch for a non-integer exponent)."""
     if isinstance(exponent, bool) or not isinstance(exponent, (int, float)):
         raise TypeError(f"exponent must be a number, got {type(exponent).__name__}")
-    kw = _kw(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding)
     e = float(exponent)
     if e == 0.5:
-        return pa_sqrt(x, **kw)
+        return sqrt(x, nm)
     if e == -0.5:
-        return pa_rsqrt(x, **kw)
+        return pa_rsqrt(x, fmt, backward=backward, rounding=rounding)
     if e == int(e) and abs(e) <= 64:
         n = abs(int(e))
         if n == 0:
             return torch.ones_like(x)
         y = x
         for _ in range(n - 1):
-            y = pam_mul(y, x, **kw)
-        return y if e > 0 else pa_div(1.0, y, **kw)
-    return pa_exp2(pam_mul(pa_log2(x, **kw), e, **kw), **kw)
+            y = mul(y, x, nm)
+        return y if e > 0 else div(1.0, y, nm)
+    return exp2(mul(log2(x, nm), e, nm), nm)
 
 
 def pa_mean(x, dim=None, keepdim=False, fmt="float32", *, backward="approx",
             rounding="nearest_even"):
     """``Σx ÷̂ n`` over ``dim`` (all dimensions if None); the sum is float32 in
     emu.fold_sum's order."""
-    kw = _kw(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding)
     if dim is None:
-        return pa_div(fold_sum(x, None, keepdim=False), float(x.numel()), **kw)
+        return div(fold_sum(x, None, keepdim=False), float(x.numel()), nm)
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
     n = math.prod(x.shape[d] for d in dims)
-    return pa_div(fold_sum(x, dims, keepdim=keepdim), float(n), **kw)
+    return div(fold_sum(x, dims, keepdim=keepdim), float(n), nm)
 
 
-def _exp_neg(x, kw):
+def _exp_neg(x, nm):
     """``paexp(-x)``, its argument clamped at _EXP_MAX."""
-    return pa_exp((-x).clamp(max=_EXP_MAX), **kw)
+    return exp((-x).clamp(max=_EXP_MAX), nm)
 
 
 def pa_vector_norm(x, dim=None, keepdim=False, fmt="float32", *, backward="approx",
                    rounding="nearest_even"):
     """The 2-norm ``pasqrt(Σ x ·̂ x)`` over ``dim`` (all dimensions if None); the sum
     in emu.fold_sum's order."""
-    kw = _kw(fmt, backward, rounding)
-    sq = pam_mul(x, x, **kw)
-    return pa_sqrt(fold_sum(sq, dim, keepdim=keepdim and dim is not None), **kw)
+    nm = check_numerics(fmt, backward, rounding)
+    sq = mul(x, x, nm)
+    return sqrt(fold_sum(sq, dim, keepdim=keepdim and dim is not None), nm)
 
 
-def _fused_ok(kw, x):
-    return _fused.composite(kw["rounding"], x)
+def _fused_ok(nm, x):
+    return _fused.composite(nm.rounding, x)
 
 
-def _fuse(name, x, kw, *items):
+def _fuse(name, x, nm, *items):
     """The elementwise composite ``name`` of ``x`` by its fused kernels (same bits as
     the graph below each call; torch_bridge/_fused.py)."""
-    return _fused.elementwise(name, x, _fused.consts(name, kw["fmt"], kw["rounding"], *items),
-                              kw)
+    return _fused.elementwise(name, x, _fused.consts(name, nm.fmt, nm.rounding, *items), nm)
 
 
 def pa_sigmoid(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
     """``1 ÷̂ (1 + paexp(-x))`` (-x clamped at 88)."""
-    kw = _kw(fmt, backward, rounding)
-    if _fused_ok(kw, x):
-        return _fuse("sigmoid", x, kw)
-    return pa_div(1.0, 1.0 + _exp_neg(x, kw), **kw)
+    nm = check_numerics(fmt, backward, rounding)
+    if _fused_ok(nm, x):
+        return _fuse("sigmoid", x, nm)
+    return div(1.0, 1.0 + _exp_neg(x, nm), nm)
 
 
 def pa_tanh(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
     """``2σ(2x) - 1`` as ``s + s - 1`` with ``s = pa_sigmoid(x + x)``: no multiply,
     and ±1 (not NaN) where paexp overflows."""
-    kw = _kw(fmt, backward, rounding)
-    if _fused_ok(kw, x):
-        return _fuse("tanh", x, kw)
-    s = pa_sigmoid(x + x, **kw)
+    nm = check_numerics(fmt, backward, rounding)
+    if _fused_ok(nm, x):
+        return _fuse("tanh", x, nm)
+    s = pa_sigmoid(x + x, fmt, backward=backward, rounding=rounding)
     return s + s - 1.0
 
 
 def pa_silu(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
     """``x ÷̂ (1 + paexp(-x))`` (x·σ(x) with one PA division; -x clamped at 88)."""
-    kw = _kw(fmt, backward, rounding)
-    if _fused_ok(kw, x):
-        return _fuse("silu", x, kw)
-    return pa_div(x, 1.0 + _exp_neg(x, kw), **kw)
+    nm = check_numerics(fmt, backward, rounding)
+    if _fused_ok(nm, x):
+        return _fuse("silu", x, nm)
+    return div(x, 1.0 + _exp_neg(x, nm), nm)
 
 
 def pa_abs(x):
@@ -163,38 +158,38 @@ def pa_gelu(x, approximate="none", fmt="float32", *, backward="approx",
     argument of paexp clamped at 88."""
     if approximate not in ("none", "tanh"):
         raise ValueError(f"approximate={approximate!r}; expected 'none' or 'tanh'")
-    kw = _kw(fmt, backward, rounding)
-    if _fused_ok(kw, x):
+    nm = check_numerics(fmt, backward, rounding)
+    if _fused_ok(nm, x):
         if approximate == "tanh":
-            return _fuse("gelu_tanh", x, kw, _GELU_C, _GELU_K)
-        return _fuse("gelu_erf", x, kw, _ERF_P, _ERF_A[-1], *(("raw", b) for b in _ERF_A[3::-1]),
+            return _fuse("gelu_tanh", x, nm, _GELU_C, _GELU_K)
+        return _fuse("gelu_erf", x, nm, _ERF_P, _ERF_A[-1], *(("raw", b) for b in _ERF_A[3::-1]),
                      0.5)
     if approximate == "tanh":
-        cube = pam_mul(pam_mul(x, x, **kw), x, **kw)
-        z2 = pam_mul(x + pam_mul(cube, _GELU_C, **kw), _GELU_K, **kw)
-        return pa_div(x, 1.0 + _exp_neg(z2, kw), **kw)
+        cube = mul(mul(x, x, nm), x, nm)
+        z2 = mul(x + mul(cube, _GELU_C, nm), _GELU_K, nm)
+        return div(x, 1.0 + _exp_neg(z2, nm), nm)
     a = pa_abs(x).clamp(max=_ERF_XMAX)
-    t = pa_div(1.0, 1.0 + pam_mul(a, _ERF_P, **kw), **kw)
+    t = div(1.0, 1.0 + mul(a, _ERF_P, nm), nm)
     poly = _ERF_A[-1]
     for b in reversed(_ERF_A[:-1]):          # Horner: b_i + t ·̂ (...)
-        poly = b + pam_mul(t, poly, **kw)
-    h = pam_mul(pam_mul(t, poly, **kw), pa_exp(-pam_mul(pam_mul(a, a, **kw), 0.5, **kw), **kw),
-                **kw)
-    return pam_mul(x, torch.where(x < 0, h, 1.0 - h), **kw)
+        poly = b + mul(t, poly, nm)
+    h = mul(mul(t, poly, nm), exp(-mul(mul(a, a, nm), 0.5, nm), nm),
+                nm)
+    return mul(x, torch.where(x < 0, h, 1.0 - h), nm)
 
 
 def pa_softplus(x, beta=1.0, threshold=20.0, fmt="float32", *, backward="approx",
                 rounding="nearest_even"):
     """``palog(1 + paexp(β ·̂ x)) ÷̂ β``, and ``x`` where ``β·x > threshold`` (torch's
     definition; the PA branch sees the input clamped there, so no inf reaches it)."""
-    kw = _kw(fmt, backward, rounding)
-    if _fused_ok(kw, x):
-        return _fuse("softplus", x, kw, ("raw", 1.0 if beta == 1 else 0.0), float(beta),
+    nm = check_numerics(fmt, backward, rounding)
+    if _fused_ok(nm, x):
+        return _fuse("softplus", x, nm, ("raw", 1.0 if beta == 1 else 0.0), float(beta),
                      ("raw", float(threshold)))
-    bx = x if beta == 1 else pam_mul(x, float(beta), **kw)
-    y = pa_log(1.0 + pa_exp(bx.clamp(max=threshold), **kw), **kw)
+    bx = x if beta == 1 else mul(x, float(beta), nm)
+    y = log(1.0 + exp(bx.clamp(max=threshold), nm), nm)
     if beta != 1:
-        y = pa_div(y, float(beta), **kw)
+        y = div(y, float(beta), nm)
     return torch.where(bx > threshold, x, y)
 
 
@@ -203,7 +198,7 @@ def pa_rms_norm(x, normalized_shape, weight=None, eps=None, fmt="float32", *,
     """RMS norm (F.rms_norm): ``x ÷̂ pasqrt(Σ (x ·̂ x) ÷̂ n + eps)`` over the trailing
     ``normalized_shape`` (the sum in emu.fold_sum's order), then a PAM gain;
     ``eps=None``: the dtype's machine epsilon, as torch."""
-    kw = _kw(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if len(shape) > x.dim() or tuple(x.shape[x.dim() - len(shape):]) != shape:
         raise ValueError(f"rms_norm: normalized_shape={shape} does not match the trailing "
@@ -212,12 +207,12 @@ def pa_rms_norm(x, normalized_shape, weight=None, eps=None, fmt="float32", *,
         eps = torch.finfo(x.dtype).eps
     dims = tuple(range(-len(shape), 0))
     n = math.prod(shape)
-    if (x.numel() and _fused.composite(kw["rounding"], x, weight)
+    if (x.numel() and _fused.composite(nm.rounding, x, weight)
             and (weight is None or weight.shape == shape)):
-        return _fused.rms_norm(x, n, weight, eps, kw)
-    ms = pa_div(fold_sum(pam_mul(x, x, **kw), dims), float(n), **kw)
-    y = pa_div(x, pa_sqrt(ms + eps, **kw), **kw)
-    return y if weight is None else pam_mul(y, weight, **kw)
+        return _fused.rms_norm(x, n, weight, eps, nm)
+    ms = div(fold_sum(mul(x, x, nm), dims), float(n), nm)
+    y = div(x, sqrt(ms + eps, nm), nm)
+    return y if weight is None else mul(y, weight, nm)
 
 
 def pa_cosine_similarity(x1, x2, dim=1, eps=1e-8, fmt="float32", *, backward="approx",
@@ -225,16 +220,16 @@ def pa_cosine_similarity(x1, x2, dim=1, eps=1e-8, fmt="float32", *, backward="ap
     """F.cosine_similarity in torch's order: ``Σ (x1 ÷̂ n1) ·̂ (x2 ÷̂ n2)`` over ``dim``
     with ``n = max(pa_vector_norm(x, dim), eps)`` (operands broadcast first); sums, and
     a broadcast operand's gradient, in emu.fold_sum's order."""
-    kw = _kw(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding)
     x1, x2 = _broadcast(x1, x2)
-    n1 = pa_vector_norm(x1, dim, True, **kw).clamp_min(eps)
-    n2 = pa_vector_norm(x2, dim, True, **kw).clamp_min(eps)
-    return fold_sum(pam_mul(pa_div(x1, n1, **kw), pa_div(x2, n2, **kw), **kw), dim,
+    n1, n2 = (pa_vector_norm(t, dim, True, fmt, backward=backward,
+                             rounding=rounding).clamp_min(eps) for t in (x1, x2))
+    return fold_sum(mul(div(x1, n1, nm), div(x2, n2, nm), nm), dim,
                     keepdim=False)
 
 
 def _broadcast(a, b):
-    """torch.broadcast_tensors(a, b) by :func:`~torch_bridge._core.expand` (gradients
+    """torch.broadcast_tensors(a, b) by :func:`~torch_bridge._sums.expand` (gradients
     summed in emu.fold_sum's order)."""
     shape = broadcast_shape(a.shape, b.shape)
     if shape is None:

@@ -1,8 +1,11 @@
 """The functional API: PA primitives and composites, and config dispatchers.
 
 Primitives (always piecewise affine; ``fmt``, ``backward``, ``rounding`` explicit):
-``pam_matmul``, ``pam_linear``, ``pam_conv2d``, the elementwise ``pam_mul``,
-``pa_div``, ``pa_exp2``, ``pa_log2``, ``pa_exp``, ``pa_log``, ``pa_sqrt``, and the
+``pam_matmul``, ``pam_linear``, the convolutions (``pam_conv1d``, ``pam_conv2d``,
+``pam_conv3d``, ``pam_conv_transpose``: PAM matmuls over im2col patches), the
+elementwise ``pam_mul``, ``pa_div``, ``pa_exp2``, ``pa_log2``, ``pa_exp``, ``pa_log``,
+``pa_sqrt`` (each with a twin on checked :class:`~torch_bridge.config.Numerics` for the
+composites: ``mul``, ``div``, ``exp2``, ``log2``, ``exp``, ``log``, ``sqrt``), and the
 composites ``pa_softmax``, ``pa_layer_norm``, ``pa_cross_entropy``.  Composites are
 built from the elementwise primitives and float32 additions, so their backward pass
 runs through the graph that defines them with the chosen derivative kind at every
@@ -20,49 +23,22 @@ import math
 import numpy as np
 import torch
 from torch.nn import functional as F
-from torch.nn.modules.utils import _pair
 
 import emu
 from emu import sizes
 from emu.registry import ops
 
 from . import _fused
-from ._core import (PABinary, PAMLinear, PAMMatmul, PAUnary, add, check_tensor,
-                    expand, fold_sum)
-from .config import PAMConfig, check_config
+from ._functions import PABinary, PAMMatmul, PAUnary
+from ._linear import LinearFunction
+from ._sums import add, expand, fold_sum
+from ._tensors import check_tensor
+from .config import Numerics, PAMConfig, check_config, check_numerics
 
-__all__ = ["pam_matmul", "pam_linear", "pam_conv2d", "pa_softmax", "pa_layer_norm",
+__all__ = ["pam_matmul", "pam_linear", "pam_conv2d", "conv_args", "pam_conv1d", "pam_conv3d",
+           "pam_conv_transpose", "pa_softmax", "pa_layer_norm",
            "pa_cross_entropy", "matmul", "linear", "conv2d", "softmax", "layer_norm",
            "cross_entropy", "scaled_dot_product_attention"]   # + the registry's ops, below
-
-_KINDS = ("approx", "exact")
-
-
-def _numerics(fmt, backward, rounding, acc=None):
-    """Validated (fmt, kind, rounding, acc) through PAMConfig's checks (remembered per
-    argument tuple: every PA call of a model asks again with the same few)."""
-    key = (fmt, backward, rounding, acc)
-    try:
-        return _NUMERICS[key]
-    except (KeyError, TypeError):       # TypeError: an unhashable argument, checked below
-        pass
-    if backward not in _KINDS:
-        raise ValueError(f"backward={backward!r}; expected one of {_KINDS}")
-    cfg = PAMConfig(fmt=fmt, rounding=rounding, acc=emu.float32 if acc is None else acc)
-    if cfg.fmt is None:
-        raise ValueError("fmt=None; the PA primitives need a format (use the dispatchers "
-                         "with config=None for native torch)")
-    out = cfg.fmt, backward, cfg.rounding, cfg.acc
-    try:
-        if len(_NUMERICS) < 256:
-            _NUMERICS[key] = out
-    except TypeError:
-        pass
-    return out
-
-
-_NUMERICS: dict = {}
-
 
 # --- PAM matmul family ---------------------------------------------------------------
 
@@ -76,11 +52,11 @@ def pam_matmul(a, b, fmt="float32", *, acc="float32", backward="approx",
     """
     check_tensor(a, "a")
     check_tensor(b, "b")
-    fmt, kind, rounding, acc = _numerics(fmt, backward, rounding, acc)
+    nm = check_numerics(fmt, backward, rounding, acc)
     if a.dim() == 0 or b.dim() == 0:
         raise ValueError(f"pam_matmul operands must have at least one dimension, got "
                          f"a.shape={tuple(a.shape)}, b.shape={tuple(b.shape)}")
-    return PAMMatmul.apply(a, b, fmt, acc, kind, rounding)
+    return PAMMatmul.apply(a, b, nm)
 
 
 def pam_linear(x, weight, bias=None, fmt="float32", *, acc="float32", backward="approx",
@@ -94,10 +70,10 @@ def pam_linear(x, weight, bias=None, fmt="float32", *, acc="float32", backward="
         raise ValueError(f"linear: input.shape={tuple(x.shape)} does not fit weight.shape="
                          f"{tuple(weight.shape)} (expected (..., {weight.shape[-1]}) and a "
                          f"2-D weight)")
-    f, kind, r, a = _numerics(fmt, backward, rounding, acc)
-    if (_fused.fusable(r, x, weight, bias) and not isinstance(f, emu.mx.MXFormat)
+    nm = check_numerics(fmt, backward, rounding, acc)
+    if (_fused.fusable(nm.rounding, x, weight, bias) and not isinstance(nm.fmt, emu.mx.MXFormat)
             and x.numel() * weight.shape[0] <= sizes.SERIAL_WORK and x.numel()):
-        return PAMLinear.apply(x, weight, bias, f, a, kind, r)     # the graph below, fused
+        return LinearFunction.apply(x, weight, bias, nm)     # the graph below, fused
     x2 = x.reshape(-1, x.shape[-1])
     y = pam_matmul(x2, weight.t(), fmt, acc=acc, backward=backward, rounding=rounding)
     y = y.reshape(*x.shape[:-1], weight.shape[0])
@@ -149,7 +125,6 @@ def pam_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     (batch, output position), the bias gradient (float32) over (batch, row, column).
     Accepts torch.nn.functional.conv2d's arguments.
     """
-    from .contract import conv_args     # contract builds on this module
     stride, padding, dilation = conv_args("conv2d", 2, stride, padding, dilation, groups)
     check_tensor(x, "input")
     check_tensor(weight, "weight")
@@ -163,13 +138,11 @@ def pam_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
             or x.shape[1] != weight.shape[1] * groups:
         raise ValueError(f"conv2d: input channels {x.shape[1]}, weight.shape="
                          f"{tuple(weight.shape)} and groups={groups!r} do not fit")
-    stride, dilation = _pair(stride), _pair(dilation)
     kernel = tuple(weight.shape[2:])
     if isinstance(padding, str):
         if padding == "same":
             x = _same_padding(x, kernel, dilation)
         padding = (0, 0)
-    padding = _pair(padding)
     n, _, h, w = x.shape
     ho = (h + 2 * padding[0] - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1
     wo = (w + 2 * padding[1] - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1
@@ -180,6 +153,135 @@ def pam_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     y = y.reshape(n, weight.shape[0], ho, wo)
     if bias is not None:
         y = add(y, bias.reshape(1, -1, 1, 1))
+    return y.squeeze(0) if unbatched else y
+
+
+def int_tuple(name, value, nd, low):
+    """``value`` (an int or a sequence of ``nd`` ints, each >= ``low``) as a tuple."""
+    vals = (value,) * nd if isinstance(value, int) and not isinstance(value, bool) else value
+    if not (isinstance(vals, (tuple, list)) and len(vals) == nd and all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= low for v in vals)):
+        raise ValueError(f"{name}={value!r}; expected an int >= {low} or a sequence of "
+                         f"{nd} such ints")
+    return tuple(vals)
+
+
+def conv_args(op, nd, stride, padding, dilation, groups, output_padding=None):
+    """A convolution's arguments checked before any work and normalised to tuples of
+    ``nd`` ints (``padding`` may stay 'same' or 'valid'; transposed convolutions give
+    ``output_padding``, which must be below max(stride, dilation), as torch).
+    ValueError naming the argument, its value and what is accepted."""
+    stride, dilation = int_tuple(f"{op}: stride", stride, nd, 1), \
+        int_tuple(f"{op}: dilation", dilation, nd, 1)
+    if isinstance(padding, str) and output_padding is None:
+        if padding not in ("same", "valid"):
+            raise ValueError(f"{op}: padding={padding!r}; expected 'same', 'valid' or ints")
+        if padding == "same" and stride != (1,) * nd:
+            raise ValueError(f"{op}: padding='same' needs stride 1, got stride={stride}")
+    else:
+        padding = int_tuple(f"{op}: padding", padding, nd, 0)
+    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+        raise ValueError(f"{op}: groups={groups!r}; expected an int >= 1")
+    if output_padding is None:
+        return stride, padding, dilation
+    output_padding = int_tuple(f"{op}: output_padding", output_padding, nd, 0)
+    if any(o >= max(s, d) for o, s, d in zip(output_padding, stride, dilation)):
+        raise ValueError(f"{op}: output_padding={output_padding} must be smaller than "
+                         f"max(stride, dilation) in each dimension (stride={stride}, "
+                         f"dilation={dilation})")
+    return stride, padding, dilation, output_padding
+
+
+def _conv_operands(op, nd, x, weight, groups, transposed=False):
+    """(input batched, unbatched?) after the shape checks of an ``nd``-d convolution."""
+    check_tensor(x, "input")
+    check_tensor(weight, "weight")
+    unbatched = x.dim() == nd + 1
+    xb = x.unsqueeze(0) if unbatched else x
+    channels = weight.shape[0] if transposed else weight.shape[1] * groups
+    if xb.dim() != nd + 2 or weight.dim() != nd + 2 or xb.shape[1] != channels \
+            or weight.shape[0] % groups:
+        raise ValueError(f"{op}: input.shape={tuple(x.shape)}, weight.shape="
+                         f"{tuple(weight.shape)} and groups={groups} do not fit (expected a "
+                         f"{nd + 1}-D or {nd + 2}-D input and a {nd + 2}-D weight)")
+    return xb, unbatched
+
+
+def pam_conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
+               fmt="float32", *, acc="float32", backward="approx", rounding="nearest_even"):
+    """1-D convolution as :func:`pam_conv2d` on a height-1 image: each output folds
+    over the kernel's (channel, position) entries in that order.  F.conv1d's arguments."""
+    (stride,), padding, (dilation,) = conv_args("conv1d", 1, stride, padding, dilation, groups)
+    x, unbatched = _conv_operands("conv1d", 1, x, weight, groups)
+    pad = padding if isinstance(padding, str) else (0, padding[0])
+    y = pam_conv2d(x.unsqueeze(-2), weight.unsqueeze(-2), bias, (1, stride), pad,
+                   (1, dilation), groups, fmt, acc=acc, backward=backward,
+                   rounding=rounding).squeeze(-2)
+    return y.squeeze(0) if unbatched else y
+
+
+def pam_conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
+               fmt="float32", *, acc="float32", backward="approx", rounding="nearest_even"):
+    """3-D convolution as :func:`pam_conv2d` over depth windows: the input's depth
+    windows (Tensor.unfold) become ``kd`` extra channels per channel and the output
+    depths extra batch entries, so each output folds over the kernel's (channel, depth,
+    row, column) entries in that order — the order of ``weight.reshape(out, -1)``.
+    F.conv3d's arguments."""
+    stride, padding, dilation = conv_args("conv3d", 3, stride, padding, dilation, groups)
+    x, unbatched = _conv_operands("conv3d", 3, x, weight, groups)
+    kd = weight.shape[2]
+    if padding == "same":
+        x, padding = _same_padding(x, weight.shape[2:], dilation), (0, 0, 0)
+    elif padding == "valid":
+        padding = (0, 0, 0)
+    x = F.pad(x, (0, 0, 0, 0, padding[0], padding[0]))
+    cols = x.unfold(2, dilation[0] * (kd - 1) + 1, stride[0])[..., ::dilation[0]]
+    n, c, do, h, w, _ = cols.shape                        # (N, C, Do, H, W, kd)
+    x2 = cols.permute(0, 2, 1, 5, 3, 4).reshape(n * do, c * kd, h, w)
+    w2 = weight.reshape(weight.shape[0], -1, *weight.shape[3:])
+    y = pam_conv2d(x2, w2, None, stride[1:], padding[1:], dilation[1:], groups, fmt, acc=acc,
+                   backward=backward, rounding=rounding)
+    y = y.reshape(n, do, *y.shape[1:]).transpose(1, 2)
+    if bias is not None:
+        y = add(y, bias.reshape(1, -1, 1, 1, 1))
+    return y.squeeze(0) if unbatched else y
+
+
+_CONV = {1: pam_conv1d, 2: pam_conv2d, 3: pam_conv3d}
+
+
+def pam_conv_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                       dilation=1, fmt="float32", *, acc="float32", backward="approx",
+                       rounding="nearest_even"):
+    """Transposed convolution (F.conv_transpose1d/2d/3d's arguments; the dimension
+    follows ``weight``) as the direct convolution it equals: the input with ``stride-1``
+    zeros stuffed between entries, padded by ``dilation·(k-1) - padding`` on each side
+    (plus ``output_padding`` at the end; negative pads crop), convolved with stride 1
+    by the kernel flipped in space with its in/out channels swapped per group.  Each
+    output folds over (input channel, kernel position of the flipped kernel); the
+    stuffed zeros contribute PAM products that are exact zeros."""
+    nd = check_tensor(weight, "weight").dim() - 2
+    if nd not in _CONV:
+        raise ValueError(f"conv_transpose: weight.shape={tuple(weight.shape)}; expected "
+                         f"3 to 5 dimensions")
+    op = f"conv_transpose{nd}d"
+    stride, padding, dilation, output_padding = conv_args(op, nd, stride, padding, dilation,
+                                                          groups, output_padding)
+    x, unbatched = _conv_operands(op, nd, x, weight, groups, transposed=True)
+    if stride != (1,) * nd:
+        z = x.new_zeros(*x.shape[:2], *((s - 1) * (n - 1) + n for s, n in
+                                        zip(stride, x.shape[2:])))
+        z[(..., *(slice(None, None, s) for s in stride))] = x
+        x = z
+    k = weight.shape[2:]
+    pads = []
+    for kk, d, p, o in reversed(list(zip(k, dilation, padding, output_padding))):
+        pads += [d * (kk - 1) - p, d * (kk - 1) - p + o]
+    cin, cog = weight.shape[:2]
+    wc = weight.reshape(groups, cin // groups, cog, *k).transpose(1, 2) \
+        .reshape(groups * cog, cin // groups, *k).flip(list(range(2, nd + 2)))
+    y = _CONV[nd](F.pad(x, pads), wc, bias, 1, 0, dilation, groups, fmt, acc=acc,
+                  backward=backward, rounding=rounding)
     return y.squeeze(0) if unbatched else y
 
 
@@ -201,49 +303,54 @@ def _number(v) -> bool:
 
 
 def _binary(op, doc):
-    def f(a, b, fmt="float32", *, backward="approx", rounding="nearest_even"):
-        fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
+    def on(a, b, nm: Numerics):
         # a float32 CPU tensor and a number: the same ops without a tensor of the number
-        if _number(b) and isinstance(a, torch.Tensor) and _fused.constant_ok(rounding, a):
-            return _fused.Constant.apply(a, b, False, op, fmt, kind, rounding)
-        if _number(a) and isinstance(b, torch.Tensor) and _fused.constant_ok(rounding, b):
-            return _fused.Constant.apply(b, a, True, op, fmt, kind, rounding)
+        if _number(b) and isinstance(a, torch.Tensor) and _fused.constant_ok(nm.rounding, a):
+            return _fused.Constant.apply(a, b, False, op, nm.fmt, nm.backward, nm.rounding)
+        if _number(a) and isinstance(b, torch.Tensor) and _fused.constant_ok(nm.rounding, b):
+            return _fused.Constant.apply(b, a, True, op, nm.fmt, nm.backward, nm.rounding)
         a = _operand(a, "a", b)
         b = _operand(b, "b", a)
-        return PABinary.apply(a, b, op, fmt, kind, rounding)
+        return PABinary.apply(a, b, op, nm)
+
+    def f(a, b, fmt="float32", *, backward="approx", rounding="nearest_even"):
+        return on(a, b, check_numerics(fmt, backward, rounding))
     f.__name__ = f.__qualname__ = op
     f.__doc__ = doc + ("\n\n    Elementwise with torch broadcasting; operands (tensors or "
                        "numbers) are rounded into ``fmt``; ``backward`` is 'approx' or "
                        "'exact' (Table 1, computed by emu.grad).")
-    return f
+    return f, on
 
 
 def _unary(op, doc):
+    def on(x, nm: Numerics):
+        return PAUnary.apply(check_tensor(x, "x"), op, nm)
+
     def f(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
-        fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
-        return PAUnary.apply(check_tensor(x, "x"), op, fmt, kind, rounding)
+        return on(x, check_numerics(fmt, backward, rounding))
     f.__name__ = f.__qualname__ = op
     f.__doc__ = doc + ("\n\n    Elementwise; ``x`` is rounded into ``fmt``; ``backward`` "
                        "is 'approx' or 'exact' (Table 1, computed by emu.grad).")
-    return f
+    return f, on
 
 
-# one function per differentiable op of emu's registry (emu.OPS), named explicitly
+# one function per differentiable op of emu's registry (emu.OPS), named explicitly, and
+# its twin on checked numerics (``mul(a, b, nm)``, ``nm`` a Numerics): what composites call
 _OPS = {_op.name: _op for _op in ops(differentiable=True)}
-pam_mul, pa_div = (_binary(n, _OPS[n].doc) for n in ("pam_mul", "pa_div"))
-pa_exp2, pa_log2, pa_exp, pa_log, pa_sqrt = (
+(pam_mul, mul), (pa_div, div) = (_binary(n, _OPS[n].doc) for n in ("pam_mul", "pa_div"))
+(pa_exp2, exp2), (pa_log2, log2), (pa_exp, exp), (pa_log, log), (pa_sqrt, sqrt) = (
     _unary(n, _OPS[n].doc) for n in ("pa_exp2", "pa_log2", "pa_exp", "pa_log", "pa_sqrt"))
 __all__ += list(_OPS)       # a new registry op fails torch_bridge's import until named here
 
 
 # --- composites ------------------------------------------------------------------------
 
-def _log2e(fmt) -> float:
+def log2e_float(fmt) -> float:
     """log2(e) rounded to ``fmt``: the constant of eqs. 18-19."""
     return float(np.uint32(fmt.consts.log2e32).view(np.float32))
 
 
-def _exp_shifted(x, dim, kw):
+def exp_shifted(x, dim, nm: Numerics):
     """``(paexp2(t), t)`` with ``t = x ·̂ log2e - k`` and ``k = floor(max(x ·̂ log2e))``:
     paexp(x) scaled by the power of two 2^-k, which keeps it from overflowing.
 
@@ -253,9 +360,9 @@ def _exp_shifted(x, dim, kw):
     two (``paexp2(y - k) = 2^-k paexp2(y)`` up to the rounding of ``y - k``) and leaves
     the largest logit at a generic point of paexp2's segment [0, 1), not on its kink at
     0 where ``x - max(x)`` would put it."""
-    y = pam_mul(x, _log2e(kw["fmt"]), **kw)
+    y = mul(x, log2e_float(nm.fmt), nm)
     t = y - torch.floor(y.amax(dim, keepdim=True)).detach()
-    return pa_exp2(t, **kw), t
+    return exp2(t, nm), t
 
 
 def pa_softmax(x, dim=-1, fmt="float32", *, backward="approx", rounding="nearest_even"):
@@ -265,14 +372,13 @@ def pa_softmax(x, dim=-1, fmt="float32", *, backward="approx", rounding="nearest
     order.  Rows that are entirely -inf give NaN, as torch.softmax.  Float32 CPU
     tensors take the fused kernels (torch_bridge/_fused.py), same bits."""
     check_tensor(x, "input")
-    fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding)
     if x.numel() == 0:
         return x.clone()
-    kw = dict(fmt=fmt, backward=kind, rounding=rounding)
-    if x.dim() and _fused.composite(rounding, x):
-        return _fused.rows("softmax", x, dim, kw)
-    e = _exp_shifted(x, dim, kw)[0]
-    return pa_div(e, fold_sum(e, dim), **kw)
+    if x.dim() and _fused.composite(nm.rounding, x):
+        return _fused.rows("softmax", x, dim, nm)
+    e = exp_shifted(x, dim, nm)[0]
+    return div(e, fold_sum(e, dim), nm)
 
 
 def pa_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, fmt="float32", *,
@@ -282,22 +388,21 @@ def pa_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, fmt="fl
     sums, and the gain's and bias's gradients, in emu.fold_sum's order.  Float32 CPU
     tensors take the fused kernels."""
     check_tensor(x, "input")
-    fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if len(shape) > x.dim() or tuple(x.shape[x.dim() - len(shape):]) != shape:
         raise ValueError(f"layer_norm: normalized_shape={shape} does not match the trailing "
                          f"dimensions of input.shape={tuple(x.shape)}")
-    kw = dict(fmt=fmt, backward=kind, rounding=rounding)
     dims = tuple(range(-len(shape), 0))
     n = float(math.prod(shape))
-    if (x.numel() and _fused.composite(rounding, x, weight, bias)
+    if (x.numel() and _fused.composite(nm.rounding, x, weight, bias)
             and all(t is None or t.shape == shape for t in (weight, bias))):
-        return _fused.layer_norm(x, int(n), weight, bias, eps, kw)
-    xc = x - expand(pa_div(fold_sum(x, dims), n, **kw), x.shape)
-    var = pa_div(fold_sum(pam_mul(xc, xc, **kw), dims), n, **kw)
-    y = pa_div(xc, pa_sqrt(var + eps, **kw), **kw)
+        return _fused.layer_norm(x, int(n), weight, bias, eps, nm)
+    xc = x - expand(div(fold_sum(x, dims), n, nm), x.shape)
+    var = div(fold_sum(mul(xc, xc, nm), dims), n, nm)
+    y = div(xc, sqrt(var + eps, nm), nm)
     if weight is not None:
-        y = pam_mul(y, weight, **kw)
+        y = mul(y, weight, nm)
     return y if bias is None else add(y, bias)
 
 
@@ -317,12 +422,11 @@ def pa_cross_entropy(input, target, weight=None, ignore_index=-100, reduction="m
     targets or the class weights there).
     """
     check_tensor(input, "input")
-    fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding)
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction={reduction!r}; expected 'mean', 'sum' or 'none'")
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing={label_smoothing!r} must lie in [0, 1]")
-    kw = dict(fmt=fmt, backward=kind, rounding=rounding)
     if input.dim() == 0:
         raise ValueError("cross_entropy: input must have a class dimension")
     n_classes = input.shape[0] if input.dim() == 1 else input.shape[1]
@@ -354,31 +458,31 @@ def pa_cross_entropy(input, target, weight=None, ignore_index=-100, reduction="m
         if weight.shape != (n_classes,):
             raise ValueError(f"weight.shape={tuple(weight.shape)}; expected ({n_classes},)")
     eps = float(label_smoothing)
-    eps_c = float(emu.pa_div(eps, float(n_classes), fmt))
+    eps_c = float(emu.pa_div(eps, float(n_classes), nm.fmt))
     if probs:
         q = t if eps == 0 else t * (1 - eps) + eps / n_classes   # target smoothing: data prep
-    if (z.numel() and _fused.composite(rounding, z, weight, q if probs else None)
+    if (z.numel() and _fused.composite(nm.rounding, z, weight, q if probs else None)
             and not (weight is not None and weight.requires_grad)
             and not (probs and q.requires_grad)):
         wy = None if probs else (torch.ones(z.shape[0]) if weight is None else weight[t])
         out = _fused.cross_entropy(z, None if probs else t, None if probs else valid,
-                                   q if probs else None, weight, wy, reduction, eps, eps_c, kw)
+                                   q if probs else None, weight, wy, reduction, eps, eps_c, nm)
         return out.reshape(out_shape) if reduction == "none" else out
-    e, sh = _exp_shifted(z, -1, kw)                  # -log p = (palog2(S) - t) ÷̂ log2e
-    lse = expand(pa_log2(fold_sum(e, -1), **kw), sh.shape)
-    nlogp = pa_div(lse - sh, _log2e(fmt), **kw)
+    e, sh = exp_shifted(z, -1, nm)                  # -log p = (palog2(S) - t) ÷̂ log2e
+    lse = expand(log2(fold_sum(e, -1), nm), sh.shape)
+    nlogp = div(lse - sh, log2e_float(nm.fmt), nm)
     if weight is not None:
-        nlogp_w = pam_mul(nlogp, weight, **kw)
+        nlogp_w = mul(nlogp, weight, nm)
     else:
         nlogp_w = nlogp
     if probs:
-        loss = fold_sum(pam_mul(q, nlogp_w, **kw), -1, keepdim=False)
+        loss = fold_sum(mul(q, nlogp_w, nm), -1, keepdim=False)
         denom = None
     else:
         loss = nlogp_w.gather(-1, t[:, None]).squeeze(-1)
         if eps > 0:
-            loss = pam_mul(loss, 1.0 - eps, **kw) + pam_mul(fold_sum(nlogp_w, -1, keepdim=False),
-                                                           eps_c, **kw)
+            loss = mul(loss, 1.0 - eps, nm) + mul(fold_sum(nlogp_w, -1, keepdim=False), eps_c,
+                                                  nm)
         wy = torch.ones_like(loss) if weight is None else weight.to(loss.dtype)[t]
         loss = torch.where(valid, loss, 0.0)
         denom = fold_sum(torch.where(valid, wy, 0.0), 0, keepdim=False)
@@ -389,7 +493,7 @@ def pa_cross_entropy(input, target, weight=None, ignore_index=-100, reduction="m
         return total
     if denom is None:
         denom = float(loss.shape[0])
-    return pa_div(total, denom.detach() if isinstance(denom, torch.Tensor) else denom, **kw)
+    return div(total, denom.detach() if isinstance(denom, torch.Tensor) else denom, nm)
 
 
 # --- dispatchers ------------------------------------------------------------------------

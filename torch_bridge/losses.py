@@ -11,10 +11,10 @@ from __future__ import annotations
 import torch
 
 from . import _fused
-from ._core import expand, fold_sum
+from ._sums import expand, fold_sum
 from .elementwise import pa_abs
-from .functional import (_exp_shifted, _log2e, _numerics, pa_div, pa_exp, pa_log, pa_log2,
-                         pam_mul)
+from .config import check_numerics
+from .functional import div, exp, exp_shifted, log, log2, log2e_float, mul
 
 __all__ = ["pa_log_softmax", "pa_nll_loss", "pa_mse_loss", "pa_l1_loss", "pa_huber_loss",
            "pa_smooth_l1_loss", "pa_binary_cross_entropy", "pa_binary_cross_entropy_with_logits",
@@ -25,22 +25,17 @@ _REDUCTIONS = ("mean", "sum", "none")
 _LOG_MIN = -100.0
 
 
-def _kw(fmt, backward, rounding):
-    fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
-    return dict(fmt=fmt, backward=kind, rounding=rounding)
-
-
 def pa_log_softmax(x, dim=-1, fmt="float32", *, backward="approx", rounding="nearest_even"):
     """``(t - palog2(Σ paexp2(t))) ÷̂ log2e`` along ``dim``, with ``t = x ·̂ log2e - k`` and
     the constant shift ``k = floor(max(x ·̂ log2e))``, as :func:`pa_cross_entropy`
     (eqs. 10, 18, 19; docs/semantics.md section 7); the sum in emu.fold_sum's order.
     Float32 CPU tensors take the fused kernels (torch_bridge/_fused.py)."""
-    kw = _kw(fmt, backward, rounding)
-    if x.dim() and x.numel() and _fused.composite(kw["rounding"], x):
-        return _fused.rows("log_softmax", x, dim, kw)
-    e, t = _exp_shifted(x, dim, kw)
-    lse = expand(pa_log2(fold_sum(e, dim), **kw), t.shape)
-    return pa_div(t - lse, _log2e(kw["fmt"]), **kw)
+    nm = check_numerics(fmt, backward, rounding)
+    if x.dim() and x.numel() and _fused.composite(nm.rounding, x):
+        return _fused.rows("log_softmax", x, dim, nm)
+    e, t = exp_shifted(x, dim, nm)
+    lse = expand(log2(fold_sum(e, dim), nm), t.shape)
+    return div(t - lse, log2e_float(nm.fmt), nm)
 
 
 def pa_nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean",
@@ -50,14 +45,14 @@ def pa_nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean",
     order."""
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduction={reduction!r}; expected one of {_REDUCTIONS}")
-    kw = _kw(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding)
     z = input.unsqueeze(0) if input.dim() == 1 else input.movedim(1, -1)
     t = target.reshape(-1).long()
     z = z.reshape(-1, z.shape[-1])
     valid = t != ignore_index
     picked = -z.gather(-1, torch.where(valid, t, 0)[:, None]).squeeze(-1)
     w = None if weight is None else weight.to(z.dtype)[torch.where(valid, t, 0)]
-    loss = picked if w is None else pam_mul(picked, w, **kw)
+    loss = picked if w is None else mul(picked, w, nm)
     loss = torch.where(valid, loss, 0.0)
     if reduction == "none":
         return loss.reshape(target.shape)
@@ -66,7 +61,7 @@ def pa_nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean",
         return total
     denom = valid.sum().to(z.dtype) if w is None else \
         fold_sum(torch.where(valid, w, 0.0), 0, keepdim=False)
-    return pa_div(total, denom.detach(), **kw)
+    return div(total, denom.detach(), nm)
 
 
 def _check_reduction(reduction, allowed=_REDUCTIONS):
@@ -74,18 +69,18 @@ def _check_reduction(reduction, allowed=_REDUCTIONS):
         raise ValueError(f"reduction={reduction!r}; expected one of {allowed}")
 
 
-def _reduce(loss, reduction, kw, weight=None, by_weight=False):
+def _reduce(loss, reduction, nm, weight=None, by_weight=False):
     """``loss ·̂ weight`` (if given), then 'none', 'sum' or 'mean': ``Σ ÷̂ n``, or
     ``Σ ÷̂ Σ weight`` with ``by_weight`` (torch's weighted mse and l1)."""
     if weight is not None:
-        loss = pam_mul(loss, weight, **kw)
+        loss = mul(loss, weight, nm)
     if reduction == "none":
         return loss
     if reduction == "sum":
         return fold_sum(loss, None, keepdim=False)
     n = fold_sum(weight, None, keepdim=False) if by_weight and weight is not None else \
         float(loss.numel())
-    return pa_div(fold_sum(loss, None, keepdim=False), n, **kw)
+    return div(fold_sum(loss, None, keepdim=False), n, nm)
 
 
 def pa_mse_loss(input, target, reduction="mean", fmt="float32", *, backward="approx",
@@ -93,9 +88,9 @@ def pa_mse_loss(input, target, reduction="mean", fmt="float32", *, backward="app
     """F.mse_loss: ``d ·̂ d`` with ``d = input - target`` (``·̂ weight``), 'mean'
     ``Σ ÷̂ n`` (with a weight ``Σ ÷̂ Σ weight``, as torch)."""
     _check_reduction(reduction)
-    kw = _kw(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding)
     d = input - target
-    return _reduce(pam_mul(d, d, **kw), reduction, kw, weight, by_weight=True)
+    return _reduce(mul(d, d, nm), reduction, nm, weight, by_weight=True)
 
 
 def pa_l1_loss(input, target, reduction="mean", fmt="float32", *, backward="approx",
@@ -103,8 +98,8 @@ def pa_l1_loss(input, target, reduction="mean", fmt="float32", *, backward="appr
     """F.l1_loss: ``|input - target|`` (``·̂ weight``), 'mean' ``Σ ÷̂ n`` (with a
     weight ``Σ ÷̂ Σ weight``, as torch)."""
     _check_reduction(reduction)
-    return _reduce(pa_abs(input - target), reduction, _kw(fmt, backward, rounding), weight,
-                   by_weight=True)
+    return _reduce(pa_abs(input - target), reduction, check_numerics(fmt, backward, rounding),
+                   weight, by_weight=True)
 
 
 def pa_huber_loss(input, target, reduction="mean", delta=1.0, fmt="float32", *,
@@ -114,11 +109,11 @@ def pa_huber_loss(input, target, reduction="mean", delta=1.0, fmt="float32", *,
     _check_reduction(reduction)
     if not delta > 0:
         raise ValueError(f"huber_loss: delta={delta!r} must be positive")
-    kw = _kw(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding)
     z = pa_abs(input - target)
-    loss = torch.where(z < delta, pam_mul(pam_mul(z, 0.5, **kw), z, **kw),
-                       pam_mul(z - 0.5 * delta, float(delta), **kw))
-    return _reduce(loss, reduction, kw, weight)
+    loss = torch.where(z < delta, mul(mul(z, 0.5, nm), z, nm),
+                       mul(z - 0.5 * delta, float(delta), nm))
+    return _reduce(loss, reduction, nm, weight)
 
 
 def pa_smooth_l1_loss(input, target, reduction="mean", beta=1.0, fmt="float32", *,
@@ -130,11 +125,11 @@ def pa_smooth_l1_loss(input, target, reduction="mean", beta=1.0, fmt="float32", 
         raise ValueError(f"smooth_l1_loss: beta={beta!r} must be >= 0")
     if beta == 0:
         return pa_l1_loss(input, target, reduction, fmt, backward=backward, rounding=rounding)
-    kw = _kw(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding)
     z = pa_abs(input - target)
-    loss = torch.where(z < beta, pa_div(pam_mul(pam_mul(z, 0.5, **kw), z, **kw), float(beta),
-                                        **kw), z - 0.5 * beta)
-    return _reduce(loss, reduction, kw)
+    loss = torch.where(z < beta, div(mul(mul(z, 0.5, nm), z, nm), float(beta),
+                                        nm), z - 0.5 * beta)
+    return _reduce(loss, reduction, nm)
 
 
 def pa_binary_cross_entropy(input, target, weight=None, reduction="mean", fmt="float32", *,
@@ -142,11 +137,11 @@ def pa_binary_cross_entropy(input, target, weight=None, reduction="mean", fmt="f
     """F.binary_cross_entropy: ``-(t ·̂ max(palog(x), -100) + (1 - t) ·̂ max(palog(1 - x),
     -100))``, then ``·̂ weight``, 'mean' ``Σ ÷̂ n``."""
     _check_reduction(reduction)
-    kw = _kw(fmt, backward, rounding)
-    log_x = pa_log(input, **kw).clamp(min=_LOG_MIN)
-    log_1mx = pa_log(1.0 - input, **kw).clamp(min=_LOG_MIN)
-    loss = -(pam_mul(target, log_x, **kw) + pam_mul(1.0 - target, log_1mx, **kw))
-    return _reduce(loss, reduction, kw, weight)
+    nm = check_numerics(fmt, backward, rounding)
+    log_x = log(input, nm).clamp(min=_LOG_MIN)
+    log_1mx = log(1.0 - input, nm).clamp(min=_LOG_MIN)
+    loss = -(mul(target, log_x, nm) + mul(1.0 - target, log_1mx, nm))
+    return _reduce(loss, reduction, nm, weight)
 
 
 def pa_binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean",
@@ -157,12 +152,12 @@ def pa_binary_cross_entropy_with_logits(input, target, weight=None, reduction="m
     (pos_weight - 1) ·̂ t`` (``l = 1``, no PAM, without pos_weight); then ``·̂ weight``,
     'mean' ``Σ ÷̂ n``."""
     _check_reduction(reduction)
-    kw = _kw(fmt, backward, rounding)
-    sp = (-input).clamp(min=0) + pa_log(1.0 + pa_exp(-pa_abs(input), **kw), **kw)
+    nm = check_numerics(fmt, backward, rounding)
+    sp = (-input).clamp(min=0) + log(1.0 + exp(-pa_abs(input), nm), nm)
     if pos_weight is not None:
-        sp = pam_mul(1.0 + pam_mul(pos_weight - 1.0, target, **kw), sp, **kw)
-    loss = pam_mul(1.0 - target, input, **kw) + sp
-    return _reduce(loss, reduction, kw, weight)
+        sp = mul(1.0 + mul(pos_weight - 1.0, target, nm), sp, nm)
+    loss = mul(1.0 - target, input, nm) + sp
+    return _reduce(loss, reduction, nm, weight)
 
 
 def pa_kl_div(input, target, reduction="mean", log_target=False, fmt="float32", *,
@@ -171,13 +166,13 @@ def pa_kl_div(input, target, reduction="mean", log_target=False, fmt="float32", 
     where t = 0, palog never seeing a zero), or with ``log_target``
     ``paexp(t) ·̂ (t - input)``; 'batchmean' ``Σ ÷̂ input.shape[0]``, 'mean' ``Σ ÷̂ n``."""
     _check_reduction(reduction, _REDUCTIONS + ("batchmean",))
-    kw = _kw(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding)
     if log_target:
-        loss = pam_mul(pa_exp(target, **kw), target - input, **kw)
+        loss = mul(exp(target, nm), target - input, nm)
     else:
         pos = target > 0
-        xlogx = pam_mul(target, pa_log(torch.where(pos, target, 1.0), **kw), **kw)
-        loss = torch.where(pos, xlogx, 0.0) - pam_mul(target, input, **kw)
+        xlogx = mul(target, log(torch.where(pos, target, 1.0), nm), nm)
+        loss = torch.where(pos, xlogx, 0.0) - mul(target, input, nm)
     if reduction == "batchmean" and input.dim() > 0:
-        return pa_div(fold_sum(loss, None, keepdim=False), float(input.shape[0]), **kw)
-    return _reduce(loss, "sum" if reduction == "batchmean" else reduction, kw)
+        return div(fold_sum(loss, None, keepdim=False), float(input.shape[0]), nm)
+    return _reduce(loss, "sum" if reduction == "batchmean" else reduction, nm)

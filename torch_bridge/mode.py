@@ -59,7 +59,8 @@ from . import functional as PF
 from . import losses as PL
 from . import norms as PN
 from . import recurrent as PR
-from ._core import FLOATS, add
+from ._sums import add
+from ._tensors import FLOATS
 from .config import PAMConfig, check_config
 
 __all__ = ["pam_mode"]
@@ -115,7 +116,7 @@ def _conv1d(cfg, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1
     if not _floating(x, weight):
         return NotImplemented
     x, weight, bias = PF.autocast_operands(x, weight, bias)
-    return PC.pam_conv1d(x, weight, bias, stride, padding, dilation, groups, cfg.fmt,
+    return PF.pam_conv1d(x, weight, bias, stride, padding, dilation, groups, cfg.fmt,
                          acc=cfg.acc, backward=cfg.kind("matmul"), rounding=cfg.rounding)
 
 
@@ -127,7 +128,7 @@ def _conv3d(cfg, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1
     if not _floating(x, weight):
         return NotImplemented
     x, weight, bias = PF.autocast_operands(x, weight, bias)
-    return PC.pam_conv3d(x, weight, bias, stride, padding, dilation, groups, cfg.fmt,
+    return PF.pam_conv3d(x, weight, bias, stride, padding, dilation, groups, cfg.fmt,
                          **_mm_kw(cfg))
 
 
@@ -136,7 +137,7 @@ def _conv_transpose(cfg, x, weight, bias=None, stride=1, padding=0, output_paddi
     if not _floating(x, weight):
         return NotImplemented
     x, weight, bias = PF.autocast_operands(x, weight, bias)
-    return PC.pam_conv_transpose(x, weight, bias, stride, padding, output_padding, groups,
+    return PF.pam_conv_transpose(x, weight, bias, stride, padding, output_padding, groups,
                                  dilation, cfg.fmt, **_mm_kw(cfg))
 
 

@@ -17,7 +17,7 @@ from . import functional as PF
 from .config import PAMConfig, check_config
 
 
-class _PAModule:
+class PAModule:
     """Mixin: a ``config`` attribute, conversion from the native module, repr."""
     config: PAMConfig | None
     _native: type
@@ -44,7 +44,7 @@ class _PAModule:
         return f"{super().extra_repr()}, config={cfg}"
 
 
-class PAMLinear(_PAModule, nn.Linear):
+class PAMLinear(PAModule, nn.Linear):
     """nn.Linear with a PAM matmul (forward and backward) when config enables 'matmul'."""
     _native = nn.Linear
 
@@ -57,7 +57,7 @@ class PAMLinear(_PAModule, nn.Linear):
         return PF.linear(x, self.weight, self.bias, self.config)
 
 
-class PAMConv2d(_PAModule, nn.Conv2d):
+class PAMConv2d(PAModule, nn.Conv2d):
     """nn.Conv2d as PAM matmuls over im2col patches when config enables 'matmul'."""
     _native = nn.Conv2d
 
@@ -74,7 +74,7 @@ class PAMConv2d(_PAModule, nn.Conv2d):
                          self.groups, self.config)
 
 
-class PALayerNorm(_PAModule, nn.LayerNorm):
+class PALayerNorm(PAModule, nn.LayerNorm):
     """nn.LayerNorm with PA mean/variance/sqrt/division and a PAM gain ('layernorm')."""
     _native = nn.LayerNorm
 
@@ -87,7 +87,7 @@ class PALayerNorm(_PAModule, nn.LayerNorm):
                              self.config)
 
 
-class PASoftmax(_PAModule, nn.Softmax):
+class PASoftmax(PAModule, nn.Softmax):
     """nn.Softmax with paexp and PA division ('softmax')."""
     _native = nn.Softmax
 
@@ -100,7 +100,7 @@ class PASoftmax(_PAModule, nn.Softmax):
         return PF.softmax(x, dim, self.config)
 
 
-class PACrossEntropyLoss(_PAModule, nn.CrossEntropyLoss):
+class PACrossEntropyLoss(PAModule, nn.CrossEntropyLoss):
     """nn.CrossEntropyLoss (label smoothing included) with PA operations ('loss')."""
     _native = nn.CrossEntropyLoss
 
@@ -113,7 +113,7 @@ class PACrossEntropyLoss(_PAModule, nn.CrossEntropyLoss):
                                 self.label_smoothing, self.config)
 
 
-class PAMultiheadAttention(_PAModule, nn.MultiheadAttention):
+class PAMultiheadAttention(PAModule, nn.MultiheadAttention):
     """nn.MultiheadAttention with PAM projections and attention matmuls ('matmul') and
     a PA softmax with PAM scaling ('softmax'); every argument of the base class works.
 
@@ -156,7 +156,7 @@ def _hf_conv1d_drop_in(conv1d: type) -> type:
     def extra_repr(self):
         cfg = "native" if self.config is None else self.config.describe()
         return f"nf={self.nf}, nx={self.nx}, config={cfg}"
-    return type("PAMConv1D", (_PAModule, conv1d), {
+    return type("PAMConv1D", (PAModule, conv1d), {
         "_native": conv1d, "forward": forward, "extra_repr": extra_repr,
         "__repr__": nn.Module.__repr__, "__module__": __name__,
         "__doc__": _hf_conv1d_drop_in.__doc__})

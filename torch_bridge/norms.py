@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import torch
 
-from ._core import add, expand, fold_sum
-from .functional import _numerics, pa_div, pa_layer_norm, pa_sqrt, pam_mul
+from ._sums import add, expand, fold_sum
+from .config import check_numerics
+from .functional import div, mul, pa_layer_norm, sqrt
 
 __all__ = ["pa_batch_norm", "pa_group_norm"]
 
 
-def _affine(y, weight, bias, shape, kw):
+def _affine(y, weight, bias, shape, nm):
     if weight is not None:
-        y = pam_mul(y, weight.reshape(shape), **kw)
+        y = mul(y, weight.reshape(shape), nm)
     return y if bias is None else add(y, bias.reshape(shape))
 
 
@@ -29,43 +30,42 @@ def pa_batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None
     training (or without running statistics), else the running ones.  Training also
     updates the running statistics in place, in increment form as the PA optimizers
     (``r += m ·̂ (stat - r)``), the variance's unbiased ``Σ (x-μ)² ÷̂ (n-1)``."""
-    fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
-    kw = dict(fmt=fmt, backward=kind, rounding=rounding)
+    nm = check_numerics(fmt, backward, rounding)
     if x.dim() < 2:
         raise ValueError(f"batch_norm: input.shape={tuple(x.shape)} needs a channel dim 1")
     shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
     if not training and running_mean is not None and running_var is not None:
-        y = pa_div(x - running_mean.reshape(shape),
-                   pa_sqrt(running_var.reshape(shape) + eps, **kw), **kw)
-        return _affine(y, weight, bias, shape, kw)
+        y = div(x - running_mean.reshape(shape),
+                   sqrt(running_var.reshape(shape) + eps, nm), nm)
+        return _affine(y, weight, bias, shape, nm)
     dims = [0] + list(range(2, x.dim()))
     n = x.numel() // x.shape[1]
     if training and n <= 1:
         raise ValueError(f"batch_norm: expected more than 1 value per channel when "
                          f"training, got input.shape={tuple(x.shape)}")
-    mu = pa_div(fold_sum(x, dims), float(n), **kw)
+    mu = div(fold_sum(x, dims), float(n), nm)
     xc = x - expand(mu, x.shape)
-    ss = fold_sum(pam_mul(xc, xc, **kw), dims)
-    y = pa_div(xc, pa_sqrt(pa_div(ss, float(n), **kw) + eps, **kw), **kw)
+    ss = fold_sum(mul(xc, xc, nm), dims)
+    y = div(xc, sqrt(div(ss, float(n), nm) + eps, nm), nm)
     if training and running_mean is not None and running_var is not None:
         with torch.no_grad():
-            unbiased = pa_div(ss.reshape(-1), float(n - 1), **kw)
-            running_mean += pam_mul(mu.reshape(-1).to(running_mean.dtype) - running_mean,
-                                    float(momentum), **kw)
-            running_var += pam_mul(unbiased.to(running_var.dtype) - running_var,
-                                   float(momentum), **kw)
-    return _affine(y, weight, bias, shape, kw)
+            unbiased = div(ss.reshape(-1), float(n - 1), nm)
+            running_mean += mul(mu.reshape(-1).to(running_mean.dtype) - running_mean,
+                                    float(momentum), nm)
+            running_var += mul(unbiased.to(running_var.dtype) - running_var,
+                                   float(momentum), nm)
+    return _affine(y, weight, bias, shape, nm)
 
 
 def pa_group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, fmt="float32", *,
                   backward="approx", rounding="nearest_even"):
     """F.group_norm: :func:`pa_layer_norm` over each group's (channels, spatial) entries,
     then a per-channel PAM gain and float32 bias.  Instance norm is ``num_groups = C``."""
-    fmt, kind, rounding, _ = _numerics(fmt, backward, rounding)
-    kw = dict(fmt=fmt, backward=kind, rounding=rounding)
+    nm = check_numerics(fmt, backward, rounding)
     if x.dim() < 2 or x.shape[1] % num_groups:
         raise ValueError(f"group_norm: input.shape={tuple(x.shape)} does not split into "
                          f"num_groups={num_groups}")
     g = x.reshape(x.shape[0], num_groups, -1)
-    y = pa_layer_norm(g, (g.shape[-1],), None, None, eps, **kw).reshape(x.shape)
-    return _affine(y, weight, bias, [1, x.shape[1]] + [1] * (x.dim() - 2), kw)
+    y = pa_layer_norm(g, (g.shape[-1],), None, None, eps, fmt, backward=backward,
+                      rounding=rounding).reshape(x.shape)
+    return _affine(y, weight, bias, [1, x.shape[1]] + [1] * (x.dim() - 2), nm)

@@ -24,8 +24,9 @@ import emu
 import emu.ops
 import emu.optim
 
-from . import _core
-from ._core import as_float32, emu_call, emu_threads, next_seed, round_scalar, round_to
+from ._backend import cuda_backend_active
+from ._tensors import as_float32, emu_call, next_seed, round_scalar, round_to
+from ._threads import emu_threads
 from .config import PAMConfig, check_config
 
 __all__ = ["PAAdamW", "PASGD", "make_optimizer"]
@@ -107,7 +108,7 @@ def _fusable(p, state) -> bool:
     float32 CPU tensors (CUDA ones, and those of the simulator tests' CUDA backend, take
     the sequence of emu calls)."""
     ts = (p, p.grad, state["exp_avg"], state["exp_avg_sq"])
-    return not _core.cuda_backend_active() and all(
+    return not cuda_backend_active() and all(
         t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in ts)
 
 

@@ -26,6 +26,7 @@ import emu.mx
 from . import _fused
 from . import elementwise as PE
 from . import functional as PF
+from .config import check_numerics
 
 __all__ = ["pa_recurrent"]
 
@@ -38,23 +39,26 @@ class _Ops:
     def __init__(self, config):
         self.config = config
         self.pa = config.enabled("elementwise")
-        self.kw = dict(fmt=config.pa_fmt, backward=config.kind("elementwise"),
-                       rounding=config.rounding)
+        self.nm = check_numerics(config.pa_fmt, config.kind("elementwise"), config.rounding)
 
     def linear(self, x, w, b):
         return PF.linear(x, w, b, self.config)
 
     def sigmoid(self, x):
-        return PE.pa_sigmoid(x, **self.kw) if self.pa else torch.sigmoid(x)
+        nm = self.nm
+        return PE.pa_sigmoid(x, nm.fmt, backward=nm.backward, rounding=nm.rounding) \
+            if self.pa else torch.sigmoid(x)
 
     def tanh(self, x):
-        return PE.pa_tanh(x, **self.kw) if self.pa else torch.tanh(x)
+        nm = self.nm
+        return PE.pa_tanh(x, nm.fmt, backward=nm.backward, rounding=nm.rounding) \
+            if self.pa else torch.tanh(x)
 
     def mul(self, a, b):
-        return PF.pam_mul(a, b, **self.kw) if self.pa else a * b
+        return PF.mul(a, b, self.nm) if self.pa else a * b
 
     def sequence(self, mode, gi, h, c, w_hh, b_hh):
-        """``(mm, ew)`` numerics when a whole direction runs as one Function
+        """``(mm, ew)`` Numerics when a whole direction runs as one Function
         (torch_bridge._fused.Recurrence), else None: both groups PA, float32 CPU tensors,
         deterministic rounding, a float32 accumulator, products small enough for one
         kernel call, no autocast."""
@@ -68,23 +72,21 @@ class _Ops:
                 h.shape[0] * w_hh.numel() > sizes.SMALL or not gi.numel() or \
                 gi[0].numel() > sizes.FUSED_MAX:
             return None
-        mm = PF._numerics(cfg.fmt, cfg.kind("matmul"), cfg.rounding, cfg.acc)
-        mm = (mm[0], mm[3], mm[1], mm[2])
-        return mm, (self.kw["fmt"], self.kw["backward"], self.kw["rounding"])
+        return check_numerics(cfg.fmt, cfg.kind("matmul"), cfg.rounding, cfg.acc), self.nm
 
     def fused(self, *tensors):
         """Whether the step's gate arithmetic runs fused (torch_bridge/_fused.py: the same
         bits as the PA operations below)."""
-        return self.pa and _fused.composite(self.kw["rounding"], *tensors) and all(
+        return self.pa and _fused.composite(self.nm.rounding, *tensors) and all(
             t.dim() == 2 for t in tensors)
 
 
 def _cell(mode, ops, gi, h, c, w_hh, b_hh):
     gh = ops.linear(h, w_hh, b_hh)
     if mode == "gru" and ops.fused(gi, gh, h):
-        return _fused.gru_step(gi, gh, h, ops.kw), None
+        return _fused.gru_step(gi, gh, h, ops.nm), None
     if mode == "lstm" and ops.fused(gi, gh, c):
-        return _fused.lstm_step(gi, gh, c, ops.kw)
+        return _fused.lstm_step(gi, gh, c, ops.nm)
     if mode == "gru":
         (ir, iz, in_), (hr, hz, hn) = gi.chunk(3, -1), gh.chunk(3, -1)
         r, z = ops.sigmoid(ir + hr), ops.sigmoid(iz + hz)

@@ -42,7 +42,7 @@ def run(args) -> int:
     if bad:
         print(f"pamsim audit: error: unknown model(s) {bad}; expected names from {list(TINY)}")
         return 2
-    cfg = tb.PAMConfig(args.fmt, ops=args.ops or tb.OPS, backward=args.backward)
+    cfg = tb.PAMConfig(args.fmt, ops=args.ops or tb.OP_GROUPS, backward=args.backward)
     reports = {}
     if args.summary:
         print(f"{cfg.describe()}\n\n| model | multiplies (native) | escaped op calls | "

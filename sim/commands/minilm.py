@@ -141,7 +141,7 @@ def format_rows(rows) -> str:
 def run(args) -> int:
     import torch_bridge as tb
     fmts = args.fmts
-    op_sets = ({"+".join(o for o in tb.OPS if o in s): s for s in args.ops} if args.ops
+    op_sets = ({"+".join(o for o in tb.OP_GROUPS if o in s): s for s in args.ops} if args.ops
                else OP_SETS)
     from workloads.data import load_minilm
     model = load_minilm()

@@ -21,12 +21,12 @@ def ops_arg(text: str) -> frozenset:
     """argparse type: 'all' or a comma-separated list of op groups."""
     import argparse
 
-    from torch_bridge import OPS
-    names = OPS if text == "all" else tuple(s.strip() for s in text.split(",") if s.strip())
-    bad = sorted(set(names) - set(OPS))
+    from torch_bridge import OP_GROUPS
+    names = OP_GROUPS if text == "all" else tuple(s.strip() for s in text.split(",") if s.strip())
+    bad = sorted(set(names) - set(OP_GROUPS))
     if bad or not names:
         raise argparse.ArgumentTypeError(f"unknown op group(s) {bad or [text]}; expected "
-                                         f"'all' or names from {OPS}")
+                                         f"'all' or names from {OP_GROUPS}")
     return frozenset(names)
 
 
@@ -161,11 +161,11 @@ def register(sub):
 
 
 def config_from_args(args):
-    from torch_bridge import OPS, PAMConfig
-    ops = args.ops if args.ops is not None else frozenset(OPS)
+    from torch_bridge import OP_GROUPS, PAMConfig
+    ops = args.ops if args.ops is not None else frozenset(OP_GROUPS)
     base = {op: ("exact" if args.backward == "paper" and op == "loss" else
-                 "approx" if args.backward == "paper" else args.backward) for op in OPS}
-    backward = {op: ("exact" if op in args.exact else base[op]) for op in OPS}
+                 "approx" if args.backward == "paper" else args.backward) for op in OP_GROUPS}
+    backward = {op: ("exact" if op in args.exact else base[op]) for op in OP_GROUPS}
     return PAMConfig(fmt=args.fmt, backward=backward, ops=ops, rounding=args.rounding,
                      pa_fmt=args.pa_fmt)
 

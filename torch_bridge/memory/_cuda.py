@@ -8,7 +8,7 @@ Python under Numba's CUDA simulator (tests/test_memory_cuda.py).
 
 Tensors reach the kernels through emu's CUDA backend (emu/device.py: a CUDA tensor
 itself, read through ``__cuda_array_interface__``, on torch's current stream) and
-torch_bridge/_core.py's ``device_view``; :func:`launch` is the one place that
+torch_bridge/_tensors.py's ``device_view``; :func:`launch` is the one place that
 happens.  Tables (breakpoints, levels, coefficients) are tensors on the operand's
 device, passed as arguments.
 """
@@ -20,7 +20,7 @@ from numba import config, cuda
 
 from emu.cuda_backend import prepare
 
-from .. import _core
+from .._tensors import device_view, same_device
 from . import _scalar as S
 
 SIM = bool(config.ENABLE_CUDASIM)
@@ -43,11 +43,11 @@ if not SIM:
 
 def launch(kernel, nthreads: int, **args) -> None:
     """``kernel[grid, block, stream](*args.values())`` with each tensor argument handed
-    over by ``_core.device_view``, on torch's current stream.  Tensors must be
+    over by ``device_view``, on torch's current stream.  Tensors must be
     contiguous; on two devices they are a ValueError naming them (``same_device``)."""
     tensors = {n: v for n, v in args.items() if isinstance(v, torch.Tensor)}
-    _core.same_device(**tensors)
-    views = {n: _core.device_view(v.detach()) for n, v in tensors.items()}
+    same_device(**tensors)
+    views = {n: device_view(v.detach()) for n, v in tensors.items()}
     call = prepare(**views)
     with call.device():
         call.launch(kernel, nthreads, *(call.operand(views[n], n) if n in views else v

@@ -15,7 +15,7 @@ import functools
 import numpy as np
 from numba import njit, prange
 
-from emu._numba_cache import drop_stale
+from emu.lowlevel import drop_stale
 
 from . import _scalar as S
 

@@ -7,7 +7,7 @@ from .fewbit import FewBitActivation
 from .inverted import INVERTIBLE, InvertedActivation
 from .pa import PA_ACTIVATIONS, PAActivation
 from .packing import check_bits
-from .solver import _check_weight
+from .solver import check_weight
 
 # transformers.activations classes -> activation name.  GELUActivation/GELUTanh call
 # F.gelu, so the forward is unchanged; NewGELU/FastGELU (and the *_python variants)
@@ -54,7 +54,7 @@ def activation_replacer(fewbit: int | None = None, inverted: bool = False,
         raise TypeError(f"inverted must be True or False, got {inverted!r}")
     if pa is not None and (isinstance(pa, bool) or not isinstance(pa, int) or pa < 2):
         raise ValueError(f"pa={pa!r} must be None or a number of pieces >= 2")
-    _check_weight(weight)
+    check_weight(weight)
 
     def replacement(m):
         kind = _classify(m)

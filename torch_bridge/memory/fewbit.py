@@ -20,11 +20,12 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .. import _core
+from .._backend import on_cuda_backend
+from .._tensors import same_device
 from . import _kernels as K
 from .activations import Activation, activation, grad_at_nans, nan_positions
 from .packing import check_bits, packed_nbytes, pack_bits, unpack_bits
-from .solver import StepTable, _check_weight
+from .solver import StepTable, check_weight
 from .tables import fewbit_table
 
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -46,19 +47,19 @@ FUSED = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64
 def fused(t: torch.Tensor) -> bool:
     """Whether ``t`` takes the fused kernels: float32/float64 on the CPU (Numba) or on
     a CUDA backend (_cuda.py)."""
-    return t.dtype in FUSED and (t.device.type == "cpu" or _core.on_cuda_backend(t))
+    return t.dtype in FUSED and (t.device.type == "cpu" or on_cuda_backend(t))
 
 
 def scale_by_code(grad: torch.Tensor, packed: torch.Tensor, bits: int,
                   levels: torch.Tensor) -> torch.Tensor:
     """grad * levels[code] with the ``bits``-bit codes in ``packed`` (one rounding in
     grad's dtype): a fused kernel for float32/float64 tensors (CPU or CUDA), else torch."""
-    _core.same_device(grad=grad, packed=packed)
+    same_device(grad=grad, packed=packed)
     levels = levels.to(device=grad.device, dtype=grad.dtype)
     if fused(grad):
         g = grad.contiguous()
         out = torch.empty_like(g)
-        if _core.on_cuda_backend(g):
+        if on_cuda_backend(g):
             from . import _cuda as C
             C.launch(C.scale, C.groups(g.numel()), grad=g.view(-1), packed=packed, k=bits,
                      levels=levels, out=out.view(-1))
@@ -103,7 +104,7 @@ class _Quantizer:
                           device=x.device)
         xs = x.detach().contiguous().view(-1)
         bp = K.thresholds(self.bp64.numpy(), FUSED[x.dtype])
-        if _core.on_cuda_backend(xs):
+        if on_cuda_backend(xs):
             from . import _cuda as C
             C.launch(C.index_pack, C.groups(xs.numel()), x=xs,
                      bp=torch.from_numpy(bp).to(xs.device), k=self.bits, even=self.table.even,
@@ -147,7 +148,7 @@ _QUANTIZERS: dict = {}
 
 
 def _quantizer(act, bits, weight) -> _Quantizer:
-    key = (act, check_bits(bits), _check_weight(weight))
+    key = (act, check_bits(bits), check_weight(weight))
     if key not in _QUANTIZERS:
         _QUANTIZERS[key] = _Quantizer.of(*key)
     return _QUANTIZERS[key]
@@ -180,7 +181,7 @@ class FewBitActivation(nn.Module):
         super().__init__()
         self.act = activation(act, **params)
         self.bits = None if bits is None else check_bits(bits)
-        self.weight = _check_weight(weight)
+        self.weight = check_weight(weight)
         if self.bits is not None:
             _quantizer(self.act, self.bits, self.weight)      # fail early, warm the cache
 

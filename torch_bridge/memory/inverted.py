@@ -55,7 +55,8 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .. import _core
+from .._backend import on_cuda_backend
+from .._tensors import same_device
 from . import _kernels as K
 from .activations import Activation, activation
 from .fewbit import FUSED, check_input, fused, gelu_name
@@ -218,7 +219,7 @@ class Inverter:
             xbits = xs.view(torch.int32 if f32 else torch.int64)
             t = K.thresholds(np.array([self.T]), FUSED[x.dtype])[0]
             ytab = ytab if f32 else np.zeros(0, np.float64)     # float64: no window
-            if _core.on_cuda_backend(xs):
+            if on_cuda_backend(xs):
                 from . import _cuda as C
                 C.launch(C.inverted_forward, C.groups(xs.numel()), x=xs, xbits=xbits, t=t,
                          first=first, ytab=self._on(xs.device, ytab.dtype, lambda: ytab),
@@ -328,14 +329,14 @@ class Inverter:
 
     def scale(self, grad: torch.Tensor, y: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
         """grad * f'(f⁻¹(y)) with the branch bits of ``packed``."""
-        _core.same_device(grad=grad, y=y, packed=packed)
+        same_device(grad=grad, y=y, packed=packed)
         if fused(y) and grad.dtype == y.dtype:
             g = grad.contiguous().view(-1)
             yc = y.detach().contiguous().view(-1)
             out = torch.empty_like(grad, memory_format=torch.contiguous_format)
             ybits = yc.view(torch.int32 if yc.dtype == torch.float32 else torch.int64)
             dtype = FUSED[y.dtype]
-            if _core.on_cuda_backend(yc):
+            if on_cuda_backend(yc):
                 from . import _cuda as C
                 coef, cst, icst = self._scale_tables(dtype)
                 fcst, icst = K.inverted_constants(dtype, cst, icst)

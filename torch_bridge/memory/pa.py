@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .. import _core
+from .._backend import on_cuda_backend
 from . import _kernels as K
 from .activations import activation
 from .fewbit import CodedBackward, check_input, fused, scale_by_code
@@ -228,7 +228,7 @@ class _Segments:
             xc = x.detach().contiguous()
             y = torch.empty_like(xc)
             packed = torch.empty(packed_nbytes(x.numel(), k), dtype=torch.uint8, device=x.device)
-            if _core.on_cuda_backend(xc):
+            if on_cuda_backend(xc):
                 from . import _cuda as C
                 C.launch(C.affine_index_pack, C.groups(xc.numel()), x=xc.view(-1),
                          bp=self.bp64.to(xc.device), k=k, slope=s, intercept=c, y=y.view(-1),

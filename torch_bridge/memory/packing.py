@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import _core
+from .._backend import on_cuda_backend
 from . import _kernels as K
 
 MAX_BITS = 8
@@ -40,7 +40,7 @@ def pack_bits(codes: torch.Tensor, bits: int) -> torch.Tensor:
         raise ValueError(f"codes must lie in [0, {1 << bits}) for bits={bits}")
     out = torch.empty(packed_nbytes(flat.numel(), bits), dtype=torch.uint8, device=codes.device)
     flat = flat.to(torch.uint8).contiguous()
-    if _core.on_cuda_backend(flat):
+    if on_cuda_backend(flat):
         from . import _cuda as C
         C.launch(C.pack, C.groups(flat.numel()), codes=flat, k=bits, out=out)
     elif flat.device.type == "cpu":
@@ -59,7 +59,7 @@ def unpack_bits(packed: torch.Tensor, bits: int, numel: int) -> torch.Tensor:
         raise ValueError(f"packed has {packed.numel()} bytes; {numel} codes of {bits} bits "
                          f"need {packed_nbytes(numel, bits)}")
     out = torch.empty(numel, dtype=torch.uint8, device=packed.device)
-    if _core.on_cuda_backend(packed):
+    if on_cuda_backend(packed):
         from . import _cuda as C
         C.launch(C.unpack, C.groups(numel), packed=packed.contiguous(), k=bits, out=out)
     elif packed.device.type == "cpu":

@@ -33,7 +33,7 @@ import numpy as np
 from numba import njit, prange
 
 from .activations import Activation, activation
-from .packing import check_bits as _check_bits
+from .packing import check_bits
 
 WEIGHTS = ("uniform", "normal")
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -119,7 +119,7 @@ class StepTable:
         return np.asarray(self.values)[self.index(np.asarray(x, np.float64))]
 
 
-def _check_weight(weight):
+def check_weight(weight):
     if weight not in WEIGHTS:
         raise ValueError(f"weight={weight!r}; expected one of {list(WEIGHTS)}")
     return weight
@@ -325,7 +325,7 @@ def exact_table(act, weight: str = "uniform") -> StepTable:
     if act.exact_bits != 1:
         raise ValueError(f"activation {act.name!r} has no exact step-function derivative")
     values = act.fprime([-1.0, 1.0]).tolist()
-    return StepTable(act.label, 1, _check_weight(weight), False, (0.0,), tuple(values), 0.0, 0.0)
+    return StepTable(act.label, 1, check_weight(weight), False, (0.0,), tuple(values), 0.0, 0.0)
 
 
 def solve(act, bits, weight: str = "uniform", *, limit: float = 10.0, cells: int = 4096,
@@ -338,7 +338,7 @@ def solve(act, bits, weight: str = "uniform", *, limit: float = 10.0, cells: int
     ``even`` overrides whether |x| is quantised (default: when f' is even).
     """
     act = activation(act)
-    bits = [_check_bits(b) for b in ([bits] if np.isscalar(bits) else bits)]
+    bits = [check_bits(b) for b in ([bits] if np.isscalar(bits) else bits)]
     if not bits:
         raise ValueError("bits must name at least one bit width")
     if act.exact_bits:
@@ -346,7 +346,7 @@ def solve(act, bits, weight: str = "uniform", *, limit: float = 10.0, cells: int
     even = act.even if even is None else bool(even)
     if even and not act.even:
         raise ValueError(f"even=True needs an even derivative; {act.name}' is not even")
-    prob = _Problem(act, _check_weight(weight), limit, cells, even)
+    prob = _Problem(act, check_weight(weight), limit, cells, even)
     K = 1 << max(bits)
     best, arg = _dp(prob.W, prob.FW, prob.F2, K)
     n = len(prob.grid) - 1

@@ -14,8 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from .activations import ACTIVATIONS, activation
-from .packing import MAX_BITS
-from .solver import WEIGHTS, StepTable, _check_bits, _check_weight, solve
+from .packing import MAX_BITS, check_bits
+from .solver import WEIGHTS, StepTable, check_weight, solve
 
 DATA_DIR = Path(__file__).parent / "data"
 VERSION = 1
@@ -82,7 +82,7 @@ def fewbit_table(act, bits: int, weight: str = "uniform") -> StepTable:
     whatever ``bits`` says; other parameters are solved on first use.
     """
     act = activation(act)
-    bits, weight = _check_bits(bits), _check_weight(weight)
+    bits, weight = check_bits(bits), check_weight(weight)
     if act.exact_bits:
         return solve(act, bits, weight)[bits]
     if act.is_default:

@@ -1,0 +1,171 @@
+"""The primitives' autograd Functions: PAM matmul and the registry's elementwise ops.
+
+Every number these Functions produce comes from emu (forward: emu.pam_matmul and the
+elementwise ops; backward: emu.grad).  Operands are rounded into the format *once*,
+here (RNE, stochastic with a fresh seed from torch's RNG, or toward zero), and the
+rounded values are what the backward pass differentiates at.  For formats with 8
+exponent bits PAM and its exact derivative on values of the format equal the float32
+ones bit for bit (same flush threshold, and the extra low bits of max are zero in every
+product), so the kernels then run with ``fmt=float32`` and skip a second rounding pass
+(tests/test_torch_grad.py::test_e8_formats_need_no_second_rounding).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+import emu
+import emu.grad as G
+import emu.mx
+from emu import sizes
+from emu.grad import host_matmul_grad
+from emu.matmul import host_matmul
+
+from ._lean import (binary_grad_kernel, binary_kernel, kernel_consts, lean, round_lean,
+                    rounded_lean, unary_grad_kernel, unary_kernel)
+from ._sums import fold_to
+from ._tensors import as_float32, broadcast_shape, emu_call, kernel_fmt, round_to, same_device
+from ._threads import emu_threads
+
+
+def _rounded(ctx, tensors, fmt, rounding, axes=None):
+    """Round each input into ``fmt`` (MX: in blocks along ``axes[i]``) and save the
+    results for backward.  An input that rounding leaves alone is saved as the tensor
+    itself (autograd then notices later in-place changes); rounded copies are saved as
+    new tensors."""
+    same_device(**{f"operand {i}": t for i, t in enumerate(tensors)})
+    rounded, saved = [], []
+    for t, axis in zip(tensors, axes or (-1,) * len(tensors)):
+        x = as_float32(t)
+        r = round_to(x, fmt, rounding, axis)
+        rounded.append(r)
+        saved.append(t if r is x and t.dtype == torch.float32 else r)
+    ctx.save_for_backward(*saved)
+    ctx.operands = [(t.shape, t.dtype) for t in tensors]
+    return rounded
+
+
+def _grad_out(g, operand) -> torch.Tensor:
+    """A gradient from emu as a tensor shaped and typed like its operand; a broadcast
+    operand's gradient is reduced in emu.fold_sum's order (:func:`fold_to`)."""
+    shape, dtype = operand
+    if g.shape != shape:
+        g = fold_to(g, shape)
+    return g.to(dtype)
+
+
+def _matmul_work(a, b) -> int:
+    """Multiply-adds of torch.matmul(a, b)."""
+    m = a.shape[-2] if a.dim() > 1 else 1
+    n = b.shape[-1] if b.dim() > 1 else 1
+    if a.dim() <= 2 and b.dim() <= 2:
+        return m * n * a.shape[-1]
+    batch = broadcast_shape(a.shape[:-2], b.shape[:-2])
+    return math.prod(batch) * m * n * a.shape[-1] if batch is not None else 0
+
+
+class PAMMatmul(torch.autograd.Function):
+    """PAM matmul with torch.matmul's shapes; backward 'approx' or 'exact' (emu.grad);
+    ``nm``: the call's checked :class:`~torch_bridge.config.Numerics`."""
+
+    @staticmethod
+    def forward(ctx, a, b, nm):
+        fmt, rounding = nm.fmt, nm.rounding
+        work = _matmul_work(a, b)
+        ctx.lean = (work <= sizes.SERIAL_WORK and not isinstance(fmt, emu.mx.MXFormat)
+                    and lean(rounding, a, b))
+        with emu_threads(work):
+            if ctx.lean:
+                A, B = rounded_lean(ctx, (a, b), fmt, rounding)
+                C = torch.from_numpy(host_matmul(A.detach().numpy(), B.detach().numpy(),
+                                                 kernel_fmt(fmt), nm.acc))
+            else:
+                # MX blocks run along the contraction axis of each operand
+                A, B = _rounded(ctx, (a, b), fmt, rounding, (-1, -2 if b.dim() > 1 else -1))
+                C = emu_call(emu.pam_matmul, A, B, kernel_fmt(fmt), nm.acc)
+        ctx.nm, ctx.work = nm, work
+        return C.to(torch.promote_types(a.dtype, b.dtype))
+
+    @staticmethod
+    def backward(ctx, dc):
+        (fmt, kind, rounding, acc), work = ctx.nm, ctx.work
+        a, b = ctx.saved_tensors
+        need = ctx.needs_input_grad[:2]
+        with emu_threads(work):
+            if ctx.lean and dc.device.type == "cpu":
+                g = round_lean(as_float32(dc), fmt, rounding)
+                dA, dB = (None if r is None else torch.from_numpy(r) for r in host_matmul_grad(
+                    as_float32(a).numpy(), as_float32(b).numpy(), g.detach().numpy(),
+                    kernel_fmt(fmt), acc, kind, need))
+            else:
+                dA, dB = emu_call(G.pam_matmul, a, b, round_to(as_float32(dc), fmt, rounding),
+                                  kernel_fmt(fmt), acc, kind, need=need)
+        return (_grad_out(dA, ctx.operands[0]) if need[0] else None,
+                _grad_out(dB, ctx.operands[1]) if need[1] else None, None)
+
+
+class PABinary(torch.autograd.Function):
+    """A binary op of emu's registry (emu.OPS: pam_mul, pa_div) with torch broadcasting;
+    a broadcast operand's gradient is reduced in emu.fold_sum's order."""
+
+    @staticmethod
+    def forward(ctx, a, b, op, nm):
+        fmt, rounding = nm.fmt, nm.rounding
+        ctx.lean = lean(rounding, a, b, limit=sizes.LEAN_ELEMENTWISE)
+        if ctx.lean:
+            A, B = rounded_lean(ctx, (a, b), fmt, rounding)
+            y = binary_kernel(op, A, B, kernel_consts(fmt, rounding))
+        else:
+            with emu_threads(max(a.numel(), b.numel())):
+                A, B = _rounded(ctx, (a, b), fmt, rounding)
+                y = emu_call(getattr(emu, op), A, B, fmt)
+        ctx.op, ctx.nm = op, nm
+        return y.to(torch.promote_types(a.dtype, b.dtype))
+
+    @staticmethod
+    def backward(ctx, dy):
+        op, (fmt, kind, rounding, _) = ctx.op, ctx.nm
+        a, b = ctx.saved_tensors
+        if ctx.lean and lean(rounding, dy, limit=sizes.LEAN_ELEMENTWISE):
+            g = round_lean(as_float32(dy), fmt, rounding)
+            da, db = binary_grad_kernel(op, kind, as_float32(a), as_float32(b), g,
+                                        kernel_consts(fmt, rounding))
+        else:
+            with emu_threads(dy.numel()):
+                da, db = emu_call(getattr(G, op), a, b,
+                                  round_to(as_float32(dy), fmt, rounding), fmt, kind)
+        need = ctx.needs_input_grad
+        return (_grad_out(da, ctx.operands[0]) if need[0] else None,
+                _grad_out(db, ctx.operands[1]) if need[1] else None, None, None)
+
+
+class PAUnary(torch.autograd.Function):
+    """A unary op of emu's registry (emu.OPS: pa_exp2, pa_log2, pa_exp, pa_log, pa_sqrt)."""
+
+    @staticmethod
+    def forward(ctx, x, op, nm):
+        fmt, rounding = nm.fmt, nm.rounding
+        ctx.lean = lean(rounding, x, limit=sizes.LEAN_ELEMENTWISE)
+        if ctx.lean:
+            (X,) = rounded_lean(ctx, (x,), fmt, rounding)
+            y = unary_kernel(op, X, kernel_consts(fmt, rounding))
+        else:
+            with emu_threads(x.numel()):
+                (X,) = _rounded(ctx, (x,), fmt, rounding)
+                y = emu_call(getattr(emu, op), X, fmt)
+        ctx.op, ctx.nm = op, nm
+        return y.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        op, (fmt, kind, rounding, _) = ctx.op, ctx.nm
+        (x,) = ctx.saved_tensors
+        if ctx.lean and lean(rounding, dy, limit=sizes.LEAN_ELEMENTWISE):
+            g = round_lean(as_float32(dy), fmt, rounding)
+            dx = unary_grad_kernel(op, kind, as_float32(x), g, kernel_consts(fmt, rounding))
+        else:
+            with emu_threads(dy.numel()):
+                dx = emu_call(getattr(G, op), x, round_to(as_float32(dy), fmt, rounding), fmt,
+                              kind)
+        return _grad_out(dx, ctx.operands[0]), None, None
