@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import torch
-from numba import njit, prange
+from numba import prange
 from numba.extending import register_jitable
 
 import emu
