@@ -109,14 +109,7 @@ def _cycle(graph: dict) -> list:
     return []
 
 
-#: packages with known circles that issue 28 removes (xfail flips to a failure when fixed)
-_CIRCLES_LEFT = {"torch_bridge": "_core.py <-> _fused.py, contract.py <-> functional.py "
-                                 "(issue 28, removed on another branch)"}
-
-
-@pytest.mark.parametrize("package", [
-    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=_CIRCLES_LEFT[p]))
-    if p in _CIRCLES_LEFT else p for p in ALLOWED])
+@pytest.mark.parametrize("package", list(ALLOWED))
 def test_no_import_circle(package):
     mods = {m: p for m, p in MODULES.items() if m.split(".")[0] == package}
     graph = {m: _targets(p) & set(mods) for m, p in mods.items()}
@@ -168,13 +161,7 @@ def _private_uses(path: Path, package: str) -> list[str]:
     return bad
 
 
-_PRIVATE_LEFT = {"torch_bridge": "torch_bridge reads emu's private modules and names "
-                                 "(issue 28, removed on another branch)"}
-
-
-@pytest.mark.parametrize("package", [
-    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=_PRIVATE_LEFT[p]))
-    if p in _PRIVATE_LEFT else p for p in ALLOWED])
+@pytest.mark.parametrize("package", list(ALLOWED))
 def test_no_private_name_of_another_package(package):
     bad = {str(p.relative_to(ROOT)): _private_uses(p, package)
            for p in sorted((ROOT / package).rglob("*.py"))}
