@@ -174,6 +174,13 @@ def cache_dir(module_file: str) -> Path:
     return Path(caching.FunctionCache(stand_in).cache_path)
 
 
+def dependency_digest(module_file: str, config: str = "") -> str:
+    """A digest of ``module_file``, every module it imports (:func:`dependencies`) and
+    ``config``: what its kernels' machine code depends on."""
+    return hashlib.sha256(b"".join(f.read_bytes() for f in dependencies(module_file))
+                          + config.encode()).hexdigest()[:20]
+
+
 def drop_stale(module_file: str, config: str = "") -> None:
     """Delete ``module_file``'s cached kernels if it, a module it imports (directly or
     not, :func:`dependencies`: this one among them), or ``config`` changed.
@@ -182,9 +189,7 @@ def drop_stale(module_file: str, config: str = "") -> None:
     ``config`` names import-time choices that kernels compile in as constants (Numba's
     own key ignores them).
     """
-    files = dependencies(module_file)
-    digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)
-                            + config.encode()).hexdigest()[:20]
+    digest = dependency_digest(module_file, config)
     cache = cache_dir(module_file)
     stem = Path(module_file).stem
     stamp = cache / f"{stem}.dependency-digest"

@@ -23,11 +23,14 @@ Kernels (the serial twins take flat uint32 pattern arrays and ``fmt.consts``):
   exact and approximate derivatives;
 * ``matmul_small``: the float32-accumulator matmul for at most ``sizes.SMALL``
   multiply-adds;
-* ``twins(variant, py_func)``: a prange loop compiled parallel and serial, cached.
+* ``twins(variant, py_func)``: a prange loop compiled parallel and serial, cached;
+  ``njit_variant(variant)``: one kernel of a factory, cached under ``variant``.
 
 Host helpers: ``ln2_pattern(fmt)`` (the per-format ln2 of the approximate rules),
 ``ROUNDING`` / ``ROUNDING_ALIASES`` (rounding names to codes), ``drop_stale`` (Numba's
-cache kept fresh for a module of cached kernels), and ``sizes`` (every size threshold).
+cache kept fresh for a module of cached kernels), ``dependency_digest`` (what a module's
+kernels depend on, for kernels generated at run time), and ``sizes`` (every size
+threshold).
 """
 from . import _scalar as scalar
 from . import _scalar_approx as scalar_approx
@@ -39,11 +42,12 @@ from ._kernels_grad import BINARY_SERIAL as GRAD_BINARY_SERIAL
 from ._kernels_grad import UNARY_SERIAL as GRAD_UNARY_SERIAL
 from ._kernels_reduce import fold
 from ._kernels_small import matmul_small
-from ._numba_cache import drop_stale
+from ._numba_cache import dependency_digest, drop_stale, njit_variant
 from ._scalar_approx import ln2_pattern
 from .ops import ROUNDING, ROUNDING_ALIASES
 
 __all__ = ["scalar", "scalar_grad", "scalar_approx", "sizes", "fold", "as_f32", "as_i32",
            "twins", "QUANTIZE", "UNARY_SERIAL", "BINARY_SERIAL", "GRAD_UNARY_SERIAL",
-           "GRAD_BINARY_SERIAL", "GRAD_APPROX", "matmul_small", "drop_stale", "ln2_pattern",
+           "GRAD_BINARY_SERIAL", "GRAD_APPROX", "matmul_small", "drop_stale", "dependency_digest",
+           "njit_variant", "ln2_pattern",
            "ROUNDING", "ROUNDING_ALIASES"]

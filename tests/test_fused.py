@@ -169,14 +169,14 @@ def test_adamw_updates_in_place_with_the_sequences_bits():
 
 # --- the fused composites against their graphs ------------------------------------------------
 
-from torch_bridge import _fused                      # noqa: E402
+from torch_bridge import _compose                    # noqa: E402
 from torch_bridge import elementwise as PE            # noqa: E402
 from torch_bridge import losses as PL                 # noqa: E402
 from torch_bridge import norms as PN                  # noqa: E402
 
 
 def _graph(fn, args, seed=0):
-    with _fused.use(False):
+    with _compose.use(False):
         return _run(fn, args, seed)
 
 
@@ -276,16 +276,16 @@ def test_fused_composites_under_pam_mode():
 def test_fused_takes_the_graph_where_it_cannot_run():
     """Stochastic rounding, bf16 tensors and a disabled switch run the graph."""
     x = specials((3, 5), 1)
-    assert _fused.fusable("nearest_even", x) and not _fused.fusable("stochastic", x)
-    assert not _fused.fusable("nearest_even", x.bfloat16())
-    with _fused.use(False):
-        assert not _fused.fusable("nearest_even", x)
+    assert _compose.fusable("nearest_even", x) and not _compose.fusable("stochastic", x)
+    assert not _compose.fusable("nearest_even", x.bfloat16())
+    with _compose.use(False):
+        assert not _compose.fusable("nearest_even", x)
     y = PE.pa_gelu(x.bfloat16().requires_grad_())
-    assert y.dtype == torch.bfloat16 and y.grad_fn.name() != "ElementwiseBackward"
+    assert y.dtype == torch.bfloat16 and y.grad_fn.name() != "FusedBackward"
     # beyond FUSED_MAX elements the graph's vectorised kernels are faster
-    assert PE.pa_gelu(x.requires_grad_()).grad_fn.name() == "ElementwiseBackward"
+    assert PE.pa_gelu(x.requires_grad_()).grad_fn.name() == "FusedBackward"
     big = torch.randn(sizes.FUSED_MAX + 1, requires_grad=True)
-    assert PE.pa_gelu(big).grad_fn.name() != "ElementwiseBackward"
+    assert PE.pa_gelu(big).grad_fn.name() != "FusedBackward"
 
 
 @pytest.mark.parametrize("rounding", ROUNDINGS)
@@ -318,24 +318,18 @@ def test_fused_recurrent_cells_are_their_graphs(fmt, kind, rounding):
 
 
 def test_fused_lstm_unused_outputs():
-    """An LSTM step whose c' (or h') gets no gradient from outside: as the graph."""
+    """An LSTM step whose c' (or h') gets no gradient from outside: as the graph (the
+    gate chunks that get no gradient are +0, as the graph's chunk backward makes them)."""
+    from torch_bridge.recurrent import _pa_cell
     nm = tb.config.Numerics(emu.float32, "exact", "nearest_even", emu.float32)
     gi, gh, cp = specials((3, 8), 13), specials((3, 8), 14), specials((3, 2), 15)
     for pick in (0, 1):
         def fn(a, b, c):
-            return _fused.lstm_step(a, b, c, nm)[pick] * 2.0 if _fused.enabled() else \
-                _graph_lstm(a, b, c, nm)[pick] * 2.0
+            return _pa_cell("lstm", nm, a, b, c)[pick] * 2.0
         fused = _run(fn, (gi, gh, cp))
-        with _fused.use(False):
+        with _compose.use(False):
             graph = _run(fn, (gi, gh, cp))
         _same(fused, graph, f"output {pick}")
-
-
-def _graph_lstm(gi, gh, c, nm):
-    from torch_bridge.recurrent import _cell, _Ops
-    ops = _Ops(tb.PAMConfig("bf16", pa_fmt=nm.fmt, backward=nm.backward))
-    ops.linear = lambda h, w, b: gh
-    return _cell("lstm", ops, gi, None, c, None, None)
 
 
 @pytest.mark.parametrize("rounding", ROUNDINGS)

@@ -34,7 +34,7 @@ INTERNALS = [
     ("torch._decomp", "decomposition_table", None, "costs/step.py",
      "ops counted through their decompositions"),
     ("numba.cuda.simulator.cudadrv.devicearray", "FakeCUDAArray.__init__",
-     ("self", "ary", "stream"), "torch_bridge/_core.py, emu/device.py",
+     ("self", "ary", "stream"), "torch_bridge/_tensors.py, emu/device.py",
      "a CPU tensor as a simulated device array"),
     ("numba.cuda.cudadrv.devicearray", "DeviceNDArray.__init__",
      ("self", "shape", "strides", "dtype", "stream", "gpu_data"), "emu/device.py",

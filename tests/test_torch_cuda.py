@@ -154,7 +154,7 @@ else:
 
     @pytest.mark.parametrize("kind", ["exact", "approx"])
     def test_fused_composites_and_recurrent_layers(kind):
-        """The CPU side runs torch_bridge/_fused.py's kernels (activations, log_softmax, RMS
+        """The CPU side runs the fused kernels (torch_bridge/_compose.py) (activations, log_softmax, RMS
         norm, GRU/LSTM directions), the CUDA side their graphs of emu CUDA kernels."""
         from torch_bridge import elementwise as PE, losses as PL
         kw = dict(fmt="bf16", backward=kind)

@@ -359,7 +359,7 @@ def test_bridge_sums_are_left_folds(rng):
     a loss reduction and a norm's weight and bias gradients are the left fold in index
     order (docs/semantics.md §6), on graph and fused paths, for inputs where torch's own
     sum gives other bits (so the test can tell them apart)."""
-    from torch_bridge import _fused, elementwise as PE, losses as PL
+    from torch_bridge import _compose, elementwise as PE, losses as PL
 
     def wide(*shape):           # a wide exponent range: the association shows in the bits
         return (rng.standard_normal(shape) * 2.0 ** rng.integers(-10, 11, shape)).astype(
@@ -379,7 +379,7 @@ def test_bridge_sums_are_left_folds(rng):
         assert np.array_equal(got.view(np.int32), want.view(np.int32)), what
 
     for fused in (True, False):
-        with _fused.use(fused):
+        with _compose.use(fused):
             x, w, b = t32(rng.standard_normal((2048, 4))), t32(rng.standard_normal((3, 4))), \
                 t32(rng.standard_normal(3))
             D = wide(2048, 3)

@@ -1,4 +1,5 @@
-"""The primitives' autograd Functions: PAM matmul and the registry's elementwise ops.
+"""The primitives' autograd Functions: PAM matmul and the registry's elementwise ops
+(with :class:`Constant` for a binary op with a number operand).
 
 Every number these Functions produce comes from emu (forward: emu.pam_matmul and the
 elementwise ops; backward: emu.grad).  Operands are rounded into the format *once*,
@@ -13,20 +14,28 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
+from numba import prange
 
 import emu
 import emu.grad as G
 import emu.mx
 from emu import sizes
 from emu.grad import host_matmul_grad
+from emu.lowlevel import scalar as S
+from emu.lowlevel import scalar_approx as A
+from emu.lowlevel import drop_stale, twins
 from emu.matmul import host_matmul
 
-from ._lean import (binary_grad_kernel, binary_kernel, kernel_consts, lean, round_lean,
-                    rounded_lean, unary_grad_kernel, unary_kernel)
+from ._compose import fusable
+from ._lean import (binary_grad_kernel, binary_kernel, flat, kernel_consts, lean, new,
+                    round_lean, rounded_lean, unary_grad_kernel, unary_kernel)
 from ._sums import fold_to
 from ._tensors import as_float32, broadcast_shape, emu_call, kernel_fmt, round_to, same_device
 from ._threads import emu_threads
+
+drop_stale(__file__)        # Constant's kernels inline emu's scalar definitions
 
 
 def _rounded(ctx, tensors, fmt, rounding, axes=None):
@@ -169,3 +178,86 @@ class PAUnary(torch.autograd.Function):
                 dx = emu_call(getattr(G, op), x, round_to(as_float32(dy), fmt, rounding), fmt,
                               kind)
         return _grad_out(dx, ctx.operands[0]), None, None
+
+
+# --- a binary primitive with a number operand ---------------------------------------------
+
+def _constant_kernels(op):
+    """pam_mul / pa_div of a tensor and a number (``c``, a pattern of a value of the
+    format), the tensor already rounded: emu's kernels of the op on the tensor and the
+    broadcast constant, without the broadcast."""
+    entry = emu.OPS[op]
+    scalar, (ga, gb) = entry.scalar, entry.grads
+    rule, rule32 = entry.approx_scalar, A.FLOAT32[entry.approx_scalar.__name__]
+
+    def forward(x, out, c, swap, fc):
+        for i in prange(x.size):
+            v = np.int64(x[i])
+            out[i] = scalar(c, v, fc) if swap else scalar(v, c, fc)
+
+    def backward(x, g, out, c, swap, exact, ln2, fc):
+        if exact:
+            for i in prange(x.size):
+                v, d = np.int64(x[i]), np.int64(g[i])
+                out[i] = gb(c, v, d, fc) if swap else ga(v, c, d, fc)
+        elif S.is_float32(fc):
+            for i in prange(x.size):
+                v, d = np.int64(x[i]), np.int64(g[i])
+                out[i] = rule32(c, v, d, ln2, fc)[1] if swap else rule32(v, c, d, ln2, fc)[0]
+        else:
+            for i in prange(x.size):
+                v, d = np.int64(x[i]), np.int64(g[i])
+                out[i] = rule(c, v, d, ln2, fc)[1] if swap else rule(v, c, d, ln2, fc)[0]
+    # at most sizes.LEAN_ELEMENTWISE elements (constant_ok): the serial twins
+    return (twins(f"constant {op} forward", forward)[False],
+            twins(f"constant {op} backward", backward)[False])
+
+
+CONSTANT = {op: _constant_kernels(op) for op in ("pam_mul", "pa_div")}
+
+_CONSTANT_PATTERNS: dict = {}
+
+
+def constant_ok(rounding, x) -> bool:
+    """Whether ``x op number`` takes :class:`Constant`: fusable and small."""
+    return fusable(rounding, x) and x.numel() <= sizes.LEAN_ELEMENTWISE
+
+
+def _constant(v, fmt, rounding) -> int:
+    """The number ``v`` as functional._operand makes it beside a float32 tensor (float32),
+    rounded into ``fmt`` as round_to rounds an operand: a pattern."""
+    key = (v if v == v else "nan", fmt, rounding)      # (NaN != NaN as a key)
+    c = _CONSTANT_PATTERNS.get(key)
+    if c is None:
+        r = round_lean(torch.tensor(float(v), dtype=torch.float32), fmt, rounding)
+        c = int(r.numpy().reshape(1).view(np.uint32)[0])
+        if len(_CONSTANT_PATTERNS) > 4096:
+            _CONSTANT_PATTERNS.clear()
+        _CONSTANT_PATTERNS[key] = c
+    return c
+
+
+class Constant(torch.autograd.Function):
+    """PABinary with a number operand (``swap``: the number is the first): the same emu
+    ops on the tensor and the broadcast constant, without making and broadcasting a
+    tensor of the number."""
+
+    @staticmethod
+    def forward(ctx, x, v, swap, op, fmt, kind, rounding):
+        nm = kernel_consts(fmt, rounding)
+        c = _constant(v, fmt, rounding)
+        (X,) = rounded_lean(ctx, (x,), fmt, rounding)
+        out, o = new(x.shape)
+        CONSTANT[op][0](flat(X), o, c, swap, nm.fc)
+        ctx.op, ctx.c, ctx.swap, ctx.kc, ctx.exact = op, c, swap, nm, kind == "exact"
+        ctx.fmt, ctx.rounding = fmt, rounding
+        return out
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        g = round_lean(as_float32(dy), ctx.fmt, ctx.rounding)
+        out, o = new(g.shape)
+        CONSTANT[ctx.op][1](flat(as_float32(x)), flat(g), o, ctx.c, ctx.swap, ctx.exact,
+                            ctx.kc.ln2, ctx.kc.fc)
+        return out, None, None, None, None, None, None

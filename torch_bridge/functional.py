@@ -19,6 +19,7 @@ an enabled op group, the native torch function otherwise (``config=None``: nativ
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -28,8 +29,9 @@ import emu
 from emu import sizes
 from emu.registry import ops
 
-from . import _fused
-from ._functions import PABinary, PAMMatmul, PAUnary
+from . import _compose
+from . import composites as D
+from ._functions import Constant, PABinary, PAMMatmul, PAUnary, constant_ok
 from ._linear import LinearFunction
 from ._sums import add, expand, fold_sum
 from ._tensors import check_tensor
@@ -71,7 +73,7 @@ def pam_linear(x, weight, bias=None, fmt="float32", *, acc="float32", backward="
                          f"{tuple(weight.shape)} (expected (..., {weight.shape[-1]}) and a "
                          f"2-D weight)")
     nm = check_numerics(fmt, backward, rounding, acc)
-    if (_fused.fusable(nm.rounding, x, weight, bias) and not isinstance(nm.fmt, emu.mx.MXFormat)
+    if (_compose.fusable(nm.rounding, x, weight, bias) and not isinstance(nm.fmt, emu.mx.MXFormat)
             and x.numel() * weight.shape[0] <= sizes.SERIAL_WORK and x.numel()):
         return LinearFunction.apply(x, weight, bias, nm)     # the graph below, fused
     x2 = x.reshape(-1, x.shape[-1])
@@ -99,12 +101,14 @@ class _Unfold(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, kernel, dilation, padding, stride, out):
-        ctx.meta = x.shape, kernel, dilation, padding, stride, out
+        ctx.x_shape, ctx.kernel, ctx.dilation = x.shape, kernel, dilation
+        ctx.padding, ctx.stride, ctx.out = padding, stride, out
         return F.unfold(x, kernel, dilation=dilation, padding=padding, stride=stride)
 
     @staticmethod
     def backward(ctx, g):
-        (n, c, h, w), (kh, kw), (dh, dw), (ph, pw), (sh, sw), (ho, wo) = ctx.meta
+        (n, c, h, w), (kh, kw), (dh, dw) = ctx.x_shape, ctx.kernel, ctx.dilation
+        (ph, pw), (sh, sw), (ho, wo) = ctx.padding, ctx.stride, ctx.out
         g = g.reshape(n, c, kh, kw, ho, wo)
         dx = g.new_zeros(n, c, h + 2 * ph, w + 2 * pw)
         for i in range(kh):
@@ -305,10 +309,10 @@ def _number(v) -> bool:
 def _binary(op, doc):
     def on(a, b, nm: Numerics):
         # a float32 CPU tensor and a number: the same ops without a tensor of the number
-        if _number(b) and isinstance(a, torch.Tensor) and _fused.constant_ok(nm.rounding, a):
-            return _fused.Constant.apply(a, b, False, op, nm.fmt, nm.backward, nm.rounding)
-        if _number(a) and isinstance(b, torch.Tensor) and _fused.constant_ok(nm.rounding, b):
-            return _fused.Constant.apply(b, a, True, op, nm.fmt, nm.backward, nm.rounding)
+        if _number(b) and isinstance(a, torch.Tensor) and constant_ok(nm.rounding, a):
+            return Constant.apply(a, b, False, op, nm.fmt, nm.backward, nm.rounding)
+        if _number(a) and isinstance(b, torch.Tensor) and constant_ok(nm.rounding, b):
+            return Constant.apply(b, a, True, op, nm.fmt, nm.backward, nm.rounding)
         a = _operand(a, "a", b)
         b = _operand(b, "b", a)
         return PABinary.apply(a, b, op, nm)
@@ -345,40 +349,39 @@ __all__ += list(_OPS)       # a new registry op fails torch_bridge's import unti
 
 # --- composites ------------------------------------------------------------------------
 
+#: the primitives the composites' graphs are made of (torch_bridge/_compose.GraphOps)
+PRIMS = SimpleNamespace(mul=mul, div=div, exp=exp, exp2=exp2, log=log, log2=log2, sqrt=sqrt)
+
+
 def log2e_float(fmt) -> float:
     """log2(e) rounded to ``fmt``: the constant of eqs. 18-19."""
     return float(np.uint32(fmt.consts.log2e32).view(np.float32))
 
 
-def exp_shifted(x, dim, nm: Numerics):
-    """``(paexp2(t), t)`` with ``t = x ·̂ log2e - k`` and ``k = floor(max(x ·̂ log2e))``:
-    paexp(x) scaled by the power of two 2^-k, which keeps it from overflowing.
-
-    The shift ``k`` is a constant of the PA function (docs/semantics.md, "Derivatives
-    of composites"), computed under no_grad as in Kosson & Jaggi's implementation.
-    Being an integer in the log2 domain, it scales every paexp2 by the same power of
-    two (``paexp2(y - k) = 2^-k paexp2(y)`` up to the rounding of ``y - k``) and leaves
-    the largest logit at a generic point of paexp2's segment [0, 1), not on its kink at
-    0 where ``x - max(x)`` would put it."""
-    y = mul(x, log2e_float(nm.fmt), nm)
-    t = y - torch.floor(y.amax(dim, keepdim=True)).detach()
-    return exp2(t, nm), t
+def along(desc, x, dim, nm: Numerics):
+    """The row composite ``desc`` (softmax, log_softmax: torch_bridge/composites.py) of
+    ``x`` along ``dim``: its fused kernels for a small float32 CPU tensor (``dim`` moved
+    last), else its graph; the same bits."""
+    params = {"log2e": log2e_float(nm.fmt)}
+    if x.dim() and _compose.composite(nm.rounding, x):
+        last = dim % x.dim() == x.dim() - 1
+        xm = x if last else x.movedim(dim, -1)
+        y = _compose.run(_compose.plan(desc, (("x", "e"),), ("log2e",)), [xm], xm.shape[-1],
+                         nm, params)
+        return y if last else y.movedim(-1, dim)
+    return desc(_compose.GraphOps(PRIMS, nm, dim), x=x, **params)
 
 
 def pa_softmax(x, dim=-1, fmt="float32", *, backward="approx", rounding="nearest_even"):
     """Softmax with PA operations (section 2.3): ``e ÷̂ Σ e`` with
     ``e = paexp2(x ·̂ log2e - k)``, ``k = floor(max(x ·̂ log2e))`` a constant (eq. 18
-    with the overflow shift as a power of two); the sum is float32 in emu.fold_sum's
-    order.  Rows that are entirely -inf give NaN, as torch.softmax.  Float32 CPU
-    tensors take the fused kernels (torch_bridge/_fused.py), same bits."""
+    with the overflow shift as a power of two; composites.softmax); the sum is float32
+    in emu.fold_sum's order.  Rows that are entirely -inf give NaN, as torch.softmax."""
     check_tensor(x, "input")
     nm = check_numerics(fmt, backward, rounding)
     if x.numel() == 0:
         return x.clone()
-    if x.dim() and _fused.composite(nm.rounding, x):
-        return _fused.rows("softmax", x, dim, nm)
-    e = exp_shifted(x, dim, nm)[0]
-    return div(e, fold_sum(e, dim), nm)
+    return along(D.softmax, x, dim, nm)
 
 
 def pa_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, fmt="float32", *,
@@ -393,17 +396,16 @@ def pa_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, fmt="fl
     if len(shape) > x.dim() or tuple(x.shape[x.dim() - len(shape):]) != shape:
         raise ValueError(f"layer_norm: normalized_shape={shape} does not match the trailing "
                          f"dimensions of input.shape={tuple(x.shape)}")
-    dims = tuple(range(-len(shape), 0))
-    n = float(math.prod(shape))
-    if (x.numel() and _fused.composite(nm.rounding, x, weight, bias)
+    n = math.prod(shape)
+    params = {"n": float(n), "eps": float(eps)}
+    if (_compose.composite(nm.rounding, x, weight, bias)
             and all(t is None or t.shape == shape for t in (weight, bias))):
-        return _fused.layer_norm(x, int(n), weight, bias, eps, nm)
-    xc = x - expand(div(fold_sum(x, dims), n, nm), x.shape)
-    var = div(fold_sum(mul(xc, xc, nm), dims), n, nm)
-    y = div(xc, sqrt(var + eps, nm), nm)
-    if weight is not None:
-        y = mul(y, weight, nm)
-    return y if bias is None else add(y, bias)
+        given = {k: t for k, t in (("weight", weight), ("bias", bias)) if t is not None}
+        p = _compose.plan(D.layer_norm, (("x", "e"),) + tuple((k, "c") for k in given),
+                          ("n", "eps"), **{k: None for k in ("weight", "bias") if k not in given})
+        return _compose.run(p, [x, *given.values()], n, nm, params)
+    o = _compose.GraphOps(PRIMS, nm, tuple(range(-len(shape), 0)))
+    return D.layer_norm(o, x=x, weight=weight, bias=bias, **params)
 
 
 def pa_cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean",
@@ -461,30 +463,28 @@ def pa_cross_entropy(input, target, weight=None, ignore_index=-100, reduction="m
     eps_c = float(emu.pa_div(eps, float(n_classes), nm.fmt))
     if probs:
         q = t if eps == 0 else t * (1 - eps) + eps / n_classes   # target smoothing: data prep
-    if (z.numel() and _fused.composite(nm.rounding, z, weight, q if probs else None)
+    smooth = not probs and eps > 0
+    params = {"log2e": log2e_float(nm.fmt)}
+    if smooth:
+        params.update(keep=1.0 - eps, smooth_c=eps_c)
+    if (_compose.composite(nm.rounding, z, weight, q if probs else None)
             and not (weight is not None and weight.requires_grad)
             and not (probs and q.requires_grad)):
-        wy = None if probs else (torch.ones(z.shape[0]) if weight is None else weight[t])
-        out = _fused.cross_entropy(z, None if probs else t, None if probs else valid,
-                                   q if probs else None, weight, wy, reduction, eps, eps_c, nm)
-        return out.reshape(out_shape) if reduction == "none" else out
-    e, sh = exp_shifted(z, -1, nm)                  # -log p = (palog2(S) - t) ÷̂ log2e
-    lse = expand(log2(fold_sum(e, -1), nm), sh.shape)
-    nlogp = div(lse - sh, log2e_float(nm.fmt), nm)
-    if weight is not None:
-        nlogp_w = mul(nlogp, weight, nm)
+        # the targets and class weights take no gradient here
+        given = [("weight", "c", "f", False)] if weight is not None else []
+        given += [("q", "e", "f", False)] if probs else [("target", "r", "i"),
+                                                          ("valid", "r", "b")]
+        tensors = ([weight] if weight is not None else []) + ([q] if probs else [t, valid])
+        p = _compose.plan(D.cross_entropy, (("z", "e"), *given), tuple(params), smooth=smooth)
+        loss = _compose.run(p, [z, *tensors], n_classes, nm, params)
     else:
-        nlogp_w = nlogp
-    if probs:
-        loss = fold_sum(mul(q, nlogp_w, nm), -1, keepdim=False)
-        denom = None
-    else:
-        loss = nlogp_w.gather(-1, t[:, None]).squeeze(-1)
-        if eps > 0:
-            loss = mul(loss, 1.0 - eps, nm) + mul(fold_sum(nlogp_w, -1, keepdim=False), eps_c,
-                                                  nm)
+        loss = D.cross_entropy(_compose.GraphOps(PRIMS, nm), z=z, weight=weight,
+                               q=q if probs else None, target=None if probs else t[:, None],
+                               valid=None if probs else valid[:, None], smooth=smooth,
+                               **params).squeeze(-1)
+    denom = None
+    if not probs:
         wy = torch.ones_like(loss) if weight is None else weight.to(loss.dtype)[t]
-        loss = torch.where(valid, loss, 0.0)
         denom = fold_sum(torch.where(valid, wy, 0.0), 0, keepdim=False)
     if reduction == "none":
         return loss.reshape(out_shape)

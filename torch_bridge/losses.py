@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from . import _fused
-from ._sums import expand, fold_sum
+from . import composites as D
+from ._sums import fold_sum
 from .elementwise import pa_abs
 from .config import check_numerics
-from .functional import div, exp, exp_shifted, log, log2, log2e_float, mul
+from .functional import along, div, exp, log, mul
 
 __all__ = ["pa_log_softmax", "pa_nll_loss", "pa_mse_loss", "pa_l1_loss", "pa_huber_loss",
            "pa_smooth_l1_loss", "pa_binary_cross_entropy", "pa_binary_cross_entropy_with_logits",
@@ -28,14 +28,12 @@ _LOG_MIN = -100.0
 def pa_log_softmax(x, dim=-1, fmt="float32", *, backward="approx", rounding="nearest_even"):
     """``(t - palog2(Σ paexp2(t))) ÷̂ log2e`` along ``dim``, with ``t = x ·̂ log2e - k`` and
     the constant shift ``k = floor(max(x ·̂ log2e))``, as :func:`pa_cross_entropy`
-    (eqs. 10, 18, 19; docs/semantics.md section 7); the sum in emu.fold_sum's order.
-    Float32 CPU tensors take the fused kernels (torch_bridge/_fused.py)."""
+    (eqs. 10, 18, 19; docs/semantics.md section 7; composites.log_softmax); the sum in
+    emu.fold_sum's order."""
     nm = check_numerics(fmt, backward, rounding)
-    if x.dim() and x.numel() and _fused.composite(nm.rounding, x):
-        return _fused.rows("log_softmax", x, dim, nm)
-    e, t = exp_shifted(x, dim, nm)
-    lse = expand(log2(fold_sum(e, dim), nm), t.shape)
-    return div(t - lse, log2e_float(nm.fmt), nm)
+    if x.numel() == 0:
+        return x.clone()
+    return along(D.log_softmax, x, dim, nm)
 
 
 def pa_nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean",

@@ -23,9 +23,11 @@ import emu
 from emu import sizes
 import emu.mx
 
-from . import _fused
+from . import _compose
+from . import composites as D
 from . import elementwise as PE
 from . import functional as PF
+from ._recurrence import CELL_INPUTS, recurrence
 from .config import check_numerics
 
 __all__ = ["pa_recurrent"]
@@ -44,22 +46,14 @@ class _Ops:
     def linear(self, x, w, b):
         return PF.linear(x, w, b, self.config)
 
-    def sigmoid(self, x):
-        nm = self.nm
-        return PE.pa_sigmoid(x, nm.fmt, backward=nm.backward, rounding=nm.rounding) \
-            if self.pa else torch.sigmoid(x)
-
     def tanh(self, x):
         nm = self.nm
         return PE.pa_tanh(x, nm.fmt, backward=nm.backward, rounding=nm.rounding) \
             if self.pa else torch.tanh(x)
 
-    def mul(self, a, b):
-        return PF.mul(a, b, self.nm) if self.pa else a * b
-
     def sequence(self, mode, gi, h, c, w_hh, b_hh):
         """``(mm, ew)`` Numerics when a whole direction runs as one Function
-        (torch_bridge._fused.Recurrence), else None: both groups PA, float32 CPU tensors,
+        (torch_bridge._recurrence.Recurrence), else None: both groups PA, float32 CPU tensors,
         deterministic rounding, a float32 accumulator, products small enough for one
         kernel call, no autocast."""
         cfg = self.config
@@ -68,34 +62,42 @@ class _Ops:
         if torch.is_autocast_enabled("cpu") or cfg.acc != emu.float32 or \
                 isinstance(cfg.fmt, emu.mx.MXFormat) or h.dim() != 2:
             return None
-        if not _fused.fusable(cfg.rounding, gi, h, c, w_hh, b_hh) or \
+        if not _compose.fusable(cfg.rounding, gi, h, c, w_hh, b_hh) or \
                 h.shape[0] * w_hh.numel() > sizes.SMALL or not gi.numel() or \
                 gi[0].numel() > sizes.FUSED_MAX:
             return None
         return check_numerics(cfg.fmt, cfg.kind("matmul"), cfg.rounding, cfg.acc), self.nm
 
-    def fused(self, *tensors):
-        """Whether the step's gate arithmetic runs fused (torch_bridge/_fused.py: the same
-        bits as the PA operations below)."""
-        return self.pa and _fused.composite(self.nm.rounding, *tensors) and all(
-            t.dim() == 2 for t in tensors)
+
+
+def _pa_cell(mode, nm, gi, gh, state):
+    """The GRU or LSTM cell's gate arithmetic (composites.gru_cell / lstm_cell) on the
+    gates' chunks and the state: its fused kernels for small float32 CPU tensors, else
+    its graph; the same bits."""
+    k = 3 if mode == "gru" else 4
+    tensors = [*gi.chunk(k, -1), *gh.chunk(k, -1), state]
+    desc, names = (D.gru_cell if mode == "gru" else D.lstm_cell), CELL_INPUTS[mode]
+    if _compose.composite(nm.rounding, gi, gh, state) and all(
+            t.dim() == 2 for t in (gi, gh, state)):
+        return _compose.run(_compose.plan(desc, names), tensors, state.shape[-1], nm, {})
+    return desc(_compose.GraphOps(PF.PRIMS, nm), **{n: t for (n, _), t in zip(names, tensors)})
 
 
 def _cell(mode, ops, gi, h, c, w_hh, b_hh):
     gh = ops.linear(h, w_hh, b_hh)
-    if mode == "gru" and ops.fused(gi, gh, h):
-        return _fused.gru_step(gi, gh, h, ops.nm), None
-    if mode == "lstm" and ops.fused(gi, gh, c):
-        return _fused.lstm_step(gi, gh, c, ops.nm)
-    if mode == "gru":
+    if ops.pa and mode == "gru":
+        return _pa_cell(mode, ops.nm, gi, gh, h), None
+    if ops.pa and mode == "lstm":
+        return _pa_cell(mode, ops.nm, gi, gh, c)
+    if mode == "gru":                   # torch's cells, the elementwise group off
         (ir, iz, in_), (hr, hz, hn) = gi.chunk(3, -1), gh.chunk(3, -1)
-        r, z = ops.sigmoid(ir + hr), ops.sigmoid(iz + hz)
-        n = ops.tanh(in_ + ops.mul(r, hn))
-        return n + ops.mul(z, h - n), None
+        r, z = torch.sigmoid(ir + hr), torch.sigmoid(iz + hz)
+        n = torch.tanh(in_ + r * hn)
+        return n + z * (h - n), None
     if mode == "lstm":
         i, f, g, o = (gi + gh).chunk(4, -1)
-        c = ops.mul(ops.sigmoid(f), c) + ops.mul(ops.sigmoid(i), ops.tanh(g))
-        return ops.mul(ops.sigmoid(o), ops.tanh(c)), c
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
     pre = gi + gh
     return (ops.tanh(pre) if mode == "rnn_tanh" else torch.relu(pre)), None
 
@@ -126,7 +128,7 @@ def pa_recurrent(mode, input, hx, params, has_biases, num_layers, dropout, train
             h, c = h0[layer * dirs + d], None if c0 is None else c0[layer * dirs + d]
             numerics = ops.sequence(mode, gi, h, c, w_hh, b_hh)
             if numerics is not None:            # the loop below as one Function
-                y, h, c = _fused.recurrence(mode, gi, h, c, w_hh, b_hh, d == 1, *numerics)
+                y, h, c = recurrence(mode, gi, h, c, w_hh, b_hh, d == 1, *numerics)
                 outs.append(y)
                 hs.append(h)
                 cs.append(c)

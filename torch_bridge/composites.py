@@ -1,0 +1,177 @@
+"""torch_bridge's composites, each described once.
+
+A description is a function of ``o``, the primitives, and its inputs: PA operations
+(``o.mul`` = PAM, ``o.div``, ``o.exp``, ``o.exp2``, ``o.log``, ``o.log2``, ``o.sqrt``,
+each rounding its operands into the format), float32 glue (``o.add``, ``o.sub``,
+``o.neg``, ``o.clamp_max``, ``o.lt``/``o.gt`` with ``o.where``) and row statistics
+(``o.sum``: a sum over the row in emu.fold_sum's order; ``o.floor_max``: the constant
+shift ``floor(max)``, no gradient).  A number as a PA operand is a constant rounded
+into the format; as an addend, bound or comparison it is float32.  Keyword
+arguments are numbers given per call (``n``, ``eps``, ``beta``), or structural flags.
+
+torch_bridge/_compose.py runs each one as a graph of autograd Functions and
+generates from it the fused CPU kernels (forward and backward), so a composite is
+changed here and nowhere else.  The order of the operations is part of the
+semantics: it fixes every rounding and the order in which autograd adds gradients.
+docs/torch_bridge.md ("Elementwise composites") lists what each computes.
+"""
+from __future__ import annotations
+
+import math
+
+#: paexp's argument is clamped here: float32 exp overflows beyond ~88.7, and
+#: 1/(1 + e^88) is below float32's smallest normal, so the functions lose nothing and
+#: neither pass sees an inf (whose derivative would be NaN)
+EXP_MAX = 88.0
+#: 2·sqrt(2/pi): GELU's tanh form via sigmoid
+GELU_K = 2.0 * math.sqrt(2.0 / math.pi)
+GELU_C = 0.044715
+#: Abramowitz & Stegun 7.1.26: erfc(u) = (a1 t + ... + a5 t^5) e^(-u^2), t = 1/(1 + p u),
+#: u >= 0, |error| <= 1.5e-7; for GELU's Phi(x) = erfc(|x|/sqrt 2)/2 the 1/2 and the
+#: 1/sqrt 2 are folded into the constants
+ERF_P = 0.3275911 / math.sqrt(2.0)
+ERF_A = tuple(a / 2 for a in (0.254829592, -0.284496736, 1.421413741, -1.453152027,
+                              1.061405429))
+#: |x| is clamped here in the erfc branch: e^(-16^2/2) is below float32's smallest
+#: subnormal, so nothing changes, and a·a cannot overflow to inf (NaN derivatives)
+ERF_XMAX = 16.0
+
+
+# --- elementwise ------------------------------------------------------------------------
+
+def exp_neg(o, x):
+    """``paexp(min(-x, 88))``."""
+    return o.exp(o.clamp_max(o.neg(x), EXP_MAX))
+
+
+def sigmoid(o, x):
+    """``1 ÷̂ (1 + paexp(min(-x, 88)))``."""
+    return o.div(1.0, o.add(exp_neg(o, x), 1.0))
+
+
+def tanh(o, x):
+    """``2σ(2x) - 1`` as ``s + s - 1``, ``s = sigmoid(x + x)``: no multiply, and ±1 (not
+    NaN) where paexp overflows."""
+    s = sigmoid(o, o.add(x, x))
+    return o.sub(o.add(s, s), 1.0)
+
+
+def silu(o, x):
+    """``x ÷̂ (1 + paexp(min(-x, 88)))``: x·σ(x) with one PA division."""
+    return o.div(x, o.add(exp_neg(o, x), 1.0))
+
+
+def gelu_tanh(o, x):
+    """GELU's tanh form ``0.5·x·(1 + tanh(z)) = x·σ(2z)``:
+    ``x ÷̂ (1 + paexp(min(-((x + C ·̂ ((x ·̂ x) ·̂ x)) ·̂ K), 88)))``."""
+    cube = o.mul(o.mul(x, x), x)
+    z2 = o.mul(o.add(x, o.mul(cube, GELU_C)), GELU_K)
+    return o.div(x, o.add(exp_neg(o, z2), 1.0))
+
+
+def gelu_erf(o, x):
+    """GELU ``x ·̂ Φ(x)``: ``Φ = 1 - h`` for x >= 0, ``h`` for x < 0, ``h = erfc(|x|/√2)/2
+    = (t ·̂ (b1 + t ·̂ (b2 + t ·̂ (b3 + t ·̂ (b4 + t ·̂ b5))))) ·̂ paexp(-((a ·̂ a) ·̂ 0.5))``,
+    ``t = 1 ÷̂ (1 + p' ·̂ a)``, ``a = min(|x|, 16)``, ``|x|`` a selection."""
+    neg = o.lt(x, 0.0)
+    a = o.clamp_max(o.where(neg, o.neg(x), x), ERF_XMAX)
+    t = o.div(1.0, o.add(o.mul(a, ERF_P), 1.0))
+    poly = ERF_A[-1]
+    for b in reversed(ERF_A[:-1]):                 # Horner: b_i + t ·̂ (...)
+        poly = o.add(o.mul(t, poly), b)
+    h = o.mul(o.mul(t, poly), o.exp(o.neg(o.mul(o.mul(a, a), 0.5))))
+    return o.mul(x, o.where(neg, h, o.sub(1.0, h)))
+
+
+def softplus(o, x, beta, threshold, unit):
+    """``palog(1 + paexp(β ·̂ x)) ÷̂ β``, and ``x`` where ``β·x > threshold`` (torch's
+    definition; the PA branch sees its argument clamped there, so no inf reaches it);
+    ``unit``: β = 1, no multiply or divide."""
+    bx = x if unit else o.mul(x, beta)
+    y = o.log(o.add(o.exp(o.clamp_max(bx, threshold)), 1.0))
+    if not unit:
+        y = o.div(y, beta)
+    return o.where(o.gt(bx, threshold), x, y)
+
+
+# --- rows -------------------------------------------------------------------------------
+
+def exp_shifted(o, x, log2e):
+    """``(paexp2(t), t)``, ``t = x ·̂ log2e - k``, ``k = floor(max(x ·̂ log2e))``: paexp(x)
+    scaled by the power of two 2^-k, which keeps it from overflowing.
+
+    The shift ``k`` is a constant of the PA function (docs/semantics.md, "Derivatives
+    of composites"), as in Kosson & Jaggi's implementation.  Being an integer in the
+    log2 domain, it scales every paexp2 by the same power of two and leaves the largest
+    logit at a generic point of paexp2's segment [0, 1), not on its kink at 0 where
+    ``x - max(x)`` would put it."""
+    y = o.mul(x, log2e)
+    t = o.sub(y, o.floor_max(y))
+    return o.exp2(t), t
+
+
+def softmax(o, x, log2e):
+    """``e ÷̂ Σ e`` with ``e`` of :func:`exp_shifted` (section 2.3, eq. 18).  Rows
+    that are entirely -inf give NaN, as torch.softmax."""
+    e, _ = exp_shifted(o, x, log2e)
+    return o.div(e, o.sum(e))
+
+
+def log_softmax(o, x, log2e):
+    """``(t - palog2(Σ paexp2(t))) ÷̂ log2e`` (eqs. 10, 18, 19)."""
+    e, t = exp_shifted(o, x, log2e)
+    return o.div(o.sub(t, o.log2(o.sum(e))), log2e)
+
+
+def layer_norm(o, x, weight, bias, n, eps):
+    """``(x-μ) ÷̂ pasqrt(Σ (x-μ) ·̂ (x-μ) ÷̂ n + eps)`` with ``μ = Σx ÷̂ n``, then a PAM gain
+    and a float32 bias (either may be None)."""
+    xc = o.sub(x, o.div(o.sum(x), n))
+    y = o.div(xc, o.sqrt(o.add(o.div(o.sum(o.mul(xc, xc)), n), eps)))
+    if weight is not None:
+        y = o.mul(y, weight)
+    return y if bias is None else o.add(y, bias)
+
+
+def rms_norm(o, x, weight, n, eps):
+    """``x ÷̂ pasqrt(Σ (x ·̂ x) ÷̂ n + eps)``, then a PAM gain (or None)."""
+    y = o.div(x, o.sqrt(o.add(o.div(o.sum(o.mul(x, x)), n), eps)))
+    return y if weight is None else o.mul(y, weight)
+
+
+def cross_entropy(o, z, log2e, weight=None, q=None, target=None, valid=None, keep=None,
+                  smooth_c=None, smooth=False):
+    """A row's cross-entropy: ``-log p = (palog2(Σ e) - t) ÷̂ log2e`` with ``e, t`` of
+    :func:`exp_shifted` (eqs. 10, 18, 19), times the class weights ``weight`` (or None);
+    with probability targets ``q``: ``Σ q ·̂ (-log p ·̂ w)``; with class targets: ``-log
+    p_t ·̂ w_t`` at ``target``, with label smoothing ``keep ·̂ (that) + smooth_c ·̂ Σ
+    (-log p ·̂ w)`` (``keep = 1 - ε``, ``smooth_c = ε ÷̂ C``), and 0 where not ``valid``."""
+    e, t = exp_shifted(o, z, log2e)
+    nw = o.div(o.sub(o.log2(o.sum(e)), t), log2e)
+    if weight is not None:
+        nw = o.mul(nw, weight)
+    if q is not None:
+        return o.sum(o.mul(q, nw))
+    loss = o.pick(nw, target)
+    if smooth:
+        loss = o.add(o.mul(loss, keep), o.mul(o.sum(nw), smooth_c))
+    return o.where(valid, loss, 0.0)
+
+
+# --- recurrent cells (recurrent.py): the gate arithmetic of one step ----------------------
+
+def gru_cell(o, ir, iz, in_, hr, hz, hn, h):
+    """``r, z = σ(gi_r + gh_r), σ(gi_z + gh_z)``, ``n = tanh(gi_n + r ·̂ gh_n)``,
+    ``h' = n + z ·̂ (h - n)`` (torch's ``(1-z)·n + z·h`` in increment form, one PAM)."""
+    r = sigmoid(o, o.add(ir, hr))
+    z = sigmoid(o, o.add(iz, hz))
+    n = tanh(o, o.add(in_, o.mul(r, hn)))
+    return o.add(n, o.mul(z, o.sub(h, n)))
+
+
+def lstm_cell(o, xi, xf, xg, xo, hi, hf, hg, ho, c):
+    """``i, f, g, o`` of ``gi + gh``; ``c' = σ(f) ·̂ c + σ(i) ·̂ tanh(g)``,
+    ``h' = σ(o) ·̂ tanh(c')``: (h', c')."""
+    i, f, g, out = o.add(xi, hi), o.add(xf, hf), o.add(xg, hg), o.add(xo, ho)
+    c2 = o.add(o.mul(sigmoid(o, f), c), o.mul(sigmoid(o, i), tanh(o, g)))
+    return o.mul(sigmoid(o, out), tanh(o, c2)), c2
