@@ -388,10 +388,17 @@ def _pam(a, b, mn, mx, ovf):
     return np.int32(np.uint32((S.QNAN32 if nan else res) & S.M32))
 
 
-_KERNELS = {(sticky, e8, False): _make(sticky, e8) for sticky in (False, True)
+class StepKind(NamedTuple):
+    """Which float32-add-and-round step a narrow accumulator's kernels take (_step)."""
+    sticky: bool        # STICKY (round to odd first), else PLAIN
+    e8: bool            # an IEEE-style accumulator with E = 8 (its finite step)
+    f16: bool = False   # binary16 through F16C conversions
+
+
+_KERNELS = {StepKind(sticky, e8): _make(sticky, e8) for sticky in (False, True)
             for e8 in (False, True)}
 if HAS_F16C:
-    _KERNELS[False, False, True] = _make(False, False, True)
+    _KERNELS[StepKind(False, False, True)] = _make(False, False, True)
 _BLOCKED = {}       # K.matmul_blocked kernels by their arguments
 
 
@@ -514,5 +521,5 @@ def matmul_narrow(A, Am, sta, B, Bp, Bm, stb, ia, ib, C, fc, fca, sticky, fast=-
             _BLOCKED[key] = K.matmul_blocked(*key)
         _BLOCKED[key](A, Am, sta, Bp, Bm, stb, ia, ib, C.view(np.float32), fc)
     else:
-        _KERNELS[sticky, is_e8(fca) and fast != F16, fast == F16](
+        _KERNELS[StepKind(sticky, is_e8(fca) and fast != F16, fast == F16)](
             A, sta, B, stb, ia, ib, C, fc, acc_consts(fca))

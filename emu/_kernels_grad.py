@@ -230,8 +230,8 @@ def _make_grad(narrow=None):
     ``ac`` the accumulator's KA.AccConsts; returns float32 (nout, P, C).
 
     ``narrow`` None: float32 accumulation (``+``), where ±0 terms are skipped (a float32
-    accumulator is never -0, so adding them changes nothing).  ``narrow`` = (sticky,
-    e8, f16): a narrow accumulator (p_acc <= 22) with the float32-add-and-round steps
+    accumulator is never -0, so adding them changes nothing).  ``narrow`` a
+    KA.StepKind (sticky, e8, f16): a narrow accumulator (p_acc <= 22) with the float32-add-and-round steps
     of emu/_kernels_acc.py (STICKY or PLAIN, chosen by the caller; E = 8 or narrower;
     F16); there a ±0 term is added, not skipped (a narrow accumulator can hold -0, and
     -0 + +0 = +0): it is ((d XOR w) & sign) — +0 in formats without -0 — wherever the
@@ -241,7 +241,7 @@ def _make_grad(narrow=None):
     skip_zeros = narrow is None
     step, step_finite = (_add_f32, _add_f32) if skip_zeros else KA.steps(*narrow)
 
-    @njit_variant(f"narrow={narrow}", parallel=True)
+    @njit_variant(f"narrow={None if narrow is None else tuple(narrow)}", parallel=True)
     def kernel(g, x, w, ix, iw, fc, ac):
         nout, P, R = g.shape
         C = x.shape[2]
@@ -317,7 +317,7 @@ def matmul_grad(g, x, w, ix, iw, fc, fca):
     sticky = KA.needs_sticky(g, None, fc, fca, 0 if fc.has_inf else fc.max32 & G.MAN32)
     f16 = not sticky and KA.HAS_F16C and KA.is_binary16(fca)
     e8 = KA.is_e8(fca) and not f16
-    key = (sticky, e8, f16)
+    key = KA.StepKind(sticky, e8, f16)
     if key not in _GRAD:
         _GRAD[key] = _make_grad(key)
     return _GRAD[key](g, x, w, ix, iw, fc, KA.acc_consts(fca))
