@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_bridge as tb
+from torch_bridge import diagnostics
 from workloads.models import HEADS, MODELS, build_model
 
 DATASETS = ("digits", "mnist", "text")
@@ -312,6 +313,7 @@ def train(spec: TrainSpec, config: tb.PAMConfig | None, name: str | None = None,
     text = spec.data == "text"
     res = RunResult(name or ("float32" if config is None else "PAM"),
                     "native float32" if config is None else config.describe(), spec.seed)
+    watch = diagnostics.watch(model, config, data.steps_per_epoch) if rank == 0 else None
     t0 = time.perf_counter()
     bar = tqdm(total=total, desc=f"{res.name} ({res.config})",
                disable=None if progress and rank == 0 else True, leave=False,
@@ -348,6 +350,12 @@ def train(spec: TrainSpec, config: tb.PAMConfig | None, name: str | None = None,
             ev.update(epoch=epoch + 1, step=step,
                       train_loss=float(np.mean(res.step_loss[-data.steps_per_epoch:])))
             res.evals.append(ev)
+            if progress and bar.disable:        # no terminal: a line a log file can read
+                print(f"{res.name} ({res.config}) epoch {epoch + 1}/{spec.epochs}: train "
+                      f"loss {ev['train_loss']:.4f}, {_epoch_metric(spec, ev)} "
+                      f"({time.perf_counter() - t0:.0f} s)", flush=True)
+            if epoch == 0:
+                watch.close(res.step_loss)
         if res.diverged or step >= total:
             break
     bar.close()
@@ -458,8 +466,16 @@ def plot_runs(spec: TrainSpec, runs: list[RunResult], path: Path, title: str = "
 
 
 def fmt_metric(key: str, run: RunResult) -> str:
-    v = run.final.get(key, float("nan"))
+    return _metric_text(key, run.final.get(key, float("nan")))
+
+
+def _metric_text(key: str, v: float) -> str:
     return f"{100 * v:.2f}%" if key == "acc" else f"{v:.4f}"
+
+
+def _epoch_metric(spec: TrainSpec, ev: dict) -> str:
+    key, label = metric_names(spec)
+    return f"{label} {_metric_text(key, ev[key])}"
 
 
 def higher_is_better(key: str) -> bool:
