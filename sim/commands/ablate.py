@@ -17,8 +17,8 @@ def register(sub):
     add_spec_arguments(p, epochs_default=2)
     p.set_defaults(data="mnist")
     p.add_argument("--fmt", type=format_arg, default=emu.float32,
-                   help="format of the PAM matmul operands (default float32, as Table 3)")
-    p.add_argument("--seeds", type=seeds_arg, default=2, help="seeds 0..N-1 (default 2)")
+                   help="format of the PAM matmul operands (float32 as in Table 3)")
+    p.add_argument("--seeds", type=seeds_arg, default=2, help="seeds 0..N-1")
     add_study_arguments(p, "out/ablate")
     p.set_defaults(run=run)
 

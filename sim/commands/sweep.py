@@ -38,17 +38,18 @@ def register(sub):
     add_spec_arguments(p, epochs_default=3)
     p.set_defaults(data="mnist")
     p.add_argument("--mantissa", type=mantissas_arg, default=[23, 7, 4, 3, 2],
-                   help="mantissa bits of the PAM operands (default 23,7,4,3,2; 23 with 8 "
-                        "exponent bits is float32)")
-    p.add_argument("--exp-bits", type=int_in(2, 8), default=8, help="exponent bits (default 8)")
+                   help="mantissa bits of the PAM operands (23 with 8 exponent bits is "
+                        "float32)")
+    p.add_argument("--exp-bits", type=int_in(2, 8), default=8,
+                   help="exponent bits of the PAM operands")
     p.add_argument("--mx", type=mx_arg, default=[],
                    help="OCP MX operand types to add as rows next to the eXmY rows, e.g. "
-                        "mxfp8_e4m3,mxfp6_e3m2,mxfp4 (blocks of 32 along K; default none)")
-    p.add_argument("--seeds", type=seeds_arg, default=3, help="seeds 0..N-1 (default 3)")
-    p.add_argument("--ops", type=ops_arg, default=frozenset({"matmul"}),
-                   help="op groups made PA (default matmul: Appendix D narrows only the "
-                        "matmul inputs)")
-    p.add_argument("--backward", choices=("approx", "exact"), default="approx")
+                        "mxfp8_e4m3,mxfp6_e3m2,mxfp4 (blocks of 32 along K)")
+    p.add_argument("--seeds", type=seeds_arg, default=3, help="seeds 0..N-1")
+    p.add_argument("--ops", type=ops_arg, default="matmul",
+                   help="op groups made PA (Appendix D narrows only the matmul inputs)")
+    p.add_argument("--backward", choices=("approx", "exact"), default="approx",
+                   help="derivative kind of the PA op groups")
     add_study_arguments(p, "out/sweep")
     p.set_defaults(run=run)
 
