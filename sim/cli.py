@@ -186,8 +186,9 @@ def settings_tag(args, ignore=()) -> str:
         default = a.type(a.default) if isinstance(a.default, str) and a.type else a.default
         value = getattr(args, a.dest)
         if value != default:
-            parts.append(f"{a.option_strings[-1].lstrip('-')}-{shown(value, '+')}")
-    tag = re.sub(r"[^A-Za-z0-9.+=-]+", "-", "_".join(parts))
+            name = a.option_strings[-1].lstrip("-")
+            parts.append(name if value is True else f"{name}-{shown(value, '+')}")
+    tag = re.sub(r"[^A-Za-z0-9._+=-]+", "-", "_".join(parts))
     if len(tag) > 100:
         tag = hashlib.sha256(tag.encode()).hexdigest()[:12]
     return f"_{tag}" if tag else ""

@@ -56,7 +56,8 @@ class Watch:
         if torch.is_grad_enabled() and module.training:
             if self.seen == self.steps:
                 self.close()
-            self.seen += 1
+            else:
+                self.seen += 1
 
     def _count(self, layer, kind, t):
         a = t.detach().abs()

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import emu
-from sim.cli import format_arg, int_in, output_dir
+from sim.cli import format_arg, int_in, output_dir, settings_tag
 from sim.commands.sweep import mantissas_arg
 from sim.commands.train import MAX_THREADS, seeds_arg
 
@@ -82,6 +82,7 @@ def run(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
+    tag = settings_tag(args, ignore=("setups", "out", "threads", "quiet"))
     t0 = time.perf_counter()
     sections, summary, compute = [], {}, 0.0
     for name, (title, specs) in setups.items():
@@ -99,7 +100,7 @@ def run(args) -> int:
             rows = [(n, r) for n, _, r in got]
         compute += sum(r.seconds for _, rs in rows for r in rs)
         conv = S.converged(key, rows[0][1])
-        png = out / f"{args.table}_{name}.png"
+        png = out / f"{args.table}_{name}{tag}.png"
         S.plot_rows(specs[0], rows, png, f"{args.table}: {title}, {len(specs)} seeds")
         curve = ", ".join(f"{v:.2f}" if key == "acc" else f"{v:.3f}" for v in conv["curve"])
         sections.append(
@@ -122,7 +123,8 @@ def run(args) -> int:
             f"  \nRuntime: {wall / 60:.1f} min wall for this invocation; the runs took "
             f"{compute / 60:.1f} min of training in all (cached runs count their own time)\n")
     text = head + "\n" + "\n".join(sections)
-    stem = args.table if set(setups) == {"lm", "vision"} else f"{args.table}_{'_'.join(setups)}"
+    stem = (args.table if set(setups) == {"lm", "vision"} else
+            f"{args.table}_{'_'.join(setups)}") + tag
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.md").write_text(text)
     (out / f"{stem}.json").write_text(json.dumps(summary, indent=1))

@@ -1,8 +1,6 @@
 """``pamsim sweep``: the mantissa width of the PAM inputs (the paper's Table 6, Appendix D)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from sim.cli import fail, int_in
 from sim.commands.train import (add_spec_arguments, add_study_arguments, ops_arg,
                                 seed_specs, seeds_arg, start_study, write_study)
@@ -70,7 +68,7 @@ def run(args) -> int:
     rows = S.table6(runs, args.mantissa, args.exp_bits, args.ops, args.backward, mx=args.mx)
     table, stats = S.table6_markdown(key, label, rows)
     print(table)
-    write_study(Path(args.out), f"sweep_{spec0.data}_{spec0.model}",
+    write_study(args, f"sweep_{spec0.data}_{spec0.model}",
                 {"spec": spec0.__dict__, "seeds": args.seeds, "ops": sorted(args.ops),
                  "backward": args.backward, "stats": stats,
                  "rows": [{"name": n, "config": c.describe() if c else "native float32",

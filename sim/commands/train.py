@@ -5,7 +5,8 @@ import json
 from pathlib import Path
 
 import emu
-from sim.cli import fail, float_in, format_arg, int_in, nonneg_int, output_dir, positive_int
+from sim.cli import (fail, float_in, format_arg, int_in, nonneg_int, output_dir, positive_int,
+                     settings_tag)
 
 #: more threads than this is a typo, not a machine
 MAX_THREADS = 1024
@@ -125,10 +126,13 @@ def start_study(args, specs, detail: str):
     return S.Runs(specs, Path(args.out) / "runs", not args.quiet)
 
 
-def write_study(out: Path, stem: str, record: dict, spec, rows, title: str):
-    """A study's results: ``stem``.json (``record``) and ``stem``.png (``rows`` plotted by
-    sim.study.plot_rows) in ``out``."""
+def write_study(args, stem: str, record: dict, spec, rows, title: str):
+    """A study's results in --out: ``stem``.json (``record``) and ``stem``.png (``rows``
+    plotted by sim.study.plot_rows), ``stem`` followed by the options changed from their
+    defaults."""
     from sim import study as S
+    out = Path(args.out)
+    stem += settings_tag(args, ignore=("data", "model", "fmt", "out", "quiet", "threads"))
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(record, indent=1))
     S.plot_rows(spec, rows, out / f"{stem}.png", title)
@@ -243,7 +247,8 @@ def run(args) -> int:
         print(note)
     if cached:
         print(f"(float32 baseline reused from {out / 'cache'}; --no-cache retrains it)")
-    stem = f"train_{spec.data}_{spec.model}_{config.fmt.name}"
+    stem = f"train_{spec.data}_{spec.model}_{config.fmt.name}" + settings_tag(
+        args, ignore=("data", "model", "fmt", "out", "no_cache", "quiet", "threads"))
     out.mkdir(parents=True, exist_ok=True)
     js = out / f"{stem}.json"
     png = out / f"{stem}.png"
