@@ -155,5 +155,5 @@ def figure2(fmt, path) -> None:
         fig.colorbar(im, ax=ax, shrink=0.85)
     fig.suptitle(f"Piecewise affine multiplication in {fmt.name} on [1, 2]$^2$ "
                  "(Kosson & Jaggi, Fig. 2)")
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")     # the x_1 labels lie below the axes box
     plt.close(fig)

@@ -421,7 +421,7 @@ def comparison_table(spec: TrainSpec, runs: list[RunResult]) -> str:
     """The final metrics of each run, and the change from the first (the baseline)."""
     key, label = metric_names(spec)
     head = f"{'run':8}  {'config':44}  {'train loss':>10}  {'test loss':>9}  {label:>13}  " \
-           f"{'change':>8}  {'steps':>5}  {'time':>7}"
+           f"{'change':>11}  {'steps':>5}  {'time':>7}"
     lines = [head, "-" * len(head)]
     base = runs[0].final.get(key)
     for r in runs:
@@ -429,10 +429,10 @@ def comparison_table(spec: TrainSpec, runs: list[RunResult]) -> str:
         val = f.get(key, float("nan"))
         fmt = (lambda v: f"{100 * v:12.2f}%") if key == "acc" else (lambda v: f"{v:13.4f}")
         delta = "" if r is runs[0] or base is None else (
-            f"{100 * (val - base):+7.2f}%" if key == "acc" else f"{val - base:+8.4f}")
+            f"{100 * (val - base):+7.2f} pts" if key == "acc" else f"{val - base:+8.4f}")
         note = " (diverged)" if r.diverged else ""
         lines.append(f"{r.name:8}  {r.config[:44]:44}  {f.get('train_loss', float('nan')):10.4f}"
-                     f"  {f.get('loss', float('nan')):9.4f}  {fmt(val)}  {delta:>8}  "
+                     f"  {f.get('loss', float('nan')):9.4f}  {fmt(val)}  {delta:>11}  "
                      f"{r.steps:5d}  {r.seconds:6.1f}s{note}")
     return "\n".join(lines)
 
@@ -456,6 +456,7 @@ def plot_runs(spec: TrainSpec, runs: list[RunResult], path: Path, title: str = "
     ax1.set_ylabel("training loss (label-smoothed CE)")
     ax1.legend(fontsize=7)
     ax2.set_xlabel("epoch")
+    ax2.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax2.set_ylabel(label + (" (%)" if key == "acc" else ""))
     ax2.legend(fontsize=7)
     fig.suptitle(title or f"{spec.label()}: PAM vs float32")

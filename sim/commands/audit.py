@@ -45,7 +45,7 @@ def run(args) -> int:
     cfg = tb.PAMConfig(args.fmt, ops=args.ops, backward=args.backward)
     reports = {}
     if args.summary:
-        print(f"{cfg.describe()}\n\n| model | multiplies (native) | escaped op calls | "
+        print(f"{cfg.describe()}\n\n| model | native multiplies | escaped op calls | "
               "native by design |\n|---|---|---|---|")
     for name in args.models or TINY:
         model, inputs = build(name)

@@ -131,6 +131,7 @@ def run_study(args) -> int:
             line, = ax.semilogy(ep, c.mean(0), label=label)
             ax.fill_between(ep, c.min(0), c.max(0), color=line.get_color(), alpha=0.15)
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.set_ylabel("train loss (mean, min-max band over seeds)")
         ax.set_title(f"{args.data} MLP (GELU), {args.seeds} seeds")
         ax.legend(fontsize=8)

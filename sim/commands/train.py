@@ -136,6 +136,9 @@ def write_study(args, stem: str, record: dict, spec, rows, title: str):
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(record, indent=1))
     S.plot_rows(spec, rows, out / f"{stem}.png", title)
+    note = still_learning(spec, *rows[0][1])
+    if note:
+        print(note)
     print(f"wrote {out / stem}.json and {out / stem}.png")
 
 
@@ -188,8 +191,9 @@ def config_from_args(args):
 PLATEAU = {"acc": 1.0, "bpc": 0.01}
 
 
-def still_learning(spec, base) -> str:
-    """A note when the float32 baseline is still improving at the end of its run: the
+def still_learning(spec, *bases) -> str:
+    """A note when the float32 baseline (the mean of ``bases``, one run per seed) is
+    still improving at the end of its run: the
     comparison then measures how fast PA training learns, not how well (issue 17: the
     digits ViT with 2x2 patches at 5 epochs, native 37-65 % over seeds 0-4 and still up
     to +7.5 points an epoch)."""
@@ -198,7 +202,7 @@ def still_learning(spec, base) -> str:
     from sim import study as S
     from sim import train as T
     key = T.metric_names(spec)[0]
-    change = S.converged(key, [base])["last_change"]
+    change = S.converged(key, bases)["last_change"]
     if math.isnan(change) or abs(change) <= PLATEAU[key]:      # NaN: a single epoch
         return ""
     unit = " points" if key == "acc" else " bits/char"
