@@ -18,8 +18,8 @@ def register(sub):
     p = sub.add_parser(
         "verify", help="check a simulated rtl unit against emu bit for bit (vectors/s, mismatches)",
         description=f"{comb}: corner, boundary and random operands (every operand set "
-                    f"for 8-bit formats); {stream}: a random matrix product with specials "
-                    "through sim.rtl_matmul, compared with emu.pam_matmul.  Exit status: 0 "
+                    f"for formats of at most 8 bits); {stream}: a random matrix product "
+                    "with specials through sim.rtl_matmul, compared with emu.pam_matmul.  Exit status: 0 "
                     "every result agrees, 1 MISMATCH (the RTL disagrees with emu), 2 bad "
                     "arguments, 3 the simulation harness failed (no verdict on the RTL).")
     p.add_argument("--unit", choices=list(UNITS), help="which unit (required unless --prebuild)")
