@@ -9,10 +9,12 @@ the command, which reports them with :func:`fail`.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import math
 import os
 import pkgutil
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -23,9 +25,46 @@ import emu
 DEFAULT_ARGV = ["train"]
 
 
+def shown(value, sep: str = ",") -> str:
+    """A default or setting as help and file names show it: a format by its name, a
+    collection joined by ``sep`` (sorted when unordered; empty: 'none')."""
+    import emu.mx
+    if isinstance(value, (emu.Format, emu.mx.MXFormat)):
+        return value.name
+    if isinstance(value, (set, frozenset)):
+        value = sorted(value)
+    if isinstance(value, (list, tuple)):
+        return sep.join(shown(v) for v in value) or "none"
+    return str(value)
+
+
+def default_text(action) -> str | None:
+    """How ``--help`` states an option's default; None where it has none to state (a
+    flag, or None/'': the help text says what happens then)."""
+    d = action.default
+    if d is None or d is False or d is argparse.SUPPRESS or (isinstance(d, str) and not d):
+        return None
+    return shown(d, " " if action.nargs in ("+", "*") else ",")
+
+
+class DefaultsFormatter(argparse.HelpFormatter):
+    """Each option's help ends with its default as the parser holds it when the help is
+    printed, so a later ``set_defaults`` shows too (the override is the one
+    argparse.ArgumentDefaultsHelpFormatter makes)."""
+
+    def _get_help_string(self, action):
+        text = default_text(action)
+        return action.help if text is None else \
+            f"{action.help} (default: {text.replace('%', '%%')})"
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (no usage block): ``pamsim <command>: error: ...``.
-    Subcommand parsers inherit the class (``add_subparsers`` uses the parent's)."""
+    """argparse with a one-line error (no usage block): ``pamsim <command>: error: ...``,
+    and every default in the help (:class:`DefaultsFormatter`).  Subcommand parsers
+    inherit the class (``add_subparsers`` uses the parent's)."""
+
+    def __init__(self, *args, formatter_class=DefaultsFormatter, **kwargs):
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -134,15 +173,41 @@ def output_dir(text: str) -> Path:
     return _writable(Path(text), want_dir=True)
 
 
+def settings_tag(args, ignore=()) -> str:
+    """'_<option>-<value>' for each option of ``args.command`` whose value is not its
+    default, for output file names, so that runs that differ in any setting never share
+    a file; ``ignore``: options already in the name or that change no result (where
+    output goes, progress, threads).  A tag over 100 characters becomes a hash."""
+    parts = []
+    for a in args.parser._actions:          # argparse's options of the subcommand
+        if not a.option_strings or a.dest in ignore or a.default is argparse.SUPPRESS:
+            continue
+        # a string default goes through type=, as argparse converts it
+        default = a.type(a.default) if isinstance(a.default, str) and a.type else a.default
+        value = getattr(args, a.dest)
+        if value != default:
+            name = a.option_strings[-1].lstrip("-")
+            parts.append(name if value is True else f"{name}-{shown(value, '+')}")
+    tag = re.sub(r"[^A-Za-z0-9._+=-]+", "-", "_".join(parts))
+    if len(tag) > 100:
+        tag = hashlib.sha256(tag.encode()).hexdigest()[:12]
+    return f"_{tag}" if tag else ""
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from importlib.metadata import version
+
     from . import commands
     p = Parser(
         prog="pamsim",
         description="Bit-accurate emulation of piecewise-affine arithmetic. Without a "
                     f"command, runs the main job: pamsim {' '.join(DEFAULT_ARGV)}")
+    p.add_argument("--version", action="version", version=f"pamsim {version('pamsim')}")
     sub = p.add_subparsers(dest="command", metavar="command")
     for mod in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         importlib.import_module(f"{commands.__name__}.{mod.name}").register(sub)
+    for cmd in sub.choices.values():        # for settings_tag
+        cmd.set_defaults(parser=cmd)
     return p
 
 

@@ -176,13 +176,15 @@ def plot_rows(spec, rows, path: Path, title: str):
                    fontsize=8)
     ax1.set_ylabel(label + unit)
     ax1.legend(fontsize=8)
+    colours = plt.get_cmap("tab20")           # 20 distinct colours: Table 3 has 14 rows
     for i, (name, runs) in enumerate(rows):
         n = min(len(r.evals) for r in runs)
         scale = 100 if key == "acc" else 1
         ax2.plot(range(1, n + 1), [np.mean([scale * r.evals[j][key] for r in runs])
                                    for j in range(n)],
-                 color="k" if i == 0 else None, lw=2 if i == 0 else 1, label=name)
+                 color="k" if i == 0 else colours(i % 20), lw=2 if i == 0 else 1, label=name)
     ax2.set_xlabel("epoch")
+    ax2.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax2.set_ylabel(label + unit + ", mean over seeds")
     ax2.legend(fontsize=6, ncol=2)
     fig.suptitle(title, fontsize=10)

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_bridge as tb
+from torch_bridge import diagnostics
 from workloads.models import HEADS, MODELS, build_model
 
 DATASETS = ("digits", "mnist", "text")
@@ -312,6 +313,7 @@ def train(spec: TrainSpec, config: tb.PAMConfig | None, name: str | None = None,
     text = spec.data == "text"
     res = RunResult(name or ("float32" if config is None else "PAM"),
                     "native float32" if config is None else config.describe(), spec.seed)
+    watch = diagnostics.watch(model, config, data.steps_per_epoch) if rank == 0 else None
     t0 = time.perf_counter()
     bar = tqdm(total=total, desc=f"{res.name} ({res.config})",
                disable=None if progress and rank == 0 else True, leave=False,
@@ -348,6 +350,12 @@ def train(spec: TrainSpec, config: tb.PAMConfig | None, name: str | None = None,
             ev.update(epoch=epoch + 1, step=step,
                       train_loss=float(np.mean(res.step_loss[-data.steps_per_epoch:])))
             res.evals.append(ev)
+            if progress and bar.disable:        # no terminal: a line a log file can read
+                print(f"{res.name} ({res.config}) epoch {epoch + 1}/{spec.epochs}: train "
+                      f"loss {ev['train_loss']:.4f}, {_epoch_metric(spec, ev)} "
+                      f"({time.perf_counter() - t0:.0f} s)", flush=True)
+            if epoch == 0:
+                watch.close(res.step_loss)
         if res.diverged or step >= total:
             break
     bar.close()
@@ -413,7 +421,7 @@ def comparison_table(spec: TrainSpec, runs: list[RunResult]) -> str:
     """The final metrics of each run, and the change from the first (the baseline)."""
     key, label = metric_names(spec)
     head = f"{'run':8}  {'config':44}  {'train loss':>10}  {'test loss':>9}  {label:>13}  " \
-           f"{'change':>8}  {'steps':>5}  {'time':>7}"
+           f"{'change':>11}  {'steps':>5}  {'time':>7}"
     lines = [head, "-" * len(head)]
     base = runs[0].final.get(key)
     for r in runs:
@@ -421,10 +429,10 @@ def comparison_table(spec: TrainSpec, runs: list[RunResult]) -> str:
         val = f.get(key, float("nan"))
         fmt = (lambda v: f"{100 * v:12.2f}%") if key == "acc" else (lambda v: f"{v:13.4f}")
         delta = "" if r is runs[0] or base is None else (
-            f"{100 * (val - base):+7.2f}%" if key == "acc" else f"{val - base:+8.4f}")
+            f"{100 * (val - base):+7.2f} pts" if key == "acc" else f"{val - base:+8.4f}")
         note = " (diverged)" if r.diverged else ""
         lines.append(f"{r.name:8}  {r.config[:44]:44}  {f.get('train_loss', float('nan')):10.4f}"
-                     f"  {f.get('loss', float('nan')):9.4f}  {fmt(val)}  {delta:>8}  "
+                     f"  {f.get('loss', float('nan')):9.4f}  {fmt(val)}  {delta:>11}  "
                      f"{r.steps:5d}  {r.seconds:6.1f}s{note}")
     return "\n".join(lines)
 
@@ -448,6 +456,7 @@ def plot_runs(spec: TrainSpec, runs: list[RunResult], path: Path, title: str = "
     ax1.set_ylabel("training loss (label-smoothed CE)")
     ax1.legend(fontsize=7)
     ax2.set_xlabel("epoch")
+    ax2.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax2.set_ylabel(label + (" (%)" if key == "acc" else ""))
     ax2.legend(fontsize=7)
     fig.suptitle(title or f"{spec.label()}: PAM vs float32")
@@ -458,8 +467,16 @@ def plot_runs(spec: TrainSpec, runs: list[RunResult], path: Path, title: str = "
 
 
 def fmt_metric(key: str, run: RunResult) -> str:
-    v = run.final.get(key, float("nan"))
+    return _metric_text(key, run.final.get(key, float("nan")))
+
+
+def _metric_text(key: str, v: float) -> str:
     return f"{100 * v:.2f}%" if key == "acc" else f"{v:.4f}"
+
+
+def _epoch_metric(spec: TrainSpec, ev: dict) -> str:
+    key, label = metric_names(spec)
+    return f"{label} {_metric_text(key, ev[key])}"
 
 
 def higher_is_better(key: str) -> bool:

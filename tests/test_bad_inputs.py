@@ -354,6 +354,9 @@ CLI = [
     ("sweep --exp-bits 1", "argument --exp-bits"),
     ("sweep --seeds -1", "argument --seeds"),
     ("sweep --out {file}", "argument --out"),
+    ("study table3 --seeds 0", "argument --seeds"),
+    ("study table3 --threads -1", "argument --threads"),
+    ("study table3 --out {file}", "argument --out"),
     # bench, cost, error
     ("bench --only nosuch", "--only"),
     ("bench --json {dir}", "argument --json"),

@@ -1,7 +1,9 @@
 """The pamsim command line: error report, Figure 2, bench (quick), argument errors."""
 import json
+import math
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -21,6 +23,23 @@ def test_error_report_and_figure(tmp_path, capsys):
     assert rows["pam_mul"]["min"] == pytest.approx(-1 / 9, abs=1e-12)
     assert rows["pam_mul"]["max"] == 0.0
     assert rows["pa_div"]["max"] == pytest.approx(0.125, abs=1e-12)      # 1 ÷̂ 1.5 = 0.75
+
+
+@pytest.mark.parametrize("fmt", ["e4m3fnuz", "e3m4", "e4m3fn"])
+def test_error_report_is_defined_on_narrow_formats(fmt, tmp_path, capsys):
+    """Issue 30: no nan, inf or numpy warning; what lies outside the format's normal
+    range (flushed or overflowed: range, not approximation error) is counted and said."""
+    js = tmp_path / "err.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(["error", "--fmt", fmt, "--json", str(js)]) == 0
+    out = capsys.readouterr().out
+    rows = {r["op"]: r for r in json.loads(js.read_text())}
+    stats = ("min", "max", "mean", "mean_abs", "rms")
+    assert all(math.isfinite(r[k]) and r["count"] for r in rows.values() for k in stats)
+    assert "normal range" in out and "read subnormals as zero" in out
+    assert rows["pa_log2"]["left_out"]["operand"] > 0
+    assert -1 < rows["pa_log2"]["min"] < 0      # e4m3fn's -441.8 was log2(subnormal) = -max
 
 
 def test_bare_pamsim_runs_the_main_job(tmp_path):

@@ -29,21 +29,22 @@ def losses_fall(run, k=8):
 
 def test_train_command_end_to_end_with_cached_baseline(tmp_path, capsys):
     argv = ["train", "--epochs", "3", "--max-steps", "45", "--out", str(tmp_path), "--quiet"]
+    stem = "train_digits_mlp_bfloat16_epochs-3_max-steps-45"      # every changed option
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "float32" in out and "PAM" in out and "bfloat16 all-ops approx (exact: loss)" in out
-    js = json.loads((tmp_path / "train_digits_mlp_bfloat16.json").read_text())
+    js = json.loads((tmp_path / f"{stem}.json").read_text())
     base, pam = js["runs"]
     assert base["config"] == "native float32" and not js["baseline_cached"]
     for run in (base, pam):
         assert run["steps"] == 45 and not run["diverged"] and losses_fall(run)
         assert run["evals"][-1]["acc"] > 0.6               # 10 classes: chance is 0.1
-    png = tmp_path / "train_digits_mlp_bfloat16.png"
+    png = tmp_path / f"{stem}.png"
     assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 20_000
     assert main(argv) == 0                                  # second run: cached baseline
     out = capsys.readouterr().out
     assert "baseline reused" in out
-    js2 = json.loads((tmp_path / "train_digits_mlp_bfloat16.json").read_text())
+    js2 = json.loads((tmp_path / f"{stem}.json").read_text())
     assert js2["baseline_cached"] and js2["runs"][0] == base
     assert js2["runs"][1]["step_loss"] == pam["step_loss"]  # PAM runs are deterministic
 
@@ -118,16 +119,17 @@ def test_stochastic_rounding_and_sgd_train():
 def test_sweep_command(tmp_path, capsys):
     argv = ["sweep", "--data", "digits", "--model", "mlp", "--mantissa", "23,3", "--seeds", "2",
             "--epochs", "1", "--max-steps", "20", "--out", str(tmp_path), "--quiet"]
+    stem = "sweep_digits_mlp_epochs-1_max-steps-20_mantissa-23+3_seeds-2"
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "PAM float32" in out and "PAM e8m3" in out and "±" in out
-    js = json.loads((tmp_path / "sweep_digits_mlp.json").read_text())
+    js = json.loads((tmp_path / f"{stem}.json").read_text())
     assert [r["mantissa"] for r in js["rows"]] == [None, 23, 3]
     assert all(len(r["runs"]) == 2 for r in js["rows"])
     seeds = [run["seed"] for run in js["rows"][1]["runs"]]
     assert seeds == [0, 1] and js["rows"][1]["runs"][0]["step_loss"] != \
         js["rows"][1]["runs"][1]["step_loss"]
-    assert (tmp_path / "sweep_digits_mlp.png").stat().st_size > 10_000
+    assert (tmp_path / f"{stem}.png").stat().st_size > 10_000
 
 
 def test_sweep_command_mx_rows(tmp_path, capsys):
@@ -136,7 +138,8 @@ def test_sweep_command_mx_rows(tmp_path, capsys):
             "--out", str(tmp_path), "--quiet"]
     assert main(argv) == 0
     assert "PAM mxfp6_e3m2" in capsys.readouterr().out
-    js = json.loads((tmp_path / "sweep_digits_mlp.json").read_text())
+    js = json.loads((tmp_path / "sweep_digits_mlp_epochs-1_max-steps-5_mantissa-3_mx-mxfp8_e4m3+"
+                               "mxfp6_e3m2+mxfp4_e2m1_seeds-1.json").read_text())
     assert [r["name"] for r in js["rows"]][1:] == ["PAM e8m3", "PAM mxfp8_e4m3",
                                                    "PAM mxfp6_e3m2", "PAM mxfp4_e2m1"]
 
@@ -145,17 +148,18 @@ def test_ablate_command(tmp_path, capsys):
     argv = ["ablate", "--data", "digits", "--model", "vit", "--dim", "16", "--depth", "1",
             "--seeds", "1", "--epochs", "1", "--max-steps", "6", "--out", str(tmp_path),
             "--quiet"]
+    stem = "ablate_digits_vit_float32_epochs-1_max-steps-6_dim-16_depth-1_seeds-1"
     assert main(argv) == 0
     out = capsys.readouterr().out
     for op in ("matmul", "softmax", "layernorm", "loss", "optimizer"):
         assert f"\n| {op} | " in out
-    js = json.loads((tmp_path / "ablate_digits_vit_float32.json").read_text())
+    js = json.loads((tmp_path / f"{stem}.json").read_text())
     runs = js["runs"]
     assert {"baseline", "matmul exact", "matmul approx", "loss exact", "optimizer",
             "cumulative up to optimizer"} <= set(runs)
     assert set(js["best"].values()) <= {"exact", "approx"}
     assert all(r[0]["steps"] == 6 for r in runs.values())
-    assert (tmp_path / "ablate_digits_vit_float32.png").exists()
+    assert (tmp_path / f"{stem}.png").exists()
 
 
 @pytest.mark.parametrize("argv,msg", [
@@ -230,10 +234,11 @@ def test_study_command_caches_resumes_and_tests(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     files = sorted((tmp_path / "runs" / "vision").glob("*.json"))
     assert len(files) == 6                                  # native, m23, m3 x 2 seeds
-    md = (tmp_path / "table6_vision.md").read_text()
+    stem = tmp_path / "table6_vision_seeds-2_mantissa-23+3_quick"     # every changed option
+    md = stem.with_suffix(".md").read_text()
     assert "| PAM e8m3 |" in md and "p=" in md and "Machine:" in md and "±" in out
-    assert (tmp_path / "table6_vision.png").read_bytes()[:4] == b"\x89PNG"
-    js = json.loads((tmp_path / "table6_vision.json").read_text())
+    assert stem.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    js = json.loads(stem.with_suffix(".json").read_text())
     assert len(js["vision"]["rows"]["PAM e8m3"]["values"]) == 2
     trained = []
     real = T.train

@@ -3,8 +3,6 @@ affine alone with exact and with approximate derivatives, then cumulatively with
 better kind for each (sections 3.3-3.4)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import emu
 from sim.cli import fail, format_arg
 from sim.commands.train import (add_spec_arguments, add_study_arguments, seed_specs,
@@ -17,8 +15,8 @@ def register(sub):
     add_spec_arguments(p, epochs_default=2)
     p.set_defaults(data="mnist")
     p.add_argument("--fmt", type=format_arg, default=emu.float32,
-                   help="format of the PAM matmul operands (default float32, as Table 3)")
-    p.add_argument("--seeds", type=seeds_arg, default=2, help="seeds 0..N-1 (default 2)")
+                   help="format of the PAM matmul operands (float32 as in Table 3)")
+    p.add_argument("--seeds", type=seeds_arg, default=2, help="seeds 0..N-1")
     add_study_arguments(p, "out/ablate")
     p.set_defaults(run=run)
 
@@ -36,7 +34,7 @@ def run(args) -> int:
         start_study(args, specs, f"PAM format {args.fmt.name}; metric: {label}"), args.fmt, key)
     table, stats = S.table3_markdown(key, runs, best, cumulative)
     print(table)
-    write_study(Path(args.out), f"ablate_{spec0.data}_{spec0.model}_{args.fmt.name}",
+    write_study(args, f"ablate_{spec0.data}_{spec0.model}_{args.fmt.name}",
                 {"spec": spec0.__dict__, "fmt": args.fmt.name, "seeds": args.seeds,
                  "best": best, "table": table, "stats": stats,
                  "runs": {k: [r.to_json() for r in v] for k, v in runs.items()}},

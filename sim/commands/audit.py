@@ -21,11 +21,11 @@ def register(sub):
     p.add_argument("models", nargs="*", metavar="MODEL",
                    help="tiny built-in models of sim.tiny_models (default: all of them)")
     p.add_argument("--fmt", type=format_arg, default=emu.bfloat16,
-                   help="PAM matmul operand format (default bf16)")
-    p.add_argument("--ops", type=ops_arg, default=None,
-                   help="op groups made PA: 'all' (default) or a comma list")
+                   help="PAM matmul operand format")
+    p.add_argument("--ops", type=ops_arg, default="all",
+                   help="op groups made PA: 'all' or a comma list")
     p.add_argument("--backward", choices=("approx", "exact"), default="approx",
-                   help="derivative kind of every op group (default approx)")
+                   help="derivative kind of every op group")
     p.add_argument("--forward-only", action="store_true", help="skip the backward pass")
     p.add_argument("--json", help="also write the reports as JSON to this file")
     p.add_argument("--summary", action="store_true",
@@ -42,10 +42,10 @@ def run(args) -> int:
     if bad:
         print(f"pamsim audit: error: unknown model(s) {bad}; expected names from {list(TINY)}")
         return 2
-    cfg = tb.PAMConfig(args.fmt, ops=args.ops or tb.OP_GROUPS, backward=args.backward)
+    cfg = tb.PAMConfig(args.fmt, ops=args.ops, backward=args.backward)
     reports = {}
     if args.summary:
-        print(f"{cfg.describe()}\n\n| model | multiplies (native) | escaped op calls | "
+        print(f"{cfg.describe()}\n\n| model | native multiplies | escaped op calls | "
               "native by design |\n|---|---|---|---|")
     for name in args.models or TINY:
         model, inputs = build(name)

@@ -14,20 +14,20 @@ def register(sub):
     p = sub.add_parser("cost", help="energy/area of PAM vs float per op and per MAC, or per "
                                     "training step of a model (--model)")
     p.add_argument("--fmt", type=format_arg, default=emu.bfloat16,
-                   help="multiply format, e.g. bf16, float32, fp16, e8m4, e4m3fn (default bf16)")
+                   help="multiply format, e.g. bf16, float32, fp16, e8m4, e4m3fn")
     p.add_argument("--acc", type=format_arg, default=emu.float32,
-                   help="accumulator format of a MAC (default float32)")
+                   help="accumulator format of a MAC")
     p.add_argument("--rule", choices=PAM_RULES, default="paper",
                    help="how PAM is priced: 'paper' = 2 full-width int adds (App. B), "
-                        "'adders' = (E+M)-bit + E-bit int adds only (default paper)")
+                        "'adders' = (E+M)-bit + E-bit int adds only")
     p.add_argument("--model", choices=step_models(),
                    help="price one training step (forward+backward+AdamW) of this model")
     p.add_argument("--batch", type=int_in(1, MAX_BATCH), default=32,
-                   help=f"batch size for --model, at most {MAX_BATCH} (default 32)")
+                   help=f"batch size for --model, at most {MAX_BATCH}")
     p.add_argument("--memory", choices=MEMORY_LEVELS, default="dram",
-                   help="where saved activations live, for their pJ/byte (default dram)")
+                   help="where saved activations live, for their pJ/byte")
     p.add_argument("--png", type=output_file,
-                   help="bar chart path for --model (default out/cost_<model>.png)")
+                   help="bar chart path for --model (if not given: out/cost_<model>.png)")
     p.add_argument("--json", type=output_file, help="also write the numbers as JSON")
     p.set_defaults(run=run)
 

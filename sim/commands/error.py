@@ -8,7 +8,7 @@ from sim.cli import format_arg, output_file
 def register(sub):
     p = sub.add_parser("error", help="error of PAM and the PA operations vs exact arithmetic")
     p.add_argument("--fmt", type=format_arg, default=emu.bfloat16,
-                   help="number format, e.g. bf16, float32, e8m4, e4m3fn (default bf16)")
+                   help="number format, e.g. bf16, float32, e8m4, e4m3fn")
     p.add_argument("--png", type=output_file,
                    help="write the paper's Figure 2 heat map to this PNG")
     p.add_argument("--json", type=output_file, help="also write the statistics as JSON")

@@ -31,7 +31,7 @@ def register(sub):
                        help="generate/check/report the few-bit derivative and PA activation tables")
     p.add_argument("--only", choices=["fewbit", "pa"], help="only this kind of table")
     p.add_argument("--activations", nargs="+", metavar="NAME",
-                   help="restrict to these activations (default: all)")
+                   help="restrict to these activations (if not given: all)")
     p.add_argument("--out", type=output_dir, metavar="DIR",
                    help="write the files here instead of torch_bridge/memory/data")
     mode = p.add_mutually_exclusive_group()

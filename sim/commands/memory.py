@@ -22,10 +22,9 @@ def register(sub):
     p = sub.add_parser("memory-errors", help="backward-derivative error: few-bit 1-8 bits "
                                              "vs inverted activations (Inverted Act., Fig. 5)")
     p.add_argument("--activations", nargs="+", default=["gelu", "silu"],
-                   choices=["gelu", "gelu_tanh", "silu", "mish"])
+                   choices=["gelu", "gelu_tanh", "silu", "mish"], help="activations to measure")
     p.add_argument("--points", type=int_in(2, MAX_POINTS), default=2_000_001,
-                   help=f"float32 grid points on [-10, 10], at most {MAX_POINTS} "
-                        "(default 2000001)")
+                   help=f"float32 grid points on [-10, 10], at most {MAX_POINTS}")
     p.add_argument("--png", type=output_file, metavar="PATH",
                    help="write the Fig. 5-style plot here")
     p.set_defaults(run=run_errors)
@@ -37,12 +36,12 @@ def register(sub):
 
     p = sub.add_parser("memory-study", help="train an MLP (digits or MNIST) with native / "
                                             "few-bit / inverted / PA activations, several seeds")
-    p.add_argument("--seeds", type=seeds_arg, default=3)
-    p.add_argument("--epochs", type=positive_int, default=30)
+    p.add_argument("--seeds", type=seeds_arg, default=3, help="seeds 0..N-1")
+    p.add_argument("--epochs", type=positive_int, default=30, help="epochs of each run")
     p.add_argument("--data", choices=["digits", "mnist"], default="digits",
                    help="sklearn digits (1,797) or the 5,000-image MNIST subset")
     p.add_argument("--png", type=output_file, metavar="PATH", default="out/memory_study.png",
-                   help="loss-curve plot (default out/memory_study.png)")
+                   help="loss-curve plot")
     p.set_defaults(run=run_study)
 
 
@@ -132,6 +131,7 @@ def run_study(args) -> int:
             line, = ax.semilogy(ep, c.mean(0), label=label)
             ax.fill_between(ep, c.min(0), c.max(0), color=line.get_color(), alpha=0.15)
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.set_ylabel("train loss (mean, min-max band over seeds)")
         ax.set_title(f"{args.data} MLP (GELU), {args.seeds} seeds")
         ax.legend(fontsize=8)

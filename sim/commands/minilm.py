@@ -84,13 +84,14 @@ def register(sub):
     p = sub.add_parser("minilm", help="all-MiniLM-L6-v2 under pam_mode: cosine similarity of "
                                       "sentence embeddings vs native float32, per format")
     p.add_argument("--fmts", type=formats_arg, default=",".join(DEFAULT_FMTS),
-                   help=f"comma-separated PAM formats (default {','.join(DEFAULT_FMTS)})")
+                   help="comma-separated PAM formats")
     p.add_argument("--ops", type=ops_arg, action="append",
                    help="op groups to run piecewise affine (repeatable; default: 'matmul' and "
                         "'matmul,softmax,layernorm')")
     p.add_argument("--sentences", type=int_in(1, len(SENTENCES)), default=len(SENTENCES),
                    help=f"use the first N of the {len(SENTENCES)} built-in sentences")
-    p.add_argument("--out", type=output_dir, default="out/minilm")
+    p.add_argument("--out", type=output_dir, default="out/minilm",
+                   help="directory for the JSON and PNG")
     p.set_defaults(run=run)
 
 

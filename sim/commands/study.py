@@ -10,8 +10,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import emu
-from sim.cli import format_arg
+from sim.cli import format_arg, int_in, output_dir, settings_tag
 from sim.commands.sweep import mantissas_arg
+from sim.commands.train import MAX_THREADS, seeds_arg
 
 #: set-up -> (title, TrainSpec keywords, quick TrainSpec keywords) per study.  Sizes
 #: were chosen so that the native baseline plateaus within the run (docs/studies.md
@@ -43,20 +44,22 @@ def _setups_arg(text):
 def register(sub):
     p = sub.add_parser("study", help="the paper's Table 3 or Table 6 on a char LM and a "
                                      "vision model, seeds, Welch's t-test, plots, markdown")
-    p.add_argument("table", choices=("table3", "table6"))
+    p.add_argument("table", choices=("table3", "table6"),
+                   help="table3: per-op derivatives; table6: mantissa widths")
     p.add_argument("--setups", type=_setups_arg, default=["lm", "vision"],
                    help="comma-separated: lm (char transformer on KJV, val bits/char), "
-                        "vision (digits: ViT for table3, CNN for table6); default both")
-    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (default 3)")
+                        "vision (digits: ViT for table3, CNN for table6)")
+    p.add_argument("--seeds", type=seeds_arg, default=3, help="seeds 0..N-1")
     p.add_argument("--fmt", type=format_arg, default=emu.float32,
-                   help="table3: format of the PAM matmul operands (default float32)")
+                   help="table3: format of the PAM matmul operands")
     p.add_argument("--mantissa", type=mantissas_arg, default=[23, 7, 4, 3, 2],
-                   help="table6: mantissa bits of the PAM operands (default 23,7,4,3,2)")
+                   help="table6: mantissa bits of the PAM operands")
     p.add_argument("--quick", action="store_true", help="tiny models and a few steps "
                    "(tests; the numbers mean nothing)")
-    p.add_argument("--out", default="out/study",
+    p.add_argument("--out", type=output_dir, default="out/study",
                    help="directory: runs/ (one JSON per run: resumes), <table>.md/.json/.png")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--threads", type=int_in(0, MAX_THREADS), default=1,
+                   help="torch threads (0: torch's choice)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(run=run)
 
@@ -67,10 +70,6 @@ def run(args) -> int:
     from sim import study as S
     from sim import train as T
     try:
-        if args.seeds < 1:
-            raise ValueError(f"seeds must be >= 1, got {args.seeds}")
-        if args.threads < 0:
-            raise ValueError(f"threads must be >= 0, got {args.threads}")
         setups = {}
         for name in args.setups:
             title, kw = SETUPS[args.table][name]
@@ -83,6 +82,7 @@ def run(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
+    tag = settings_tag(args, ignore=("setups", "out", "threads", "quiet"))
     t0 = time.perf_counter()
     sections, summary, compute = [], {}, 0.0
     for name, (title, specs) in setups.items():
@@ -100,7 +100,7 @@ def run(args) -> int:
             rows = [(n, r) for n, _, r in got]
         compute += sum(r.seconds for _, rs in rows for r in rs)
         conv = S.converged(key, rows[0][1])
-        png = out / f"{args.table}_{name}.png"
+        png = out / f"{args.table}_{name}{tag}.png"
         S.plot_rows(specs[0], rows, png, f"{args.table}: {title}, {len(specs)} seeds")
         curve = ", ".join(f"{v:.2f}" if key == "acc" else f"{v:.3f}" for v in conv["curve"])
         sections.append(
@@ -123,7 +123,8 @@ def run(args) -> int:
             f"  \nRuntime: {wall / 60:.1f} min wall for this invocation; the runs took "
             f"{compute / 60:.1f} min of training in all (cached runs count their own time)\n")
     text = head + "\n" + "\n".join(sections)
-    stem = args.table if set(setups) == {"lm", "vision"} else f"{args.table}_{'_'.join(setups)}"
+    stem = (args.table if set(setups) == {"lm", "vision"} else
+            f"{args.table}_{'_'.join(setups)}") + tag
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.md").write_text(text)
     (out / f"{stem}.json").write_text(json.dumps(summary, indent=1))

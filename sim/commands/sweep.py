@@ -1,8 +1,6 @@
 """``pamsim sweep``: the mantissa width of the PAM inputs (the paper's Table 6, Appendix D)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from sim.cli import fail, int_in
 from sim.commands.train import (add_spec_arguments, add_study_arguments, ops_arg,
                                 seed_specs, seeds_arg, start_study, write_study)
@@ -38,17 +36,18 @@ def register(sub):
     add_spec_arguments(p, epochs_default=3)
     p.set_defaults(data="mnist")
     p.add_argument("--mantissa", type=mantissas_arg, default=[23, 7, 4, 3, 2],
-                   help="mantissa bits of the PAM operands (default 23,7,4,3,2; 23 with 8 "
-                        "exponent bits is float32)")
-    p.add_argument("--exp-bits", type=int_in(2, 8), default=8, help="exponent bits (default 8)")
+                   help="mantissa bits of the PAM operands (23 with 8 exponent bits is "
+                        "float32)")
+    p.add_argument("--exp-bits", type=int_in(2, 8), default=8,
+                   help="exponent bits of the PAM operands")
     p.add_argument("--mx", type=mx_arg, default=[],
                    help="OCP MX operand types to add as rows next to the eXmY rows, e.g. "
-                        "mxfp8_e4m3,mxfp6_e3m2,mxfp4 (blocks of 32 along K; default none)")
-    p.add_argument("--seeds", type=seeds_arg, default=3, help="seeds 0..N-1 (default 3)")
-    p.add_argument("--ops", type=ops_arg, default=frozenset({"matmul"}),
-                   help="op groups made PA (default matmul: Appendix D narrows only the "
-                        "matmul inputs)")
-    p.add_argument("--backward", choices=("approx", "exact"), default="approx")
+                        "mxfp8_e4m3,mxfp6_e3m2,mxfp4 (blocks of 32 along K)")
+    p.add_argument("--seeds", type=seeds_arg, default=3, help="seeds 0..N-1")
+    p.add_argument("--ops", type=ops_arg, default="matmul",
+                   help="op groups made PA (Appendix D narrows only the matmul inputs)")
+    p.add_argument("--backward", choices=("approx", "exact"), default="approx",
+                   help="derivative kind of the PA op groups")
     add_study_arguments(p, "out/sweep")
     p.set_defaults(run=run)
 
@@ -69,7 +68,7 @@ def run(args) -> int:
     rows = S.table6(runs, args.mantissa, args.exp_bits, args.ops, args.backward, mx=args.mx)
     table, stats = S.table6_markdown(key, label, rows)
     print(table)
-    write_study(Path(args.out), f"sweep_{spec0.data}_{spec0.model}",
+    write_study(args, f"sweep_{spec0.data}_{spec0.model}",
                 {"spec": spec0.__dict__, "seeds": args.seeds, "ops": sorted(args.ops),
                  "backward": args.backward, "stats": stats,
                  "rows": [{"name": n, "config": c.describe() if c else "native float32",

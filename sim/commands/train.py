@@ -5,7 +5,8 @@ import json
 from pathlib import Path
 
 import emu
-from sim.cli import fail, float_in, format_arg, int_in, nonneg_int, output_dir, positive_int
+from sim.cli import (fail, float_in, format_arg, int_in, nonneg_int, output_dir, positive_int,
+                     settings_tag)
 
 #: more threads than this is a typo, not a machine
 MAX_THREADS = 1024
@@ -14,7 +15,7 @@ MAX_SEEDS = 100
 seeds_arg = int_in(1, MAX_SEEDS)
 
 OPS_HELP = ("comma-separated op groups made piecewise affine: matmul, softmax, layernorm, "
-            "loss, optimizer, or 'all' (default all: fully multiplication-free)")
+            "loss, optimizer, or 'all' (fully multiplication-free)")
 
 
 def ops_arg(text: str) -> frozenset:
@@ -35,17 +36,23 @@ def add_spec_arguments(p, epochs_default: int):
     from sim.train import DATASETS, MAX_BATCH, MAX_DEPTH, MAX_DIM
     from workloads.models import HEADS, MODELS
     p.add_argument("--data", choices=DATASETS, default="digits",
-                   help="digits (sklearn 8x8, default), mnist (5,000-image subset) or text "
+                   help="digits (sklearn 8x8), mnist (5,000-image subset) or text "
                         "(KJV characters)")
     p.add_argument("--model", choices=list(MODELS), default="",
-                   help="default: mlp for digits, vit for mnist, charlm for text")
-    p.add_argument("--epochs", type=positive_int, default=epochs_default)
+                   help="if not given: mlp for digits, vit for mnist, charlm for text")
+    p.add_argument("--epochs", type=positive_int, default=epochs_default,
+                   help="passes over the training set (text: of --steps-per-epoch batches)")
     p.add_argument("--batch-size", type=int_in(1, MAX_BATCH), default=64,
-                   help=f"examples per step, at most {MAX_BATCH} (default 64)")
-    p.add_argument("--lr", type=float_in(0), default=3e-3)
-    p.add_argument("--weight-decay", type=float_in(0), default=0.01)
-    p.add_argument("--label-smoothing", type=float_in(0, 1), default=0.1)
-    p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
+                   help=f"examples per step, at most {MAX_BATCH}")
+    p.add_argument("--lr", type=float_in(0), default=3e-3,
+                   help="peak learning rate (linear warm-up over 5%% of the steps, then "
+                        "cosine decay)")
+    p.add_argument("--weight-decay", type=float_in(0), default=0.01,
+                   help="decoupled weight decay (AdamW) or L2 (SGD)")
+    p.add_argument("--label-smoothing", type=float_in(0, 1), default=0.1,
+                   help="label smoothing of the cross-entropy loss, in [0, 1]")
+    p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw",
+                   help="adamw, or sgd with momentum 0.9")
     p.add_argument("--max-steps", type=nonneg_int, default=0,
                    help="stop each run after this many steps (0: all epochs)")
     p.add_argument("--train-subset", type=nonneg_int, default=0,
@@ -57,12 +64,12 @@ def add_spec_arguments(p, epochs_default: int):
     p.add_argument("--steps-per-epoch", type=positive_int, default=100,
                    help="text data: batches per epoch")
     p.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
-                   help="where tensors live: cpu (default), cuda (emu's CUDA kernels, same "
+                   help="where tensors live: cpu, cuda (emu's CUDA kernels, same "
                         "bits for the PA ops), auto (cuda when torch sees a GPU)")
     p.add_argument("--threads", type=int_in(0, MAX_THREADS), default=1,
-                   help="torch and Numba threads (default 1: these small models are dominated "
-                        "by per-op overhead, and on a shared machine a parallel region waits "
-                        "for descheduled workers; 0 = torch's default)")
+                   help="torch and Numba threads (0: torch's choice); 1 suits these small "
+                        "models, which are dominated by per-op overhead, and on a shared "
+                        "machine a parallel region waits for descheduled workers")
 
 
 def set_threads(args):
@@ -96,8 +103,10 @@ def spec_from_args(args, **override):
 
 def add_study_arguments(p, out_default: str):
     """A study's last options (ablate, sweep): --out and --quiet."""
-    p.add_argument("--out", type=output_dir, default=out_default)
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--out", type=output_dir, default=out_default,
+                   help="directory for runs/ (one JSON per run: a study resumes) and the "
+                        "results' JSON and PNG")
+    p.add_argument("--quiet", action="store_true", help="no progress bars or per-run lines")
 
 
 def seed_specs(args) -> list:
@@ -117,13 +126,19 @@ def start_study(args, specs, detail: str):
     return S.Runs(specs, Path(args.out) / "runs", not args.quiet)
 
 
-def write_study(out: Path, stem: str, record: dict, spec, rows, title: str):
-    """A study's results: ``stem``.json (``record``) and ``stem``.png (``rows`` plotted by
-    sim.study.plot_rows) in ``out``."""
+def write_study(args, stem: str, record: dict, spec, rows, title: str):
+    """A study's results in --out: ``stem``.json (``record``) and ``stem``.png (``rows``
+    plotted by sim.study.plot_rows), ``stem`` followed by the options changed from their
+    defaults."""
     from sim import study as S
+    out = Path(args.out)
+    stem += settings_tag(args, ignore=("data", "model", "fmt", "out", "quiet", "threads"))
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(record, indent=1))
     S.plot_rows(spec, rows, out / f"{stem}.png", title)
+    note = still_learning(spec, *rows[0][1])
+    if note:
+        print(note)
     print(f"wrote {out / stem}.json and {out / stem}.png")
 
 
@@ -133,25 +148,27 @@ def register(sub):
                                      "(the main job)")
     add_spec_arguments(p, epochs_default=12)
     p.add_argument("--fmt", type=format_arg, default=emu.bfloat16,
-                   help="format of the PAM matmul operands (default bf16; e.g. float32, e8m4)")
-    p.add_argument("--ops", type=ops_arg, default=None, help=OPS_HELP)
+                   help="format of the PAM matmul operands, e.g. float32, e8m4, e5m2")
+    p.add_argument("--ops", type=ops_arg, default="all", help=OPS_HELP)
     p.add_argument("--backward", choices=("approx", "exact", "paper"), default="paper",
-                   help="derivative kind of every op group: approx, exact, or paper (default: "
-                        "approx except exact for the loss, the choice of the paper's "
-                        "section 3.4 / Table 3)")
+                   help="derivative kind of every op group: approx, exact, or paper (approx "
+                        "except exact for the loss, the choice of the paper's section 3.4 / "
+                        "Table 3)")
     p.add_argument("--exact", type=ops_arg, default=frozenset(),
                    help="op groups that use the exact derivative regardless of --backward "
                         "(e.g. 'loss', the paper's best choice)")
     p.add_argument("--pa-fmt", type=format_arg, default=emu.float32,
                    help="format of the elementwise PA ops (softmax, layernorm, loss, optimizer)")
     p.add_argument("--rounding", choices=("nearest_even", "stochastic", "toward_zero"),
-                   default="nearest_even")
+                   default="nearest_even", help="how operands are rounded into the formats")
     p.add_argument("--seed", type=int_in(0, MAX_SEED), default=0,
-                   help=f"in [0, {MAX_SEED}] (default 0)")
+                   help=f"of the weights, the batches and stochastic rounding, in [0, {MAX_SEED}]")
     p.add_argument("--out", type=output_dir, default="out/train",
-                   help="directory for the JSON and PNG")
+                   help="directory for the JSON and PNG (their names carry every option "
+                        "changed from what this help shows)")
     p.add_argument("--no-cache", action="store_true",
-                   help="always retrain the float32 baseline (default: reuse a cached one)")
+                   help="retrain the float32 baseline instead of reusing the one cached "
+                        "under --out")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--nproc", type=positive_int, default=1,
                    help="data-parallel processes (DDP over gloo on the CPU, nccl with --device "
@@ -162,11 +179,10 @@ def register(sub):
 
 def config_from_args(args):
     from torch_bridge import OP_GROUPS, PAMConfig
-    ops = args.ops if args.ops is not None else frozenset(OP_GROUPS)
     base = {op: ("exact" if args.backward == "paper" and op == "loss" else
                  "approx" if args.backward == "paper" else args.backward) for op in OP_GROUPS}
     backward = {op: ("exact" if op in args.exact else base[op]) for op in OP_GROUPS}
-    return PAMConfig(fmt=args.fmt, backward=backward, ops=ops, rounding=args.rounding,
+    return PAMConfig(fmt=args.fmt, backward=backward, ops=args.ops, rounding=args.rounding,
                      pa_fmt=args.pa_fmt)
 
 
@@ -175,8 +191,9 @@ def config_from_args(args):
 PLATEAU = {"acc": 1.0, "bpc": 0.01}
 
 
-def still_learning(spec, base) -> str:
-    """A note when the float32 baseline is still improving at the end of its run: the
+def still_learning(spec, *bases) -> str:
+    """A note when the float32 baseline (the mean of ``bases``, one run per seed) is
+    still improving at the end of its run: the
     comparison then measures how fast PA training learns, not how well (issue 17: the
     digits ViT with 2x2 patches at 5 epochs, native 37-65 % over seeds 0-4 and still up
     to +7.5 points an epoch)."""
@@ -185,7 +202,7 @@ def still_learning(spec, base) -> str:
     from sim import study as S
     from sim import train as T
     key = T.metric_names(spec)[0]
-    change = S.converged(key, [base])["last_change"]
+    change = S.converged(key, bases)["last_change"]
     if math.isnan(change) or abs(change) <= PLATEAU[key]:      # NaN: a single epoch
         return ""
     unit = " points" if key == "acc" else " bits/char"
@@ -234,7 +251,8 @@ def run(args) -> int:
         print(note)
     if cached:
         print(f"(float32 baseline reused from {out / 'cache'}; --no-cache retrains it)")
-    stem = f"train_{spec.data}_{spec.model}_{config.fmt.name}"
+    stem = f"train_{spec.data}_{spec.model}_{config.fmt.name}" + settings_tag(
+        args, ignore=("data", "model", "fmt", "out", "no_cache", "quiet", "threads"))
     out.mkdir(parents=True, exist_ok=True)
     js = out / f"{stem}.json"
     png = out / f"{stem}.png"

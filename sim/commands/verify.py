@@ -6,6 +6,9 @@ import time
 import emu
 from sim.cli import fail, format_arg, int_in, nonneg_int, positive_int
 
+#: vectors when --vectors is not given
+VECTORS = 100_000
+
 
 def register(sub):
     from rtl import UNITS
@@ -15,21 +18,22 @@ def register(sub):
     p = sub.add_parser(
         "verify", help="check a simulated rtl unit against emu bit for bit (vectors/s, mismatches)",
         description=f"{comb}: corner, boundary and random operands (every operand set "
-                    f"for 8-bit formats); {stream}: a random matrix product with specials "
-                    "through sim.rtl_matmul, compared with emu.pam_matmul.  Exit status: 0 "
+                    f"for formats of at most 8 bits); {stream}: a random matrix product "
+                    "with specials through sim.rtl_matmul, compared with emu.pam_matmul.  Exit status: 0 "
                     "every result agrees, 1 MISMATCH (the RTL disagrees with emu), 2 bad "
                     "arguments, 3 the simulation harness failed (no verdict on the RTL).")
     p.add_argument("--unit", choices=list(UNITS), help="which unit (required unless --prebuild)")
     p.add_argument("--fmt", type=format_arg, default=emu.bfloat16,
-                   help="operand format (default bf16)")
+                   help="operand format")
     p.add_argument("--acc", type=format_arg, default=emu.float32,
-                   help="accumulation format of mac/array (default float32)")
-    p.add_argument("--vectors", type=int_in(1, MAX_VECTORS), default=100_000,
-                   help="operand pairs (mac/array: multiply-accumulates), 1 to "
-                        f"{MAX_VECTORS:,} (default 100000)")
+                   help="accumulation format of mac/array")
+    p.add_argument("--vectors", type=int_in(1, MAX_VECTORS),
+                   help=f"operand pairs (mac/array: multiply-accumulates), 1 to {MAX_VECTORS:,}; "
+                        f"if not given: {VECTORS} (formats of at most 8 bits: every operand "
+                        "set of the combinational units)")
     p.add_argument("--sim", choices=("verilator", "icarus"),
-                   help="simulator (default: $SIM, else verilator)")
-    p.add_argument("--seed", type=nonneg_int, default=0)
+                   help="simulator (if not given: $SIM, else verilator)")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="of the random operands")
     p.add_argument("--prebuild", action="store_true",
                    help="only build every simulator harness the test suite uses (set-up step)")
     p.add_argument("--jobs", type=positive_int, default=2, help="parallel builds for --prebuild")
@@ -48,14 +52,15 @@ def run(args) -> int:
     if args.unit is None:
         return fail(args, "--unit is required (one of " + ", ".join(UNITS) + ")")
     comb = UNITS[args.unit].kind == "comb"
+    vectors = VECTORS if args.vectors is None else args.vectors
     t0 = time.perf_counter()
     try:
         sim = rtl_sim.default_simulator() if args.sim is None else rtl_sim.check_simulator(args.sim)
         if comb:
-            reports = rtl_sim.verify_unit(args.unit, args.fmt, args.vectors, sim=sim,
+            reports = rtl_sim.verify_unit(args.unit, args.fmt, vectors, sim=sim,
                                           seed=args.seed)
         else:
-            stats = rtl_sim.verify_matmul(args.fmt, args.acc, args.vectors, unit=args.unit,
+            stats = rtl_sim.verify_matmul(args.fmt, args.acc, vectors, unit=args.unit,
                                           sim=sim, seed=args.seed)
     except rtl_sim.RTLVerificationError as exc:
         print(f"pamsim verify: MISMATCH\n{exc}", file=sys.stderr)
@@ -80,7 +85,9 @@ def run(args) -> int:
               f"(cocotb driving and reading included), {_rate(n, wall)} end to end "
               f"({wall:.1f} s incl. build check, simulator start and emu)")
         if args.fmt.width <= 8:
-            print(f"(8-bit format: every one of the {n:,} operand sets, --vectors ignored)")
+            ignored = "" if args.vectors is None else ", --vectors ignored"
+            print(f"({args.fmt.width}-bit format: every one of the {n:,} operand "
+                  f"sets{ignored})")
     else:
         m, k, n = stats["shape"]
         bad = stats["mismatches"]

@@ -12,13 +12,15 @@ def register(sub):
                        description=f"Units: {units}.")
     p.add_argument("--unit", required=True, choices=sorted(rtl.UNITS), help="which unit")
     p.add_argument("--fmt", type=format_arg, default=emu.bfloat16,
-                   help="operand format, e.g. bf16, float32, e4m3fn (default bf16)")
+                   help="operand format, e.g. bf16, float32, e4m3fn")
     p.add_argument("--acc", type=format_arg, help="accumulation format of mac/array (default float32)")
     p.add_argument("--stages", type=positive_int, help="pipeline stages of mac/array, 1-3 (default 2)")
     p.add_argument("--rows", type=positive_int, help="array rows (default 4)")
     p.add_argument("--cols", type=positive_int, help="array columns (default 4)")
-    p.add_argument("--name", help="Verilog module name (default: from the unit and formats)")
-    p.add_argument("-o", "--output", type=output_file, help="output file (default: standard output)")
+    p.add_argument("--name", help="Verilog module name (if not given: from the unit and "
+                                  "formats)")
+    p.add_argument("-o", "--output", type=output_file,
+                   help="output file (if not given: standard output)")
     p.set_defaults(run=run)
 
 
