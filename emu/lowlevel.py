@@ -23,6 +23,9 @@ Kernels (the serial twins take flat uint32 pattern arrays and ``fmt.consts``):
   exact and approximate derivatives;
 * ``matmul_small``: the float32-accumulator matmul for at most ``sizes.SMALL``
   multiply-adds;
+* ``VECTOR_LANES``: the matmul micro-kernel's lanes on this host (16 with AVX-512, else
+  8; ``PAMSIM_VECTOR_LANES`` overrides it), ``RANGE_CLAMP``: whether the narrow
+  accumulators' CLAMPED step is one ``vrangeps`` (AVX-512DQ);
 * ``twins(variant, py_func)``: a prange loop compiled parallel and serial, cached;
   ``njit_variant(variant)``: one kernel of a factory, cached under ``variant``.
 
@@ -37,6 +40,8 @@ from . import _scalar_approx as scalar_approx
 from . import _scalar_grad as scalar_grad
 from . import sizes
 from ._kernels import BINARY_SERIAL, QUANTIZE, UNARY_SERIAL, as_f32, as_i32, twins
+from ._kernels import W as VECTOR_LANES
+from ._kernels import _RANGE as RANGE_CLAMP
 from ._kernels_grad import APPROX as GRAD_APPROX
 from ._kernels_grad import BINARY_SERIAL as GRAD_BINARY_SERIAL
 from ._kernels_grad import UNARY_SERIAL as GRAD_UNARY_SERIAL
@@ -50,4 +55,4 @@ __all__ = ["scalar", "scalar_grad", "scalar_approx", "sizes", "fold", "as_f32", 
            "twins", "QUANTIZE", "UNARY_SERIAL", "BINARY_SERIAL", "GRAD_UNARY_SERIAL",
            "GRAD_BINARY_SERIAL", "GRAD_APPROX", "matmul_small", "drop_stale", "dependency_digest",
            "njit_variant", "ln2_pattern",
-           "ROUNDING", "ROUNDING_ALIASES"]
+           "ROUNDING", "ROUNDING_ALIASES", "VECTOR_LANES", "RANGE_CLAMP"]

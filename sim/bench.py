@@ -7,9 +7,11 @@ with :func:`case`; each part of pamsim (emu, torch bridge, RTL, GPU) adds its ow
 """
 from __future__ import annotations
 
+import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numba
@@ -99,6 +101,27 @@ def run(quick: bool = False, only: list[str] | None = None,
             continue
         rows += fn(quick)
     return rows
+
+
+def host_line() -> str:
+    """The host and the kernel variants its rows ran: ratios differ between AVX2 and
+    AVX-512 hosts (the matmul micro-kernel's lanes, the CLAMPED step's clamp)."""
+    import platform
+
+    from emu.lowlevel import RANGE_CLAMP, VECTOR_LANES
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    isa = "AVX-512" if VECTOR_LANES == 16 else "AVX2-width"
+    clamp = "vrangeps" if RANGE_CLAMP else "generic (3 ops)"
+    return (f"host: {name}, {os.cpu_count()} CPUs; matmul micro-kernel {VECTOR_LANES} lanes "
+            f"({isa}), CLAMPED step's clamp {clamp}"
+            + ("; PAMSIM_VECTOR_LANES set" if "PAMSIM_VECTOR_LANES" in os.environ else ""))
 
 
 def format_rows(rows: list[Row]) -> str:

@@ -27,6 +27,7 @@ def run(args) -> int:
         rows = bench.run(quick=args.quick, only=only, skip=skip)
     except ValueError as exc:
         return fail(args, f"--only: {exc}")
+    print(bench.host_line())
     print(bench.format_rows(rows))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
