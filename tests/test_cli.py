@@ -64,6 +64,7 @@ def test_bench_quick(capsys, tmp_path):
     assert any("1 thread" in n for n in names) and any("pam_mul" in n for n in names)
     assert all(r["seconds"] > 0 and r["baseline_seconds"] > 0 and r["ratio"] > 0 for r in rows)
     assert "ratio" in out and "torch.matmul fp32" in out
+    assert out.startswith("host: ") and "lanes" in out.splitlines()[0]
 
 
 def test_bench_unknown_group(capsys):
