@@ -19,6 +19,10 @@ from __future__ import annotations
 
 import math
 
+#: the composites torch_bridge runs (the other functions here are parts of them)
+__all__ = ["sigmoid", "tanh", "silu", "gelu_tanh", "gelu_erf", "softplus", "softmax",
+           "log_softmax", "layer_norm", "rms_norm", "cross_entropy", "gru_cell", "lstm_cell"]
+
 #: paexp's argument is clamped here: float32 exp overflows beyond ~88.7, and
 #: 1/(1 + e^88) is below float32's smallest normal, so the functions lose nothing and
 #: neither pass sees an inf (whose derivative would be NaN)
