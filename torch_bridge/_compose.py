@@ -718,6 +718,14 @@ def _compile(tag: str, src: str, fn: str) -> dict:
     return out
 
 
+class Backward(NamedTuple):
+    """A plan's backward for one set of outputs with gradients."""
+    kernels: dict           # by float32-ness
+    scratch: tuple          # rows of the T, G, R scratch per element
+    live: tuple             # per slot: whether its consumer gets a gradient
+    source: str             # the generated source
+
+
 class Plan:
     """A traced composite: its inputs ((name, shape, dtype, grad)), outputs' shapes,
     gradient slots [(input index, consumer node, operand)], constants layout, the
@@ -735,20 +743,20 @@ class Plan:
         self.forward = _compile(tag, self.forward_source, f"{tag}_forward")
         self._backward: dict = {}
 
-    def backward(self, present: tuple):
-        """(kernels by float32-ness, (T, G, R) scratch rows, which slots get a gradient)
-        for these outputs' gradients."""
+    def backward(self, present: tuple) -> Backward:
+        """The backward kernels for these outputs' gradients (``present``: a flag per
+        output)."""
         b = self._backward.get(present)
         if b is None:
             src = self._gen.backward_source(present)
             tag = "".join("1" if p else "0" for p in present)
             if self._gen.consts != list(self.consts):
                 raise AssertionError("the backward needs constants the forward does not")
-            live = tuple(u in self._gen.reached for _, u, _ in self.slots)
-            b = self._backward[present] = (
+            b = self._backward[present] = Backward(
                 _compile(self.name, src, f"{self.name}_backward_{tag}"),
-                (len(self._gen.tslot), len(self._gen.gslot), self._gen.rslots), live, src)
-        return b[:3]
+                (len(self._gen.tslot), len(self._gen.gslot), self._gen.rslots),
+                tuple(u in self._gen.reached for _, u, _ in self.slots), src)
+        return b
 
 
 _PLANS: dict = {}
@@ -811,14 +819,14 @@ def backward(p: Plan, kc, c, kind, ins, gouts, dxs, n: int) -> tuple:
     got no gradient is +0, as a chunk without one in the graph.  Returns which slots
     got one."""
     rows = ins[0].shape[0]
-    kernels, scratch, live = p.backward(tuple(g is not None for g in gouts))
-    t, g, r = (np.empty((k, rows * n), np.float32) for k in scratch)
-    kernels[kc.f32](*ins, *(g_ for g_ in gouts if g_ is not None), *dxs, t, g, r, rows, n,
+    b = p.backward(tuple(g is not None for g in gouts))
+    t, g, r = (np.empty((k, rows * n), np.float32) for k in b.scratch)
+    b.kernels[kc.f32](*ins, *(g_ for g_ in gouts if g_ is not None), *dxs, t, g, r, rows, n,
                     c, kind, kc.ln2, kc.fc, kc.mode)
-    for d, ok in zip(dxs, live):
+    for d, ok in zip(dxs, b.live):
         if not ok:
             d[...] = 0.0
-    return live
+    return b.live
 
 
 def _rows(t: torch.Tensor, n: int) -> np.ndarray:
