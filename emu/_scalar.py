@@ -274,6 +274,14 @@ def pam_mul(a, b, fc):
     In float32-pattern space ``|a| + |b| - ONE32`` equals the format-encoding sum
     ``|a|bits + |b|bits - (bias << M)`` mapped to float32 (docs/semantics.md).
     """
+    return pam_sum(a, b, fc, 0)
+
+
+@register_jitable
+def pam_sum(a, b, fc, c):
+    """PAM with the integer ``c`` (float32-pattern units) added to the pattern sum of
+    normal operands: the multipliers of docs/semantics.md "Multipliers" (emu/_scalar_mul.py).
+    A carry or borrow of ``c`` moves the exponent; specials, flush and overflow are PAM's."""
     a = np.int64(a)
     b = np.int64(b)
     s = (a ^ b) & SIGN32
@@ -287,7 +295,7 @@ def pam_mul(a, b, fc):
         return s | INF32
     if ua < fc.minnorm32 or ub < fc.minnorm32:   # zero or subnormal: DAZ
         return s & fc.negzero32
-    r = ua + ub - ONE32
+    r = ua + ub - ONE32 + c
     if r < fc.minnorm32:                          # flush, no subnormal results
         return s & fc.negzero32
     if r > fc.max32:

@@ -20,7 +20,7 @@ from fractions import Fraction
 
 from .formats import Format, format
 
-__all__ = ["quantize", "pam_mul", "pa_div", "pa_exp2", "pa_log2", "pa_exp", "pa_log",
+__all__ = ["quantize", "pam_mul", "pam_sum", "pa_div", "pa_exp2", "pa_log2", "pa_exp", "pa_log",
            "pa_sqrt", "fp_add", "fp_mul", "pam_matmul", "rand32", "palog2_exact",
            "paexp2_exact", "pam_mul_vec", "pa_div_vec", "mx_quantize", "mx_dequantize",
            "mx_pam_matmul"]
@@ -192,9 +192,21 @@ def _quantize(xbits: bytes, fmt: Format, rounding, subnormals, overflow, u) -> f
                                  subnormals=subnormals, saturate=saturate, u=u), fmt)
 
 
-@_policed
 def pam_mul(a: float, b: float, fmt="float32") -> float:
     """a ·̂ b = ±paexp2(palog2|a| + palog2|b|) (eqs. 1, 5-8, 11-13)."""
+    return pam_sum(a, b, fmt, lambda ma, mb: 0)
+
+
+def _mantissa(x: float) -> Fraction:
+    """M of |x| = 2^E (1 + M), 0 <= M < 1, for x != 0."""
+    v = abs(Fraction(x))
+    return v / _pow2(_floor_log2(v)) - 1
+
+
+@_policed
+def pam_sum(a: float, b: float, fmt, constant) -> float:
+    """±paexp2(palog2|a| + palog2|b| + constant(M_a, M_b)): PAM with a constant in the
+    logarithm's sum (the multipliers of emu/reference_mul.py), PAM's specials and range."""
     fmt = format(fmt)
     a, b = quantize(a, fmt), quantize(b, fmt)
     s = _sign(a) ^ _sign(b)
@@ -205,7 +217,8 @@ def pam_mul(a: float, b: float, fmt="float32") -> float:
         return NAN if (za or zb) else _signed(s, INF)
     if za or zb:
         return _signed(s, 0)
-    v = paexp2_exact(palog2_exact(abs(Fraction(a))) + palog2_exact(abs(Fraction(b))))
+    v = paexp2_exact(palog2_exact(abs(Fraction(a))) + palog2_exact(abs(Fraction(b)))
+                     + constant(_mantissa(a), _mantissa(b)))
     return _pa_range(s, v, fmt)
 
 

@@ -84,6 +84,17 @@ def format_arg(text: str):
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def mul_arg(text: str):
+    """argparse type for a multiplier (emu.multiplier's names: pam, lmul+3, cpam2-unbiased,
+    exact, ...), or ``all`` (as the string; the command expands it)."""
+    if text == "all":
+        return text
+    try:
+        return emu.multiplier(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def formats_arg(text: str) -> list:
     """argparse type: a comma-separated, non-empty list of number formats."""
     fmts = [format_arg(t) for t in text.split(",") if t.strip()]

@@ -1,7 +1,8 @@
 """How far piecewise-affine arithmetic is from the real thing, for a given format.
 
 Statistics over a dense grid of operand pairs in [1, 2)² (PAM's error pattern repeats
-every octave, Sec. 2.7), and the paper's Figure 2 heat map.
+every octave, Sec. 2.7), the multipliers' statistics (emu.multipliers.error_stats), and
+the paper's Figure 2 heat map.
 """
 from __future__ import annotations
 
@@ -130,8 +131,30 @@ def format_report(fmt, rows: list[ErrorStats]) -> str:
     return "\n".join(lines)
 
 
-def figure2(fmt, path) -> None:
-    """The paper's Figure 2 for ``fmt``: PAM product, exact product, relative error (%)."""
+def multiplier_report(fmt, muls) -> list:
+    """emu.multipliers.error_stats of each multiplier in ``fmt``."""
+    from emu.multipliers import error_stats
+    return [error_stats(m, fmt) for m in muls]
+
+
+def format_multipliers(fmt, rows) -> str:
+    fmt = emu.format(fmt)
+    how = (f"every pair of normal mantissas ({rows[0].pairs:,} pairs)" if rows[0].exhaustive
+           else f"{rows[0].pairs:,} random pairs of normal mantissas")
+    lines = [f"Multiplier error report: {fmt.name} (e{fmt.exp_bits}m{fmt.man_bits}); relative "
+             f"error over {how},", "operands in [1,2): a product away from the range ends has "
+             "the same error (docs/semantics.md, Multipliers)", "",
+             f"{'multiplier':16} {'mean(bias)':>11} {'min':>10} {'max':>10} {'max|e|':>10} "
+             f"{'rms':>10}"]
+    for r in rows:
+        lines.append(f"{r.mul:16} " + " ".join(f"{100 * v:9.4f}%" for v in
+                                               (r.mean, r.min, r.max, r.max_abs, r.rms)))
+    return "\n".join(lines)
+
+
+def figure2(fmt, path, mul="pam") -> None:
+    """The paper's Figure 2 for ``fmt``: the product of the multiplier ``mul`` (a name of
+    emu.multiplier), the exact product, relative error (%)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -141,11 +164,12 @@ def figure2(fmt, path) -> None:
     if m.size > 512:
         m = m[:: m.size // 512]
     x, y = np.meshgrid(m, m, indexing="ij")
-    pam = emu.pam_mul(x, y, fmt).astype(np.float64)
+    pam = emu.mul(x, y, fmt, mul).astype(np.float64)
+    name = "PAM" if str(emu.multiplier(mul)) == "pam" else str(emu.multiplier(mul))
     exact = x.astype(np.float64) * y
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4), constrained_layout=True)
     extent = (1, 2, 1, 2)
-    for ax, data, title, cmap in [(axes[0], pam, "PAM  $x_1 \\hat{\\cdot} x_2$", "viridis"),
+    for ax, data, title, cmap in [(axes[0], pam, f"{name}  $x_1 \\hat{{\\cdot}} x_2$", "viridis"),
                                   (axes[1], exact, "exact  $x_1 x_2$", "viridis"),
                                   (axes[2], 100 * (pam / exact - 1), "relative error [%]", "magma")]:
         im = ax.imshow(data.T, origin="lower", extent=extent, cmap=cmap, aspect="equal")
@@ -153,7 +177,7 @@ def figure2(fmt, path) -> None:
         ax.set_xlabel("$x_1$")
         ax.set_ylabel("$x_2$")
         fig.colorbar(im, ax=ax, shrink=0.85)
-    fig.suptitle(f"Piecewise affine multiplication in {fmt.name} on [1, 2]$^2$ "
+    fig.suptitle(f"Multiplier {name} in {fmt.name} on [1, 2]$^2$ "
                  "(Kosson & Jaggi, Fig. 2)")
     fig.savefig(path, dpi=110, bbox_inches="tight")     # the x_1 labels lie below the axes box
     plt.close(fig)

@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 
+import emu
 from sim import bench
 from sim.cli import main
 
@@ -40,6 +41,18 @@ def test_error_report_is_defined_on_narrow_formats(fmt, tmp_path, capsys):
     assert "normal range" in out and "read subnormals as zero" in out
     assert rows["pa_log2"]["left_out"]["operand"] > 0
     assert -1 < rows["pa_log2"]["min"] < 0      # e4m3fn's -441.8 was log2(subnormal) = -max
+
+
+def test_error_report_of_multipliers(tmp_path, capsys):
+    png, js = tmp_path / "lmul.png", tmp_path / "mul.json"
+    assert main(["error", "--fmt", "e4m3fn", "--mul", "all", "lmul+1", "--json", str(js)]) == 0
+    out = capsys.readouterr().out
+    assert "every pair of normal mantissas (64 pairs)" in out and "cpam2-unbiased" in out
+    rows = {r["mul"]: r for r in json.loads(js.read_text())}
+    assert set(rows) == {*emu.MULTIPLIERS, "lmul+1"} - {"cpam4-unbiased", "cpam4-minimax"}
+    assert rows["pam"]["min"] == pytest.approx(-1 / 9, abs=1e-12) and rows["pam"]["max"] == 0
+    assert main(["error", "--fmt", "bf16", "--mul", "lmul", "--png", str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_bare_pamsim_runs_the_main_job(tmp_path):

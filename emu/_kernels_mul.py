@@ -1,0 +1,18 @@
+"""CPU kernels of ``emu.mul``: every multiplier's scalar definition (emu/_scalar_mul.py)
+on each element, operands rounded into the format first; a parallel and a serial twin."""
+from numba import prange
+
+from . import _scalar as S
+from . import _scalar_mul as SM
+from ._kernels import twins
+from ._numba_cache import drop_stale
+
+drop_stale(__file__)
+
+
+def _mul(x, y, out, fc, kind, offset, table, k):
+    for i in prange(x.size):
+        out[i] = SM.mul(S.operand(x[i], fc), S.operand(y[i], fc), fc, kind, offset, table, k)
+
+
+MUL = twins("mul", _mul)

@@ -1,0 +1,292 @@
+"""Multipliers as data (docs/semantics.md "Multipliers"): PAM, L-Mul, corrected PAM, the
+exact product and the float multiplier, as frozen :class:`Multiplier` values with names
+that parse and round-trip through ``str()``.
+
+Names (the grammar of :func:`multiplier`):
+
+* ``pam``, ``pam+3``, ``pam-2``: PAM, plus an offset in ULPs of the operand format;
+* ``lmul``, ``lmul+3``: L-Mul (PAM plus 2^-l(M)), plus an offset in ULPs;
+* ``cpam2-unbiased``, ``cpam2-minimax`` (k = 1..4): corrected PAM with the shipped table
+  of mantissa width M (``cpam_table``); ``cpam1:0,1,1,0``: a table given as data,
+  4^k integers in ULPs, row-major (row: the first operand's top k mantissa bits);
+* ``exact``: the product rounded (RNE) into the format, subnormals kept (``fp_mul``);
+* ``float``: ``fp_mul(..., subnormals=False)``, the RTL float MAC's product.
+
+:data:`MULTIPLIERS` holds the named members.  :func:`mul` is ``emu.mul``;
+:func:`error_stats` the bias, maximum and RMS relative error of a multiplier in a format.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from . import _scalar_mul as SM
+from .formats import Format, float32, format
+from .host import HostBackend, _pick, alloc, finish, flat_u32
+from .shapes import elementwise
+
+__all__ = ["Multiplier", "MULTIPLIERS", "multiplier", "mul", "cpam_table", "search_cpam_table",
+           "ErrorStats", "error_stats", "KINDS", "CPAM_GOALS", "CPAM_MAX_MAN_BITS"]
+
+#: the kinds, and their codes in emu/_scalar_mul.py
+_CODES = {"pam": SM.PAM, "lmul": SM.LMUL, "cpam": SM.CPAM, "exact": SM.EXACT, "float": SM.FLOAT}
+KINDS = tuple(_CODES)
+#: the shipped corrected-PAM tables: zero mean per cell, or smallest maximum per cell
+CPAM_GOALS = ("unbiased", "minimax")
+#: shipped tables exist for mantissa widths 1..CPAM_MAX_MAN_BITS (exhaustive search)
+CPAM_MAX_MAN_BITS = 10
+CPAM_MAX_K = 4
+_MAX_OFFSET = 1 << 23          # |offset| below one float32 binade of ULPs
+_TABLES_FILE = Path(__file__).with_name("cpam_tables.json")
+
+
+@dataclass(frozen=True)
+class Multiplier:
+    """One multiplier.  ``offset``: ULPs of the operand format added to the pattern sum
+    (``pam``, ``lmul``); ``k`` and ``table`` (``cpam``): the index bits per operand and a
+    goal of :data:`CPAM_GOALS` or 4^k integers in ULPs."""
+    kind: str
+    offset: int = 0
+    k: int = 0
+    table: str | tuple = ""
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind={self.kind!r} is not a multiplier kind; expected one of "
+                             f"{list(KINDS)}")
+        if isinstance(self.offset, bool) or not isinstance(self.offset, int) \
+                or abs(self.offset) >= _MAX_OFFSET:
+            raise ValueError(f"offset={self.offset!r}: expected an int of magnitude below 2^23")
+        if self.offset and self.kind not in ("pam", "lmul"):
+            raise ValueError(f"offset={self.offset!r}: only pam and lmul take an offset")
+        if self.kind != "cpam":
+            if self.k or self.table != "":
+                raise ValueError(f"k={self.k!r}, table={self.table!r}: only cpam takes a table")
+            return
+        if isinstance(self.k, bool) or not isinstance(self.k, int) \
+                or not 1 <= self.k <= CPAM_MAX_K:
+            raise ValueError(f"k={self.k!r}: expected an int in 1..{CPAM_MAX_K}")
+        if isinstance(self.table, str):
+            if self.table not in CPAM_GOALS:
+                raise ValueError(f"table={self.table!r}: expected one of {list(CPAM_GOALS)} "
+                                 f"or a tuple of {4 ** self.k} ints")
+        elif not (isinstance(self.table, tuple) and len(self.table) == 4 ** self.k
+                  and all(isinstance(t, int) and not isinstance(t, bool)
+                          and abs(t) < _MAX_OFFSET for t in self.table)):
+            raise ValueError(f"table={self.table!r}: expected one of {list(CPAM_GOALS)} or a "
+                             f"tuple of {4 ** self.k} ints of magnitude below 2^23")
+
+    def __str__(self) -> str:
+        if self.kind == "cpam":
+            if isinstance(self.table, str):
+                return f"cpam{self.k}-{self.table}"
+            return f"cpam{self.k}:" + ",".join(map(str, self.table))
+        return self.kind + (f"{self.offset:+d}" if self.offset else "")
+
+    def params(self, fmt: Format | str = float32) -> tuple:
+        """``(kind code, offset, table, k)``: the arguments of emu/_scalar_mul.py's ``mul``
+        in ``fmt`` (ValueError if the multiplier has no table for ``fmt``)."""
+        fmt = format(fmt).arithmetic()
+        table = np.zeros(1, np.int64)
+        if self.kind == "cpam":
+            if self.k > fmt.man_bits:
+                raise ValueError(f"mul={str(self)!r} indexes {self.k} mantissa bits; "
+                                 f"fmt={fmt.name} has {fmt.man_bits}")
+            table = np.array(self.table if isinstance(self.table, tuple)
+                             else cpam_table(fmt.man_bits, self.k, self.table), np.int64)
+        return _CODES[self.kind], self.offset, table, self.k
+
+
+_NAME = re.compile(r"(?P<kind>pam|lmul)(?P<off>[+-][1-9]\d*)?|exact|float"
+                   r"|cpam(?P<k>\d+)(?:-(?P<goal>\w+)|:(?P<table>-?\d+(?:,-?\d+)*))")
+
+
+def multiplier(spec) -> Multiplier:
+    """The :class:`Multiplier` named ``spec`` (module docstring), or ``spec`` itself."""
+    if isinstance(spec, Multiplier):
+        return spec
+    m = _NAME.fullmatch(spec) if isinstance(spec, str) else None
+    if m is None:
+        raise ValueError(f"mul={spec!r} is not a multiplier; expected one of "
+                         f"{list(MULTIPLIERS)}, pam/lmul with an offset in ULPs ('lmul+3', "
+                         "'pam-2') or cpamK:T (4^K integers, e.g. 'cpam1:0,1,1,0')")
+    if m["kind"]:
+        try:
+            return Multiplier(m["kind"], int(m["off"] or 0))
+        except ValueError as exc:
+            raise ValueError(f"mul={spec!r}: {exc}") from None
+    if m["k"] is None:
+        return Multiplier(spec)
+    try:
+        mult = Multiplier("cpam", k=int(m["k"]), table=m["goal"] if m["goal"] is not None
+                          else tuple(int(t) for t in m["table"].split(",")))
+    except ValueError as exc:
+        raise ValueError(f"mul={spec!r}: {exc}") from None
+    if str(mult) != spec:
+        raise ValueError(f"mul={spec!r}: write it as {str(mult)!r}")
+    return mult
+
+
+#: the named multipliers, by name
+MULTIPLIERS = {str(m): m for m in (
+    Multiplier("pam"), Multiplier("lmul"), Multiplier("exact"), Multiplier("float"),
+    *(Multiplier("cpam", k=k, table=g) for k in range(1, CPAM_MAX_K + 1) for g in CPAM_GOALS))}
+
+
+def mul(a, b, fmt: Format | str = float32, mul="pam"):
+    """The product of ``a`` and ``b`` in ``fmt`` by the multiplier ``mul`` (a name or a
+    :class:`Multiplier`): operands rounded (RNE) into ``fmt``, then the multiplier's rule
+    (docs/semantics.md "Multipliers").  Host (numpy) operands; broadcast like
+    ``emu.pam_mul``; ``mul="pam"`` is ``emu.pam_mul``."""
+    return _product(a, b, fmt, multiplier(mul))
+
+
+def _product(a, b, fmt, m: Multiplier):
+    kind, offset, table, k = m.params(fmt)
+    fc = format(fmt).consts
+    av, bv = HostBackend.operand(a, "a"), HostBackend.operand(b, "b")
+    plan = elementwise("mul", fc, a=av, b=bv)
+    out = alloc("mul", plan.shape).reshape(-1)
+    from ._kernels_mul import MUL          # compiled on first use
+    _pick(MUL[True], MUL[False], out)(flat_u32(av, plan.shape), flat_u32(bv, plan.shape), out,
+                                      fc, kind, offset, table, k)
+    return finish(out, plan.shape, plan.scalar)
+
+
+# --- corrected PAM tables: exhaustive search over integer corrections -------------------
+
+def _rel_error(i, j, c, man_bits):
+    """Relative error of paexp2(palog2 a + palog2 b + c 2^-M) against a b, for the
+    mantissas a = 1 + i 2^-M, b = 1 + j 2^-M (float64: exact to 2^-52 relative)."""
+    n = 1 << man_bits
+    s = i + j + c                                   # the pattern sum's fraction, in ULPs
+    fl = s >> man_bits                              # the carry (or borrow) into the exponent
+    approx = np.ldexp(1 + (s - (fl << man_bits)) / n, fl)
+    return approx / ((1 + i / n) * (1 + j / n)) - 1
+
+
+def _cell(man_bits, k, ci, cj):
+    """The mantissa index pairs (i, j) whose top k bits are (ci, cj)."""
+    w = 1 << (man_bits - k)
+    i, j = np.meshgrid(np.arange(ci * w, (ci + 1) * w), np.arange(cj * w, (cj + 1) * w),
+                       indexing="ij")
+    return i.ravel(), j.ravel()
+
+
+_TIE = 1e-12        # objective values this close count as equal (float64 noise)
+
+
+def _first(pred, lo, hi):
+    """The smallest c in (lo, hi] with pred(c), for pred monotone, false at lo, true at hi."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if pred(mid) else (mid, hi)
+    return hi
+
+
+def _best(objective, candidates):
+    """The candidate of smallest objective; within _TIE, the smaller |c|, then c."""
+    vals = {c: objective(c) for c in candidates}
+    low = min(vals.values())
+    return min((c for c, v in vals.items() if v <= low + _TIE), key=lambda c: (abs(c), c))
+
+
+def search_cpam_table(man_bits: int, k: int, goal: str) -> tuple:
+    """The corrected-PAM table for mantissa width ``man_bits``, ``k`` index bits and
+    ``goal`` ("unbiased": per cell, the integer correction whose mean relative error over
+    the cell's mantissa pairs is closest to 0; "minimax": per cell, the smallest maximum
+    |relative error|), by search over every integer c in [-2^M, 2^M] ULPs.
+
+    Every pair's error strictly increases with c (paexp2 is increasing), it is negative
+    for every pair at c = -2^M and positive at 2^M (PAM's error lies in [-1/9, 0]), so
+    the cell mean crosses 0 once and max|error| is smallest where the largest error
+    meets minus the smallest: bisection finds the crossing, and the two candidates
+    beside it are compared (docs/semantics.md "Multipliers")."""
+    if goal not in CPAM_GOALS:
+        raise ValueError(f"goal={goal!r}: expected one of {list(CPAM_GOALS)}")
+    n = 1 << man_bits
+    out = []
+    for ci in range(1 << k):
+        for cj in range(1 << k):
+            i, j = _cell(man_bits, k, ci, cj)
+            @functools.lru_cache(maxsize=None)
+            def err(c, i=i, j=j):
+                return _rel_error(i, j, c, man_bits)
+
+            if goal == "unbiased":
+                c0 = _first(lambda c: err(c).mean() > 0, -n, n)
+                out.append(_best(lambda c: abs(err(c).mean()), (c0 - 1, c0)))
+            else:
+                c0 = _first(lambda c: err(c).max() + err(c).min() >= 0, -n, n)
+                out.append(_best(lambda c: np.abs(err(c)).max(), (c0 - 1, c0)))
+    return tuple(int(c) for c in out)
+
+
+_TABLES: dict = {}
+
+
+def cpam_table(man_bits: int, k: int, goal: str) -> tuple:
+    """The shipped table (emu/cpam_tables.json, written by :func:`write_cpam_tables`)."""
+    if not _TABLES:
+        _TABLES.update(json.loads(_TABLES_FILE.read_text()))
+    if not k <= man_bits <= CPAM_MAX_MAN_BITS:
+        raise ValueError(f"cpam{k}-{goal}: tables are shipped for mantissa widths "
+                         f"{k}..{CPAM_MAX_MAN_BITS}, not {man_bits}; give a table as data "
+                         f"('cpam{k}:...')")
+    return tuple(_TABLES[goal][str(man_bits)][str(k)])
+
+
+def write_cpam_tables(path: Path = _TABLES_FILE) -> None:
+    """Compute every shipped table (:func:`search_cpam_table`) and write them as JSON."""
+    tables = {g: {str(m): {str(k): list(search_cpam_table(m, k, g))
+                           for k in range(1, min(m, CPAM_MAX_K) + 1)}
+                  for m in range(1, CPAM_MAX_MAN_BITS + 1)} for g in CPAM_GOALS}
+    path.write_text(json.dumps(tables, separators=(",", ":")) + "\n")
+
+
+# --- error statistics --------------------------------------------------------------------
+
+class ErrorStats(NamedTuple):
+    """Relative error of a multiplier over mantissa pairs: ``mean`` (the bias), ``min``,
+    ``max``, ``max_abs``, ``rms``; ``pairs`` counted, ``exhaustive`` or sampled."""
+    mul: str
+    fmt: str
+    pairs: int
+    exhaustive: bool
+    mean: float
+    min: float
+    max: float
+    max_abs: float
+    rms: float
+
+
+def error_stats(mul, fmt: Format | str = float32, samples: int = 1 << 20,
+                seed: int = 0) -> ErrorStats:
+    """Relative error ``mul(a, b) / (a b) - 1`` over every pair of normal mantissas of
+    ``fmt`` (operands in [1, 2)) where there are at most 2^20 pairs (every format of up to
+    16 bits), else over ``samples`` random pairs (``seed``).  Away from the ends of the
+    range a product's relative error depends only on the operands' mantissas, so these
+    are the statistics over every pair of normal operands whose product stays normal."""
+    m = multiplier(mul)
+    fmt = format(fmt).arithmetic()
+    n = 1 << fmt.man_bits
+    exhaustive = n * n <= 1 << 20
+    if exhaustive:
+        i, j = (v.ravel() for v in np.meshgrid(np.arange(n), np.arange(n), indexing="ij"))
+    else:
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+            raise ValueError(f"samples={samples!r}: expected a positive int")
+        i, j = np.random.default_rng(seed).integers(0, n, (2, samples))
+    a = (1 + i / n).astype(np.float32)
+    b = (1 + j / n).astype(np.float32)
+    err = np.asarray(_product(a, b, fmt, m), np.float64) / (a.astype(np.float64) * b) - 1
+    return ErrorStats(str(m), fmt.name, int(err.size), exhaustive, float(err.mean()),
+                      float(err.min()), float(err.max()), float(np.abs(err).max()),
+                      float(math.sqrt((err ** 2).mean())))
