@@ -106,10 +106,16 @@ class MXPlan(NamedTuple):
     int8: bool
 
 
+#: the largest block: far beyond any row MX is used on (OCP's blocks are 32), and it
+#: keeps the kernels' index arithmetic (block · blocks per row) far from int64's range
+MAX_BLOCK = 2**20
+
+
 def _check_block(block, axis, ndim):
     if isinstance(block, (bool, np.bool_)) or not isinstance(block, (int, np.integer)) \
-            or block < 1:
-        raise ValueError(f"block must be a positive int (OCP MX: 32), got {block!r}")
+            or not 1 <= block <= MAX_BLOCK:
+        raise ValueError(f"block must be an int in [1, {MAX_BLOCK}] (OCP MX: 32), got "
+                         f"{block!r}")
     if ndim == 0:
         raise ValueError("x must have at least one dimension to form blocks along")
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) \
@@ -204,6 +210,9 @@ def mx_format(spec, *, argname: str = "fmt") -> MXFormat:
         return spec
     if isinstance(spec, str) and spec.strip().lower().startswith("mx"):
         name, _, block = spec.strip().lower().partition("/")
+        if block.isdigit() and not 1 <= int(block) <= MAX_BLOCK:
+            raise ValueError(f"{argname}={spec!r}: block {int(block)} is outside [1, "
+                             f"{MAX_BLOCK}] (OCP MX: 32)")
         if block == "" or block.isdigit():
             return MXFormat(mx_type(name, argname=argname), int(block or 32))
     raise ValueError(f"{argname}={spec!r} is not an MX format; expected one of "

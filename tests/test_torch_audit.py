@@ -132,3 +132,20 @@ def test_bench_tiny_models_quick():
     rows = bench.run(quick=True, only=["tiny-models"])
     assert [r.name.split(":")[0] for r in rows] == ["encoder", "gru"]
     assert all(r.seconds > 0 and r.baseline_seconds > 0 and r.target == 5.0 for r in rows)
+
+
+def test_complex_products_and_scatter_products_count():
+    """A complex multiply (the view_as_complex rotary embedding) and scatter_reduce's
+    'prod' and 'mean' run natively: the audit names them; 'amax' multiplies nothing."""
+    class Rotary(nn.Module):
+        def forward(self, x):
+            z = torch.view_as_complex(x.reshape(3, 2, 2))
+            r = torch.view_as_real(z * torch.polar(torch.ones(2), torch.arange(2.0)))
+            idx = torch.tensor([0, 1, 0])
+            s = x[:, 0].new_ones(2)
+            return (r.sum() + s.scatter_reduce(0, idx, x[:, 1], "prod").sum()
+                    + s.scatter_reduce(0, idx, x[:, 1], "mean").sum()
+                    + s.scatter_reduce(0, idx, x[:, 1], "amax").sum())
+    rep = tb.audit(Rotary(), torch.randn(3, 4, requires_grad=True), ALL, backward=False)
+    counts = {op: sum(r.count for r in rep.rows if r.op == op) for op in ("mul", "scatter_reduce")}
+    assert counts == {"mul": 1, "scatter_reduce": 2}, rep.rows

@@ -75,6 +75,10 @@ NATIVE_BY_DESIGN = {
 
 #: multiply-free only with alpha == 1: op -> alpha's position among the arguments
 _ALPHA_OPS = {"add": 2, "sub": 2, "rsub": 2, "index_add": 4}
+#: ops on MULTIPLY_FREE only for some reductions: the position of their ``reduce``
+_REDUCE_ARG = {"scatter_reduce": 4, "scatter": 4}
+#: reductions that multiply nothing (None: plain scatter); "prod", "mean", "multiply" do
+_FREE_REDUCTIONS = (None, "sum", "add", "amax", "amin")
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _BRIDGE_DIR = os.path.dirname(__file__) + os.sep
 _STDLIB = (os.path.dirname(os.__file__) + os.sep,)
@@ -145,8 +149,10 @@ def _packet(func) -> str:
 
 
 def _tensors(tree):
+    """The floating and complex tensors of ``tree`` (a complex product is four real
+    multiplies: the view_as_complex rotary embedding)."""
     for leaf in torch.utils._pytree.tree_leaves(tree):
-        if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
+        if isinstance(leaf, torch.Tensor) and (leaf.is_floating_point() or leaf.is_complex()):
             yield leaf
 
 
@@ -158,6 +164,10 @@ def _work(func, args, kwargs, out) -> int:
 
 
 def _multiplies(name, args, kwargs) -> bool:
+    if name in _REDUCE_ARG:             # scatter_reduce(..., "prod"), scatter(reduce=...)
+        pos = _REDUCE_ARG[name]
+        reduce = kwargs.get("reduce", args[pos] if len(args) > pos else None)
+        return reduce not in _FREE_REDUCTIONS
     if name in _ALPHA_OPS:
         pos = _ALPHA_OPS[name]
         alpha = kwargs.get("alpha", args[pos] if len(args) > pos else 1)

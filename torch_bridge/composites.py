@@ -100,30 +100,40 @@ def softplus(o, x, beta, threshold, unit):
 
 # --- rows -------------------------------------------------------------------------------
 
-def exp_shifted(o, x, log2e):
-    """``(paexp2(t), t)``, ``t = x ·̂ log2e - k``, ``k = floor(max(x ·̂ log2e))``: paexp(x)
-    scaled by the power of two 2^-k, which keeps it from overflowing.
+def exp_shifted(o, x, log2e, ymax):
+    """``(paexp2(t), t)``, ``t = y - k``, ``k = floor(max(y))``, ``y = x ·̂ log2e`` with
+    a finite x's overflow saturated at ``-ymax`` (the largest finite value of the
+    tensors' dtype): paexp(x) scaled by the power of two 2^-k, which keeps it from
+    overflowing.
+
+    The saturation is for masks of ``finfo.min`` (transformers' eager attention): their
+    ``y`` would be -inf, and a row of them ``-inf - -inf`` = NaN where torch gives a
+    uniform row; saturated, masked entries give paexp2 of a huge negative ``t``, 0, and
+    a fully masked row ``t = 0`` everywhere.  An x of -inf keeps ``y = -inf`` (a row of
+    -inf is NaN, as torch's).  Every other y passes unchanged (two negations and a
+    bound it does not reach), so its bits and gradients are those without the rule.
 
     The shift ``k`` is a constant of the PA function (docs/semantics.md, "Derivatives
     of composites"), as in Kosson & Jaggi's implementation.  Being an integer in the
     log2 domain, it scales every paexp2 by the same power of two and leaves the largest
     logit at a generic point of paexp2's segment [0, 1), not on its kink at 0 where
     ``x - max(x)`` would put it."""
-    y = o.mul(x, log2e)
+    y = o.neg(o.clamp_max(o.neg(o.mul(x, log2e)), ymax))
+    y = o.where(o.gt(o.neg(x), ymax), -math.inf, y)
     t = o.sub(y, o.floor_max(y))
     return o.exp2(t), t
 
 
-def softmax(o, x, log2e):
+def softmax(o, x, log2e, ymax):
     """``e ÷̂ Σ e`` with ``e`` of :func:`exp_shifted` (section 2.3, eq. 18).  Rows
     that are entirely -inf give NaN, as torch.softmax."""
-    e, _ = exp_shifted(o, x, log2e)
+    e, _ = exp_shifted(o, x, log2e, ymax)
     return o.div(e, o.sum(e))
 
 
-def log_softmax(o, x, log2e):
+def log_softmax(o, x, log2e, ymax):
     """``(t - palog2(Σ paexp2(t))) ÷̂ log2e`` (eqs. 10, 18, 19)."""
-    e, t = exp_shifted(o, x, log2e)
+    e, t = exp_shifted(o, x, log2e, ymax)
     return o.div(o.sub(t, o.log2(o.sum(e))), log2e)
 
 
@@ -143,14 +153,14 @@ def rms_norm(o, x, weight, n, eps):
     return y if weight is None else o.mul(y, weight)
 
 
-def cross_entropy(o, z, log2e, weight=None, q=None, target=None, valid=None, keep=None,
+def cross_entropy(o, z, log2e, ymax, weight=None, q=None, target=None, valid=None, keep=None,
                   smooth_c=None, smooth=False):
     """A row's cross-entropy: ``-log p = (palog2(Σ e) - t) ÷̂ log2e`` with ``e, t`` of
     :func:`exp_shifted` (eqs. 10, 18, 19), times the class weights ``weight`` (or None);
     with probability targets ``q``: ``Σ q ·̂ (-log p ·̂ w)``; with class targets: ``-log
     p_t ·̂ w_t`` at ``target``, with label smoothing ``keep ·̂ (that) + smooth_c ·̂ Σ
     (-log p ·̂ w)`` (``keep = 1 - ε``, ``smooth_c = ε ÷̂ C``), and 0 where not ``valid``."""
-    e, t = exp_shifted(o, z, log2e)
+    e, t = exp_shifted(o, z, log2e, ymax)
     nw = o.div(o.sub(o.log2(o.sum(e)), t), log2e)
     if weight is not None:
         nw = o.mul(nw, weight)

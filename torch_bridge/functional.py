@@ -358,15 +358,21 @@ def log2e_float(fmt) -> float:
     return float(np.uint32(fmt.consts.log2e32).view(np.float32))
 
 
+def row_params(fmt, dtype) -> dict:
+    """The numbers of the softmax rows (composites.exp_shifted): log2(e) in ``fmt``, the
+    bound of the scaled logits (``dtype``'s largest finite value)."""
+    return {"log2e": log2e_float(fmt), "ymax": float(torch.finfo(dtype).max)}
+
+
 def along(desc, x, dim, nm: Numerics):
     """The row composite ``desc`` (softmax, log_softmax: torch_bridge/composites.py) of
     ``x`` along ``dim``: its fused kernels for a small float32 CPU tensor (``dim`` moved
     last), else its graph; the same bits."""
-    params = {"log2e": log2e_float(nm.fmt)}
+    params = row_params(nm.fmt, x.dtype)
     if x.dim() and _compose.composite(nm.rounding, x):
         last = dim % x.dim() == x.dim() - 1
         xm = x if last else x.movedim(dim, -1)
-        y = _compose.run(_compose.plan(desc, (("x", "e"),), ("log2e",)), [xm], xm.shape[-1],
+        y = _compose.run(_compose.plan(desc, (("x", "e"),), tuple(params)), [xm], xm.shape[-1],
                          nm, params)
         return y if last else y.movedim(-1, dim)
     return desc(_compose.GraphOps(PRIMS, nm, dim), x=x, **params)
@@ -464,7 +470,7 @@ def pa_cross_entropy(input, target, weight=None, ignore_index=-100, reduction="m
     if probs:
         q = t if eps == 0 else t * (1 - eps) + eps / n_classes   # target smoothing: data prep
     smooth = not probs and eps > 0
-    params = {"log2e": log2e_float(nm.fmt)}
+    params = row_params(nm.fmt, z.dtype)
     if smooth:
         params.update(keep=1.0 - eps, smooth_c=eps_c)
     if (_compose.composite(nm.rounding, z, weight, q if probs else None)

@@ -44,13 +44,15 @@ checkpointed model gives the same bits as an unchecked one.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import types
 from contextlib import ExitStack, contextmanager
 
 import torch
 from torch.nn import functional as F
-from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
+from torch.overrides import (TorchFunctionMode, _get_current_function_mode_stack,
+                             get_testing_overrides)
 from torch.utils import checkpoint as _ckpt
 
 from . import contract as PC
@@ -308,6 +310,17 @@ def _binary_operands(a, b):
     return tuple(v.to(dtype) if isinstance(v, torch.Tensor) else v for v in (a, b))
 
 
+def _before_write(x, *operands):
+    """``x``, or a copy of it where autograd records: an in-place op is run out of place
+    and its result copied into ``x``, and the PA Function must not have saved the very
+    tensor that the copy then overwrites (native in-place ops keep what their derivative
+    reads, so they work with backward)."""
+    if torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad
+                                       for v in (x, *operands)):
+        return x.clone()
+    return x
+
+
 def _binary(op, swap=False, inplace=False):
     def handler(cfg, a, b, *, out=None, rounding_mode=None):
         if out is not None or rounding_mode is not None:
@@ -315,6 +328,10 @@ def _binary(op, swap=False, inplace=False):
         ops = _binary_operands(*((b, a) if swap else (a, b)))
         if ops is None:
             return NotImplemented
+        if inplace:
+            if ops[0].dtype != a.dtype:         # torch refuses to cast into the target
+                return NotImplemented
+            ops = (_before_write(ops[0], ops[1]), ops[1])
         y = op(*ops, **_ew(cfg))
         return (b if swap else a).copy_(y) if inplace else y
     return handler
@@ -324,7 +341,7 @@ def _unary(op, inplace=False):
     def handler(cfg, x, *, out=None):
         if out is not None or not _floating(x):
             return NotImplemented
-        y = op(x, **_ew(cfg))
+        y = op(_before_write(x) if inplace else x, **_ew(cfg))
         return x.copy_(y) if inplace else y
     return handler
 
@@ -358,7 +375,7 @@ def _gelu(cfg, x, approximate="none"):
 def _silu(cfg, x, inplace=False):
     if not _floating(x):
         return NotImplemented
-    y = PE.pa_silu(x, **_ew(cfg))
+    y = PE.pa_silu(_before_write(x) if inplace else x, **_ew(cfg))
     return x.copy_(y) if inplace else y
 
 
@@ -599,6 +616,35 @@ _GROUP = {**{h: "matmul" for h in (_conv1d, _conv3d, _conv_transpose, _addbmm, _
           **{h: "elementwise" for h in _ELEMENTWISE.values()}}
 
 
+@functools.cache
+def _required(func) -> tuple[str, ...]:
+    """The names of ``func``'s parameters that have no default, in order: torch's own
+    signature for a function written in Python, else the one torch.overrides' table
+    states for a builtin (``torch.addmm(input, mat1, mat2, ...)``)."""
+    sig = func if isinstance(func, types.FunctionType) else _signatures().get(func)
+    if sig is None:
+        return ()
+    return tuple(p.name for p in inspect.signature(sig).parameters.values()
+                 if p.default is p.empty and p.kind is p.POSITIONAL_OR_KEYWORD)
+
+
+@functools.cache
+def _signatures():
+    return get_testing_overrides()
+
+
+def _positional(func, args, kwargs):
+    """``(args, kwargs)`` with the required parameters given by keyword (``torch.addmm(b,
+    mat1=m1, mat2=m2)``) moved into ``args``: the handlers name them as they like, and
+    take torch's names only for the parameters with defaults."""
+    kwargs = dict(kwargs)
+    for name in _required(func)[len(args):]:
+        if name not in kwargs:
+            break
+        args = (*args, kwargs.pop(name))
+    return args, kwargs
+
+
 class _PAMMode(TorchFunctionMode):
     def __init__(self, config: PAMConfig):
         super().__init__()
@@ -610,7 +656,8 @@ class _PAMMode(TorchFunctionMode):
         if handler is not None:
             group = _GROUP.get(handler)
             if group is None or self.config.enabled(group):
-                out = handler(self.config, *args, **kwargs)
+                pos, kw = _positional(func, args, kwargs) if kwargs else (args, kwargs)
+                out = handler(self.config, *pos, **kw)
                 if out is not NotImplemented:
                     return out
         if _composite(func):            # e.g. F.normalize: route what its body calls

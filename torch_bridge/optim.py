@@ -93,8 +93,9 @@ def _number(name, v, lo=0.0, hi=math.inf, *, open_hi=False):
     else:
         raise TypeError(f"{name} must be a real number, got {v!r} ({type(v).__name__})")
     if not (math.isfinite(x) and lo <= x and (x < hi if open_hi else x <= hi)):
-        raise ValueError(f"{name}={v!r}; expected a finite number in [{lo:g}, {hi:g}"
-                         f"{')' if open_hi else ']'}")
+        span = f">= {lo:g}" if hi == math.inf else \
+            f"in [{lo:g}, {hi:g}{')' if open_hi else ']'}"      # no "[0, inf]": finite
+        raise ValueError(f"{name}={v!r}; expected a finite number {span}")
 
 
 def _flags(**flags):

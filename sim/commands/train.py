@@ -18,6 +18,20 @@ OPS_HELP = ("comma-separated op groups made piecewise affine: matmul, softmax, l
             "loss, optimizer, or 'all' (fully multiplication-free)")
 
 
+def operand_format_arg(text: str):
+    """argparse type: what PAMConfig's ``fmt`` accepts, a number format (bf16, e8m4) or
+    an OCP MX type (mxfp8_e4m3, mxfp4/16)."""
+    import argparse
+
+    import emu.mx
+    if text.strip().lower().startswith("mx"):
+        try:
+            return emu.mx.mx_format(text, argname="--fmt")
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return format_arg(text)
+
+
 def ops_arg(text: str) -> frozenset:
     """argparse type: 'all' or a comma-separated list of op groups."""
     import argparse
@@ -147,8 +161,9 @@ def register(sub):
     p = sub.add_parser("train", help="train on emulated PA hardware next to a float32 baseline "
                                      "(the main job)")
     add_spec_arguments(p, epochs_default=12)
-    p.add_argument("--fmt", type=format_arg, default=emu.bfloat16,
-                   help="format of the PAM matmul operands, e.g. float32, e8m4, e5m2")
+    p.add_argument("--fmt", type=operand_format_arg, default=emu.bfloat16,
+                   help="format of the PAM matmul operands, e.g. float32, e8m4, e5m2, or an "
+                        "OCP MX type, e.g. mxfp8_e4m3, mxfp4/16")
     p.add_argument("--ops", type=ops_arg, default="all", help=OPS_HELP)
     p.add_argument("--backward", choices=("approx", "exact", "paper"), default="paper",
                    help="derivative kind of every op group: approx, exact, or paper (approx "
