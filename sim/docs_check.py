@@ -80,11 +80,15 @@ def load(path: Path = REGISTRY) -> list[Figure]:
         hits = list(re.finditer(fig.at, text, re.MULTILINE))
         if len(hits) != 1:
             raise ValueError(f"{fig.name}: locator matches {len(hits)} times in {fig.doc}")
-        fig.documented = list(hits[0].groups())
+        fig.documented = [g or "" for g in hits[0].groups()]   # an optional group: ''
         if not fig.documented or (fig.read and re.compile(fig.read).groups != len(fig.documented)):
             raise ValueError(f"{fig.name}: 'at' and 'read' need the same number (>= 1) of groups")
         figures.append(fig)
     return figures
+
+
+def shown(values) -> str:
+    return ", ".join(v or "''" for v in values)
 
 
 def number(text: str) -> float | None:
@@ -98,7 +102,7 @@ def number(text: str) -> float | None:
 def agrees(fig: Figure, doc: str, now: str) -> bool:
     a, b = number(doc), number(now)
     if a is None or b is None:
-        return doc.split() == now.split()
+        return doc.replace("–", "-").split() == now.replace("–", "-").split()
     if fig.rel is not None:
         return abs(b - a) <= fig.rel * abs(a)
     if fig.tol is None:
@@ -131,7 +135,7 @@ def check(figures: list[Figure], *, everything=False, speed=True, workdir=None,
                "speed row" if fig.speed and not speed else
                "long: --all" if not (fig.quick or everything) else None)
         if why:
-            print(f"skipped ({why})  {fig.name}: doc {', '.join(fig.documented)}", file=out)
+            print(f"skipped ({why})  {fig.name}: doc {shown(fig.documented)}", file=out)
             continue
         if fig.command not in results:
             results[fig.command] = run_command(fig.command, workdir)
@@ -145,12 +149,12 @@ def check(figures: list[Figure], *, everything=False, speed=True, workdir=None,
             print(f"FAILED  {fig.name}: " + (f"exit {rc}: {tail[0]}" if rc else
                                               "its value is not in the output"), file=out)
             continue
-        now = list(hit.groups())
+        now = [g or "" for g in hit.groups()]
         if all(agrees(fig, d, n) for d, n in zip(fig.documented, now)):
             print(f"ok  {fig.name}", file=out)
         else:
             bad += 1
-            print(f"DIFFERS  {fig.name}: doc {', '.join(fig.documented)}, now {', '.join(now)}",
+            print(f"DIFFERS  {fig.name}: doc {shown(fig.documented)}, now {shown(now)}",
                   file=out)
     return bad
 
@@ -169,7 +173,7 @@ def main(argv=None) -> int:
     if args.list:
         for f in figures:
             kind = "skip" if f.skip else "speed" if f.speed else "quick" if f.quick else "long"
-            print(f"{kind:5}  {f.doc}  {f.name}: {', '.join(f.documented)}  <- {f.command}")
+            print(f"{kind:5}  {f.doc}  {f.name}: {shown(f.documented)}  <- {f.command}")
         return 0
     bad = check(figures, everything=args.all, speed=not args.no_speed)
     print(f"{len(figures)} figures, {bad} differ or failed")
