@@ -127,6 +127,8 @@ def run_command(command: str, workdir: Path) -> tuple[int, str, float]:
 def check(figures: list[Figure], *, everything=False, speed=True, workdir=None,
           out=sys.stdout) -> int:
     """Rerun and compare; returns the number of figures that differ or failed."""
+    def say(line):
+        print(line, file=out, flush=True)
     workdir = Path(workdir or ROOT / "out" / "docs-check")
     workdir.mkdir(parents=True, exist_ok=True)
     results, bad = {}, 0
@@ -135,27 +137,26 @@ def check(figures: list[Figure], *, everything=False, speed=True, workdir=None,
                "speed row" if fig.speed and not speed else
                "long: --all" if not (fig.quick or everything) else None)
         if why:
-            print(f"skipped ({why})  {fig.name}: doc {shown(fig.documented)}", file=out)
+            say(f"skipped ({why})  {fig.name}: doc {shown(fig.documented)}")
             continue
         if fig.command not in results:
             results[fig.command] = run_command(fig.command, workdir)
             rc, _, secs = results[fig.command]
-            print(f"# {fig.command}  (exit {rc}, {secs:.0f} s)", file=out)
+            say(f"# {fig.command}  (exit {rc}, {secs:.0f} s)")
         rc, text, _ = results[fig.command]
         hit = re.search(fig.read, text, re.MULTILINE)
         if rc != 0 or hit is None:
             bad += 1
             tail = text.strip().splitlines()[-1:] or [""]
-            print(f"FAILED  {fig.name}: " + (f"exit {rc}: {tail[0]}" if rc else
-                                              "its value is not in the output"), file=out)
+            say(f"FAILED  {fig.name}: " + (f"exit {rc}: {tail[0]}" if rc else
+                                            "its value is not in the output"))
             continue
         now = [g or "" for g in hit.groups()]
         if all(agrees(fig, d, n) for d, n in zip(fig.documented, now)):
-            print(f"ok  {fig.name}", file=out)
+            say(f"ok  {fig.name}")
         else:
             bad += 1
-            print(f"DIFFERS  {fig.name}: doc {shown(fig.documented)}, now {shown(now)}",
-                  file=out)
+            say(f"DIFFERS  {fig.name}: doc {shown(fig.documented)}, now {shown(now)}")
     return bad
 
 
