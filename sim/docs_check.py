@@ -153,7 +153,7 @@ def check(figures: list[Figure], *, everything=False, speed=True, workdir=None,
             continue
         now = [g or "" for g in hit.groups()]
         if all(agrees(fig, d, n) for d, n in zip(fig.documented, now)):
-            say(f"ok  {fig.name}")
+            say(f"ok  {fig.name}: {shown(now)}")
         else:
             bad += 1
             say(f"DIFFERS  {fig.name}: doc {shown(fig.documented)}, now {shown(now)}")

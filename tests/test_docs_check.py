@@ -10,7 +10,8 @@ from sim import docs_check as D
 #: The quick deterministic commands CI reruns (tens of seconds in all on a warm cache);
 #: the other quick ones (MiniLM, RTL simulations, training) and every speed row run in
 #: `make docs-check`.
-CI_COMMANDS = ("pamsim cost ", "pamsim fewbit-tables --report", "python -c \"import emu, math;")
+CI_COMMANDS = ("pamsim cost ", "pamsim fewbit-tables --report", "pamsim memory-errors",
+               "python -c \"import emu, math;", "python -c \"import costs.analytic")
 
 
 def test_every_figure_is_located_in_its_doc():
