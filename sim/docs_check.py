@@ -165,12 +165,13 @@ def main(argv=None) -> int:
     p.add_argument("--all", action="store_true", help="also the long figures (hours)")
     p.add_argument("--no-speed", action="store_true", help="skip the timing rows")
     p.add_argument("--doc", action="append", help="only the figures of this doc (repeatable)")
-    p.add_argument("--match", help="only figures whose name contains this text")
+    p.add_argument("--match", action="append",
+                   help="only figures whose name contains this text (repeatable)")
     p.add_argument("--list", action="store_true", help="list the figures and their commands")
     args = p.parse_args(argv)
     figures = [f for f in load()
                if (not args.doc or f.doc in args.doc or Path(f.doc).name in args.doc)
-               and (not args.match or args.match in f.name)]
+               and (not args.match or any(m in f.name for m in args.match))]
     if args.list:
         for f in figures:
             kind = "skip" if f.skip else "speed" if f.speed else "quick" if f.quick else "long"
