@@ -9,7 +9,7 @@ and what kind of figure it is:
 * by default a value agrees when it rounds to the digits the doc prints (half a unit
   of the doc's last digit); ``tol`` an absolute tolerance instead (0: exact), ``rel`` a
   relative band (speed rows: the shared machine's timings move by up to ~40 %); text
-  values compare exactly;
+  values compare exactly (whitespace and "–" for "-" aside);
 * ``quick = true``: the command takes under a minute (``make docs-check`` reruns
   those; ``--all`` the others too);
 * ``speed = true``: a timing (kept out of CI, which runs under unknown load);
