@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.pamsim-installed
 
-.PHONY: run test setup clean gpu-check
+.PHONY: run test setup clean gpu-check docs-check
 
 setup: $(STAMP)
 
@@ -42,6 +42,12 @@ test: $(STAMP)
 		PAMSIM_VECTOR_LANES=8 NUMBA_CACHE_DIR="$(abspath $(VENV))/numba-cache-8-lanes" \
 		PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup tests/test_matmul.py tests/test_matmul_acc.py; \
 	fi
+
+# Rerun the commands behind the figures of docs/ (docs/figures.toml) and compare each
+# with its doc: the quick ones (under a minute each); ARGS=--all adds the long ones
+# (hours), ARGS=--no-speed leaves out the timings.
+docs-check: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m sim.docs_check $(ARGS)
 
 # On a machine with a CUDA GPU where torch and numba-cuda are already installed, with
 # no package index: from this checkout (PYTHONPATH=.), every CUDA test on the device
