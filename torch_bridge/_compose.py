@@ -31,7 +31,7 @@ emu.fold_sum's order, each consumer's separately (as each graph Function's
 call (eps, beta) come in a constants array; structural choices (a weight or not) are
 flags, each a separate plan.
 
-tests/test_fused.py proves kernels and graphs equal bit for bit.
+tests/test_composites.py and tests/test_fused.py prove kernels and graphs equal bit for bit.
 """
 from __future__ import annotations
 

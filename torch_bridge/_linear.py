@@ -68,7 +68,7 @@ def _linear_backward(a, w, dy, rg, dx, dw, rnd, fcq, mode, fcm, need_x, need_w):
 
 
 #: (forward, backward): the one-call kernels of :class:`LinearFunction` (and of
-#: torch_bridge._fused.Recurrence's hidden projections)
+#: torch_bridge._recurrence.Recurrence's hidden projections)
 LINEAR = (njit(cache=True)(_linear_forward), njit(cache=True)(_linear_backward))
 #: the output of a gradient that is not needed
 EMPTY2 = np.zeros((0, 0), np.float32)
