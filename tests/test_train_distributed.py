@@ -97,7 +97,9 @@ def test_train_nproc_2_end_to_end(tmp_path, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "DDP on 2 processes (gloo)" in out and "native float32" in out
-    js = json.loads((tmp_path / "train_digits_mlp_bfloat16.json").read_text())
+    # the name carries every option changed from its default (issue 30)
+    js = json.loads((tmp_path / "train_digits_mlp_bfloat16_epochs-2_max-steps-30_nproc-2.json")
+                    .read_text())
     assert js["nproc"] == 2
     for run in js["runs"]:
         loss = run["step_loss"]
@@ -118,7 +120,8 @@ def test_train_under_torchrun(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("DDP on 2 processes") == 1        # rank 0 alone reports
-    assert json.loads((tmp_path / "train_digits_mlp_bfloat16.json").read_text())["nproc"] == 2
+    js = tmp_path / "train_digits_mlp_bfloat16_epochs-1_max-steps-6.json"
+    assert json.loads(js.read_text())["nproc"] == 2
 
 
 @pytest.mark.parametrize("nproc,msg", [(0, "nproc must be a positive int"),
