@@ -3,7 +3,8 @@
 Number formats as data (:mod:`emu.formats`), rounding (:func:`quantize`), the
 piecewise affine operations of Kosson & Jaggi (PAM multiply, PA division,
 paexp2/palog2/paexp/palog/pasqrt), IEEE addition/multiplication into any format,
-and PAM matmul with a defined accumulation order; OCP MX block formats
+and matmul (``matmul``, with any multiplier; ``pam_matmul``) with a defined
+accumulation order; OCP MX block formats
 (:mod:`emu.mx`: ``mx_quantize``, ``mx_dequantize``, ``mx_pam_matmul``); multipliers as
 data (:mod:`emu.multipliers`: ``multiplier``, ``MULTIPLIERS``, ``mul``).  Each
 operation has one scalar definition on bit patterns (``emu._scalar``) compiled by Numba into CPU kernels,
@@ -16,7 +17,7 @@ from .formats import (FORMATS, Format, bfloat16, float4_e2m1fn, float6_e2m3fn, f
                       float8_e3m4, float8_e4m3, float8_e4m3b11fnuz, float8_e4m3fn,
                       float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, float8_e8m0fnu, float16,
                       float32, format)
-from .matmul import pam_matmul
+from .matmul import matmul, pam_matmul
 from .multipliers import MULTIPLIERS, Multiplier, mul, multiplier
 from .mx import MX_TYPES, mx_dequantize, mx_pam_matmul, mx_quantize
 from .ops import *  # noqa: F403 -- quantize, to_bits, from_bits, one function per registry op
@@ -27,4 +28,5 @@ __all__ = ["FORMATS", "Format", "format", "float32", "bfloat16", "float16", "flo
            "float8_e5m2fnuz", "float8_e4m3", "float8_e4m3fn", "float8_e4m3fnuz",
            "float8_e4m3b11fnuz", "float8_e3m4", "float8_e8m0fnu", "float6_e3m2fn",
            "float6_e2m3fn", "float4_e2m1fn", "MX_TYPES", "mx_quantize", "mx_dequantize",
-           "mx_pam_matmul", *_ops.__all__, "pam_matmul", "fold_sum", "OPS", "Multiplier", "MULTIPLIERS", "multiplier", "mul"]
+           "mx_pam_matmul", *_ops.__all__, "matmul", "pam_matmul", "fold_sum", "OPS", "Multiplier",
+           "MULTIPLIERS", "multiplier", "mul"]

@@ -28,9 +28,10 @@ from numba.extending import register_jitable
 
 from . import _scalar as S
 from . import _scalar_grad as G
+from . import _scalar_mul as SM
 from . import _scalar_mx as X
 from ._kernels_grad import binary_step
-from ._tiles import CLEAN, MASKED, SKIP, tile_mode
+from ._tiles import CLEAN, GENERAL, MASKED, SKIP, tile_mode
 from .registry import ops
 
 SIM = bool(config.ENABLE_CUDASIM)
@@ -339,10 +340,11 @@ def _staged(e, kfast):
 
 
 @register_jitable
-def _offset(a):
-    """c(a): what CLEAN/MASKED add (mod 2^32) to b's pattern to get a ·̂ b."""
+def _offset(a, c32):
+    """c(a): what CLEAN/MASKED add (mod 2^32) to b's pattern to get a ·̂ b, ``c32`` the
+    pattern-sum multiplier's constant (PAM: 0)."""
     a = np.int64(a)
-    return ((a & S.ABS32) - S.ONE32 + (a & S.SIGN32)) & S.M32
+    return ((a & S.ABS32) - S.ONE32 + np.int64(c32) + (a & S.SIGN32)) & S.M32
 
 
 @cuda.jit
@@ -385,7 +387,12 @@ def _make_matmul(f32acc):
     store = _f32_store if f32acc else _fmt_store
 
     @cuda.jit
-    def kernel(A, at, sai, sak, B, bt, sbk, sbj, C, M, N, K, nout, astat, bstat, fc, fca):
+    def kernel(A, at, sai, sak, B, bt, sbk, sbj, C, M, N, K, nout, astat, bstat, fc, fca,
+               mkind, c32, table, mk):
+        # the multiplier (emu/_scalar_mul.py MulParams); one that is not a pattern sum
+        # with one constant takes GENERAL blocks only
+        mp = SM.MulParams(mkind, c32, table, mk)
+        constant = mkind == SM.SUM and mk == 0
         # [kk * TMP + ii]; indexed with np.uint32 so no negative-index wraparound code
         As = cuda.shared.array(AS_SIZE, np.uint32)
         Bs = cuda.shared.array(BS_SIZE, np.uint32)
@@ -418,8 +425,10 @@ def _make_matmul(f32acc):
                 kn = min(TK, K - k0)
                 sa = (bo * nbi + bi) * nkt + kt
                 sb = (bo * nbj + bj) * nkt + kt
-                mode = tile_mode(astat[sa, 0], astat[sa, 1], astat[sa, 2],
-                                  bstat[sb, 0], bstat[sb, 1], bstat[sb, 2], fc)
+                mode = GENERAL
+                if constant:
+                    mode = tile_mode(astat[sa, 0], astat[sa, 1], astat[sa, 2],
+                                     bstat[sb, 0], bstat[sb, 1], bstat[sb, 2], fc, c32)
                 if not f32acc and mode == SKIP:
                     mode = MASKED
                 cuda.syncthreads()              # the previous tile's reads are done
@@ -431,7 +440,7 @@ def _make_matmul(f32acc):
                         if i0 + ii < M and kk < kn:
                             v = S.operand(A[abase + (i0 + ii) * sai + (k0 + kk) * sak], fc)
                             if f32acc and mode == CLEAN:
-                                v = _offset(v)
+                                v = _offset(v, c32)
                         As[np.uint32(kk * TMP + ii)] = v
                     for q in range(TN * TK // TPB):
                         e = tid + q * TPB
@@ -450,7 +459,7 @@ def _make_matmul(f32acc):
                         av[r] = np.int64(As[ka + np.uint32(r * (TM // R))])
                     for c in range(R):
                         bv[c] = np.int64(Bs[kb + np.uint32(c * (TN // R))])
-                    step(acc, av, bv, mode, fc, fca)
+                    step(acc, av, bv, mode, fc, fca, mp)
             for r in range(R):
                 i = i0 + ty + r * (TM // R)
                 for c in range(R):
@@ -461,8 +470,9 @@ def _make_matmul(f32acc):
 
 
 @register_jitable
-def _f32_step(acc, av, bv, mode, fc, fca):
-    """acc[r, c] += a_r ·̂ b_c in float32 for one k (av holds c(a) in CLEAN mode)."""
+def _f32_step(acc, av, bv, mode, fc, fca, mp):
+    """acc[r, c] += a_r ·̂ b_c in float32 for one k (av holds c(a) in CLEAN mode); GENERAL
+    blocks take SM.product (for ``exact`` the fused step)."""
     if mode == CLEAN:
         for r in range(R):
             for c in range(R):
@@ -470,7 +480,7 @@ def _f32_step(acc, av, bv, mode, fc, fca):
     elif mode == MASKED:
         for r in range(R):
             za = (av[r] & S.ABS32) < fc.minnorm32
-            ca = _offset(av[r])
+            ca = _offset(av[r], mp.c32)
             for c in range(R):
                 p = as_f32(bv[c] + ca)
                 if za or (bv[c] & S.ABS32) < fc.minnorm32:
@@ -479,7 +489,10 @@ def _f32_step(acc, av, bv, mode, fc, fca):
     else:
         for r in range(R):
             for c in range(R):
-                acc[r, c] = f32_add(acc[r, c], as_f32(S.pam_mul(av[r], bv[c], fc)))
+                if mp.kind == SM.EXACT:
+                    acc[r, c] = as_f32(S.fp_fma(f32_bits(acc[r, c]), av[r], bv[c], fca))
+                else:
+                    acc[r, c] = f32_add(acc[r, c], as_f32(SM.product(av[r], bv[c], fc, mp)))
 
 
 @register_jitable
@@ -502,14 +515,18 @@ def narrow_add(x, y, fca):
 
 
 @register_jitable
-def _fmt_step(acc, av, bv, mode, fc, fca):
-    """acc[r, c] <- RNE_acc(acc[r, c] + a_r ·̂ b_c) in the accumulator format, for one k."""
+def _fmt_step(acc, av, bv, mode, fc, fca, mp):
+    """acc[r, c] <- RNE_acc(acc[r, c] + a_r ·̂ b_c) in the accumulator format, for one k
+    (``exact``: the fused step)."""
     for r in range(R):
         for c in range(R):
             if mode == CLEAN:                   # normal operands and products
-                p = (av[r] + bv[c] - S.ONE32) & S.M32
+                p = (av[r] + bv[c] - S.ONE32 + mp.c32) & S.M32
+            elif mp.kind == SM.EXACT:
+                acc[r, c] = S.fp_fma(acc[r, c], av[r], bv[c], fca)
+                continue
             else:
-                p = S.pam_mul(av[r], bv[c], fc)
+                p = SM.product(av[r], bv[c], fc, mp)
             if fca.man_bits <= 21:
                 acc[r, c] = narrow_add(acc[r, c], p, fca)
             else:
@@ -595,7 +612,7 @@ def signatures():
     sigs.append(("operand_stats", operand_stats, (u32, terms, i64, i64, i64, i64, i64,
                                                   stats, fc)))
     mm = (u32, terms, i64, i64, u32, terms, i64, i64, u32, i64, i64, i64, i64, stats, stats,
-          fc, fc)
+          fc, fc, i64, i64, vec("int64"), i64)
     sigs += [("matmul_f32acc", matmul_f32acc, mm), ("matmul_fmtacc", matmul_fmtacc, mm)]
     sigs += [(f"grad_{name}", k, (u32, u32, u32, fc)) for name, k in GRAD_UNARY.items()]
     sigs += [(f"grad_{name}", k, (u32, u32, u32, u32, u32, fc))

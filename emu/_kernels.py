@@ -16,6 +16,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic, register_jitable
 
 from . import _scalar as S
+from . import _scalar_mul as SM
 from ._numba_cache import drop_stale, njit_variant
 from .registry import ops
 from ._tiles import CLEAN, GENERAL, MASKED, task_index, tile_mode
@@ -428,9 +429,9 @@ def matmul_prepare_a(A, fc):
 
 
 @njit(parallel=True, cache=True)
-def matmul_prepare_b(B, fc):
+def matmul_prepare_b(B, fc, c32):
     """B (nB, K, N) patterns: the packed panels Bp[., p, k, :] = B[., k, p*PW:(p+1)*PW]
-    - ONE32 (mod 2^32, zero padded), their lane masks Bm (bit set where b is normal;
+    - ONE32 + c32 (mod 2^32, zero padded; c32 the multiplier's constant), their lane masks Bm (bit set where b is normal;
     filled only for k groups that hold zeros, the only ones a kernel reads), and the
     statistics per (column block of NB, k group)."""
     nbt, K, N = B.shape
@@ -450,6 +451,7 @@ def matmul_prepare_b(B, fc):
             st[bb, jb, g, 0], st[bb, jb, g, 1], st[bb, jb, g, 2] = mn, mx, z
     Bp = np.zeros((nbt, npan, K, PW), np.int32)
     Bm = np.zeros((nbt, npan, K, NV), MT)
+    one = S.ONE32 - np.int64(c32)
     for t in prange(nbt * K):
         bb = t // K
         k = t % K
@@ -459,7 +461,7 @@ def matmul_prepare_b(B, fc):
             j0 = p * PW
             out = Bp[bb, p, k]
             for j in range(min(PW, N - j0)):
-                out[j] = np.int32(np.uint32((np.int64(b_row[j0 + j]) - S.ONE32) & S.M32))
+                out[j] = np.int32(np.uint32((np.int64(b_row[j0 + j]) - one) & S.M32))
             if zeros[j0 // NB]:
                 for j in range(min(PW, N - j0)):
                     if (b_row[j0 + j] & np.int32(S.ABS32)) >= np.int32(fc.minnorm32):
@@ -510,12 +512,13 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0):
     # never taken for this one
     @njit_variant(f"sh={sh} sticky={sticky} emin={emin} negzero={negzero} lanes={W}",
                   parallel=True)
-    def kernel(A, Am, sta, Bp, Bm, stb, ia, ib, C, fc):
-        """PAM matmul with float32 (or SCALED) accumulation.
+    def kernel(A, Am, sta, Bp, Bm, stb, ia, ib, C, fc, c32):
+        """The matmul by the pattern-sum multiplier of constant ``c32`` (PAM: 0) with
+        float32 (or SCALED) accumulation.
 
         A: (nA, Mq, K) int32 patterns of format values, rows padded to Mq, a multiple
-        of QR; the rest from matmul_prepare_a/_b; C: (nout, M, N) float32; ia/ib map
-        each output batch to its A and B batch.
+        of QR; the rest from matmul_prepare_a/_b (with the same c32); C: (nout, M, N)
+        float32; ia/ib map each output batch to its A and B batch.
         """
         nout, M, N = C.shape
         K = A.shape[2]
@@ -524,6 +527,7 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0):
         npan = Bp.shape[1]
         qt = MB // QR                       # row blocks per task
         pt = NB // PW                       # panels per task
+        one = S.ONE32 - np.int64(c32)       # Bp + one is b
         nti = (nq + qt - 1) // qt
         ntj = (npan + pt - 1) // pt
         for t in prange(nout * nti * ntj):
@@ -540,7 +544,7 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0):
                 for g in range(ng):
                     sa = sta[ba, q0 + q, g]
                     sb = stb[bb, bj, g]
-                    m = tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc)
+                    m = tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc, c32)
                     if m == MASKED:
                         m = _MASK_AB if sa[2] and sb[2] else (_MASK_A if sa[2] else _MASK_B)
                     modes[q, g] = m
@@ -580,9 +584,9 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0):
                                     for k in range(ka, ka + nk):
                                         b_row = Bp[bb, p0 + p, k]
                                         for j in range(PW):
-                                            b = (np.int64(b_row[j]) + S.ONE32) & S.M32
+                                            b = (np.int64(b_row[j]) + one) & S.M32
                                             acc_row[j] = add_rnd(acc_row[j], as_f32(np.int32(
-                                                np.uint32(S.pam_mul(a_row[k], b, fc)))))
+                                                np.uint32(S.pam_sum(a_row[k], b, fc, c32)))))
                             g = g1
             for p in range(npl):
                 for q in range(nql):
@@ -600,9 +604,10 @@ matmul_f32acc = matmul_blocked(0)
 
 
 @njit(parallel=True, cache=True)
-def matmul_fmtacc(A, B, ia, ib, C, fc, fca):
-    """PAM matmul accumulating in the format ``fca``: every step is one correctly
-    rounded fp_add.  A, B, C: int32 patterns; C holds the canonical NaN."""
+def matmul_fmtacc(A, B, ia, ib, C, fc, fca, mp):
+    """The matmul by any multiplier ``mp`` (emu/_scalar_mul.py's MulParams) accumulating
+    in the format ``fca`` (float32 included): every step is one SM.mac, the product
+    added and rounded once.  A, B, C: int32 patterns; C holds the canonical NaN."""
     nout = C.shape[0]
     M = A.shape[1]
     K = A.shape[2]
@@ -618,6 +623,6 @@ def matmul_fmtacc(A, B, ia, ib, C, fc, fca):
             # sum that rounds to zero), and -0 + +0 = +0
             a = np.int64(A[ba, i, k])
             for j in range(N):
-                acc[j] = S.fp_add(acc[j], S.pam_mul(a, B[bb, k, j], fc), fca)
+                acc[j] = SM.mac(acc[j], a, B[bb, k, j], fc, fca, mp)
         for j in range(N):
             C[bo, i, j] = np.int32(np.uint32(acc[j]))

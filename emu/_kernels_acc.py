@@ -123,7 +123,6 @@ _SIGN = np.int32(-0x80000000)
 _ABS = np.int32(S.ABS32)
 _INF = np.int32(S.INF32)
 _QNAN = np.int32(S.QNAN32)
-_ONE = np.int32(S.ONE32)
 
 
 def fast_path(acc) -> bool:
@@ -277,22 +276,22 @@ def _make(sticky, e8, f16=False):
     # Each loop: for k in [k0, k0 + nk), for each of the QR rows, acc[r, :jw] <- step(
     # acc[r, :jw], a[r, k] ·̂ B[k, j0:j0 + jw]); the long column loop vectorises.
     @register_jitable
-    def run_clean(acc, A, B, i0, j0, jw, k0, nk, ac):
+    def run_clean(acc, A, B, i0, j0, jw, k0, nk, one, ac):
         for k in range(k0, k0 + nk):
             brow = B[k, j0:j0 + jw]       # indexed from 0: no wraparound code
             for r in range(QR):
-                am = np.int32(A[i0 + r, k] - _ONE)      # a ·̂ b = (a - ONE32) + b mod 2^32
+                am = np.int32(A[i0 + r, k] - one)   # a ·̂ b = (a - ONE32 + c32) + b mod 2^32
                 ar = acc[r]
                 for j in range(jw):
                     ar[j] = step_finite(ar[j], np.int32(am + brow[j]), ac)
 
     @register_jitable
-    def run_zeros(acc, A, B, i0, j0, jw, k0, nk, fmn, ac):
+    def run_zeros(acc, A, B, i0, j0, jw, k0, nk, fmn, one, ac):
         for k in range(k0, k0 + nk):
             brow = B[k, j0:j0 + jw]       # indexed from 0: no wraparound code
             for r in range(QR):
                 av = A[i0 + r, k]
-                am = np.int32(av - _ONE)
+                am = np.int32(av - one)
                 za = (av & _ABS) < fmn
                 ar = acc[r]
                 for j in range(jw):
@@ -302,20 +301,21 @@ def _make(sticky, e8, f16=False):
                     ar[j] = step_finite(ar[j], y, ac)
 
     @register_jitable
-    def run_general(acc, A, B, i0, j0, jw, k0, nk, fmn, fmx, fovf, ac):
+    def run_general(acc, A, B, i0, j0, jw, k0, nk, fmn, fmx, fovf, c32, ac):
         for k in range(k0, k0 + nk):
             brow = B[k, j0:j0 + jw]       # indexed from 0: no wraparound code
             for r in range(QR):
                 av = np.int64(A[i0 + r, k])
                 ar = acc[r]
                 for j in range(jw):
-                    ar[j] = step(ar[j], _pam(av, np.int64(brow[j]), fmn, fmx, fovf), ac)
+                    ar[j] = step(ar[j], _pam(av, np.int64(brow[j]), fmn, fmx, fovf, c32), ac)
 
     @njit_variant(f"sticky={sticky} e8={e8} f16={f16} qr={QR}", parallel=True)  # as _kernels
-    def kernel(A, sta, B, stb, ia, ib, C, fc, ac):
+    def kernel(A, sta, B, stb, ia, ib, C, fc, ac, c32):
         """C (nout, M, N) int32 patterns from A (nA, Mq, K) patterns (rows padded to a
         multiple of QR), B (nB, K, N) patterns and the statistics of
-        K.matmul_prepare_a/_b (per QR rows / NB columns, and KG k)."""
+        K.matmul_prepare_a/_b (per QR rows / NB columns, and KG k); ``c32``: the
+        pattern-sum multiplier's constant (PAM: 0)."""
         nout, M, N = C.shape
         Kd = A.shape[2]
         nq = A.shape[1] // QR
@@ -326,6 +326,7 @@ def _make(sticky, e8, f16=False):
         fmn = np.int32(fc.minnorm32)
         fmx = np.int64(fc.max32)
         fovf = np.int64(fc.ovf32)
+        one = np.int32(np.uint32((S.ONE32 - np.int64(c32)) & S.M32))
         for t in prange(nout * nti * ntj):
             bo, bi, bj = task_index(t, nti, ntj)
             ba = ia[bo]
@@ -342,23 +343,25 @@ def _make(sticky, e8, f16=False):
                     while g < ng:
                         sa = sta[ba, q, g]
                         sb = stb[bb, bj, g]
-                        m = tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc)
+                        m = tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc, c32)
                         # a run of groups in the same mode is one loop
                         g1 = g + 1
                         while g1 < ng:
                             sa = sta[ba, q, g1]
                             sb = stb[bb, bj, g1]
-                            if tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc) != m:
+                            if tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc,
+                                         c32) != m:
                                 break
                             g1 += 1
                         k0 = g * KG
                         nk = min(Kd, g1 * KG) - k0
                         if m == CLEAN:
-                            run_clean(acc, Ab, Bb, i0, j0, jw, k0, nk, ac)
+                            run_clean(acc, Ab, Bb, i0, j0, jw, k0, nk, one, ac)
                         elif m == GENERAL:
-                            run_general(acc, Ab, Bb, i0, j0, jw, k0, nk, fmn, fmx, fovf, ac)
+                            run_general(acc, Ab, Bb, i0, j0, jw, k0, nk, fmn, fmx, fovf, c32,
+                                        ac)
                         else:
-                            run_zeros(acc, Ab, Bb, i0, j0, jw, k0, nk, fmn, ac)
+                            run_zeros(acc, Ab, Bb, i0, j0, jw, k0, nk, fmn, one, ac)
                         g = g1
                     for r in range(min(QR, M - i0)):
                         for j in range(jw):     # the F16 step leaves x86's NaN
@@ -370,14 +373,14 @@ def _make(sticky, e8, f16=False):
 
 
 @register_jitable
-def _pam(a, b, mn, mx, ovf):
-    """S.pam_mul without branches (so the column loop vectorises); int64 patterns of
-    fmt values, mn/mx/ovf fmt's minnorm32/max32/ovf32.  Same cases in the same order:
-    NaN, inf (times zero: NaN), zero/subnormal (DAZ), flush, overflow."""
+def _pam(a, b, mn, mx, ovf, c32):
+    """S.pam_sum without branches (so the column loop vectorises); int64 patterns of
+    fmt values, mn/mx/ovf fmt's minnorm32/max32/ovf32, c32 the constant.  Same cases
+    in the same order: NaN, inf (times zero: NaN), zero/subnormal (DAZ), flush, overflow."""
     s = (a ^ b) & S.SIGN32
     ua = a & S.ABS32
     ub = b & S.ABS32
-    r = ua + ub - S.ONE32
+    r = ua + ub - S.ONE32 + c32
     res = s | r
     res = (s | ovf) if r > mx else res
     zero = ua < mn or ub < mn
@@ -412,10 +415,11 @@ def is_binary16(fca) -> bool:
     return (fca.exp_bits, fca.man_bits, fca.emin, fca.nan_kind) == (5, 10, -14, S.NAN_IEEE)
 
 
-def scaled_ok(A, sta, B, stb, fc, fca) -> bool:
+def scaled_ok(A, sta, B, stb, fc, fca, c32=0) -> bool:
     """Whether every SCALED step is exact (module docstring): from the statistics, no
     inf/NaN operand and every product of normal operands normal in fmt and at least
-    2^(emin_acc + p_acc - 1); and the sums bounded (_bounded)."""
+    2^(emin_acc + p_acc - 1); and the sums bounded (_bounded).  ``c32``: the
+    pattern-sum multiplier's constant (PAM: 0)."""
     if sta.size == 0 or stb.size == 0:
         return False
     amn, amx = int(sta[..., 0].min()), int(sta[..., 1].max())
@@ -425,28 +429,32 @@ def scaled_ok(A, sta, B, stb, fc, fca) -> bool:
     if amn > fc.max32 or bmn > fc.max32:      # no normal operand: every product is ±0
         return True
     p = fca.man_bits + 1
-    if (amn + bmn - S.ONE32 < max(fc.minnorm32, (fca.emin + p - 1 + 127) << 23)
-            or amx + bmx - S.ONE32 > fc.max32):
+    one = S.ONE32 - c32
+    if (amn + bmn - one < max(fc.minnorm32, (fca.emin + p - 1 + 127) << 23)
+            or amx + bmx - one > fc.max32):
         return False
-    return _bounded(A, B, fca)
+    return _bounded(A, B, fca, c32)
 
 
-def clamped_ok(A, sta, B, stb, fc, fca) -> bool:
+def clamped_ok(A, sta, B, stb, fc, fca, c32=0) -> bool:
     """Whether every CLAMPED step is exact (module docstring): every block CLEAN and the
     sums bounded (_bounded)."""
-    return clean_ok(sta, stb, fc) and _bounded(A, B, fca)
+    return clean_ok(sta, stb, fc, c32) and _bounded(A, B, fca, c32)
 
 
-def _bounded(A, B, fca) -> bool:
+def _bounded(A, B, fca, c32=0) -> bool:
     """Whether every sum of finite operands is below half of both acc's max and
-    2^(127 - sh): |x_k| <= (1 + 2^-p_acc)^K · sum_k |a_ik| |b_kj| (each step rounds
-    |x + y| up by at most that factor, and |a ·̂ b| <= |a b|: PAM's error is <= 0),
-    bounded by max_i sum_k |a_ik| · max |b| and max |a| · max_j sum_k |b_kj|."""
+    2^(127 - sh): |x_k| <= (1 + 2^-p_acc)^K · sum_k |a_ik| |b_kj| · 2^ceil(c32⁺ / 2^23)
+    (each step rounds |x + y| up by at most that factor; PAM's error is <= 0, and a
+    positive constant adds at most one binade per 2^23 pattern units), bounded with
+    max_i sum_k |a_ik| · max |b| and max |a| · max_j sum_k |b_kj|."""
     a_rows, a_max, b_cols, b_max = _abs_sums(A, B)
     top = min(a_rows * b_max, a_max * b_cols)
     lim = min(float(np.int32(fca.max32).view(np.float32)), 2.0 ** (127 - (23 - fca.man_bits)))
     k = A.shape[2]
-    return math.log2(top) + k * math.log2(1 + 2.0 ** -(fca.man_bits + 1)) < math.log2(lim) - 1
+    grow = -(-max(int(c32), 0) >> 23)
+    return (math.log2(top) + grow + k * math.log2(1 + 2.0 ** -(fca.man_bits + 1))
+            < math.log2(lim) - 1)
 
 
 @njit(parallel=True, cache=True)
@@ -478,16 +486,17 @@ def _abs_sums(A, B):
     return ra.max(), ma.max(), cb.max(), mb.max()
 
 
-def clean_ok(sta, stb, fc) -> bool:
+def clean_ok(sta, stb, fc, c32=0) -> bool:
     """Whether every block is CLEAN (emu/_tiles.py), from the statistics: no zero,
     subnormal, inf or NaN operand, and no product flushes or overflows."""
     if sta.size == 0 or stb.size == 0 or sta[..., 2].any() or stb[..., 2].any():
         return False
-    return (int(sta[..., 1].max()) + int(stb[..., 1].max()) - S.ONE32 <= fc.max32
-            and int(sta[..., 0].min()) + int(stb[..., 0].min()) - S.ONE32 >= fc.minnorm32)
+    one = S.ONE32 - int(c32)
+    return (int(sta[..., 1].max()) + int(stb[..., 1].max()) - one <= fc.max32
+            and int(sta[..., 0].min()) + int(stb[..., 0].min()) - one >= fc.minnorm32)
 
 
-def step_kind(sticky, A, sta, B, stb, fc, fca):
+def step_kind(sticky, A, sta, B, stb, fc, fca, c32=0):
     """The fast step of a PLAIN call: SCALED where scaled_ok (fewest operations), else
     CLAMPED where clamped_ok, else for a binary16 accumulator on a host with F16C F16
     (register-blocked where every block is CLEAN: no ±0 product meets a -0
@@ -495,31 +504,32 @@ def step_kind(sticky, A, sta, B, stb, fc, fca):
     every block is CLEAN and acc is an IEEE-style E = 8 format (its rounding in place)
     or binary16 with F16C, else None."""
     if sticky:
-        if (is_e8(fca) or (HAS_F16C and is_binary16(fca))) and clean_ok(sta, stb, fc):
+        if (is_e8(fca) or (HAS_F16C and is_binary16(fca))) and clean_ok(sta, stb, fc, c32):
             return STICKY_BLOCKED
         return None
-    if scaled_ok(A, sta, B, stb, fc, fca):
+    if scaled_ok(A, sta, B, stb, fc, fca, c32):
         return SCALED
-    if clamped_ok(A, sta, B, stb, fc, fca):
+    if clamped_ok(A, sta, B, stb, fc, fca, c32):
         return CLAMPED
     if HAS_F16C and is_binary16(fca):
-        return F16_BLOCKED if clean_ok(sta, stb, fc) else F16
+        return F16_BLOCKED if clean_ok(sta, stb, fc, c32) else F16
     return None
 
 
-def matmul_narrow(A, Am, sta, B, Bp, Bm, stb, ia, ib, C, fc, fca, sticky, fast=-1):
-    """PAM matmul accumulating in ``fca`` (fast_path(fca)): A, B patterns and the rest
-    from K.matmul_prepare_a/_b, C (nout, M, N) int32; ``sticky`` from needs_sticky,
-    ``fast`` from step_kind unless given (tests force each)."""
+def matmul_narrow(A, Am, sta, B, Bp, Bm, stb, ia, ib, C, fc, fca, sticky, fast=-1, c32=0):
+    """The matmul by the pattern-sum multiplier of constant ``c32`` (PAM: 0)
+    accumulating in ``fca`` (fast_path(fca)): A, B patterns and the rest from
+    K.matmul_prepare_a/_b (with the same c32), C (nout, M, N) int32; ``sticky`` from
+    needs_sticky, ``fast`` from step_kind unless given (tests force each)."""
     if fast == -1:
-        fast = step_kind(sticky, A, sta, B, stb, fc, fca)
+        fast = step_kind(sticky, A, sta, B, stb, fc, fca, c32)
     if fast in (SCALED, CLAMPED, F16_BLOCKED, STICKY_BLOCKED):
         sh = K.F16 if fast == F16_BLOCKED or (fast == STICKY_BLOCKED and is_binary16(fca)) \
             else 23 - fca.man_bits
         key = (sh, fast == STICKY_BLOCKED) + ((fca.emin, fca.negzero32) if fast == CLAMPED else ())
         if key not in _BLOCKED:
             _BLOCKED[key] = K.matmul_blocked(*key)
-        _BLOCKED[key](A, Am, sta, Bp, Bm, stb, ia, ib, C.view(np.float32), fc)
+        _BLOCKED[key](A, Am, sta, Bp, Bm, stb, ia, ib, C.view(np.float32), fc, c32)
     else:
         _KERNELS[StepKind(sticky, is_e8(fca) and fast != F16, fast == F16)](
-            A, sta, B, stb, ia, ib, C, fc, acc_consts(fca))
+            A, sta, B, stb, ia, ib, C, fc, acc_consts(fca), c32)

@@ -10,9 +10,9 @@ from ._numba_cache import drop_stale
 drop_stale(__file__)
 
 
-def _mul(x, y, out, fc, kind, offset, table, k):
+def _mul(x, y, out, fc, mp):
     for i in prange(x.size):
-        out[i] = SM.mul(S.operand(x[i], fc), S.operand(y[i], fc), fc, kind, offset, table, k)
+        out[i] = SM.product(S.operand(x[i], fc), S.operand(y[i], fc), fc, mp)
 
 
 MUL = twins("mul", _mul)

@@ -9,9 +9,10 @@ regions than on the products.  This kernel computes §5's definition directly,
 from +0.0 with float32 additions, vectorised over j.  One (A batch, B batch) pair's
 statistics pick the mode of all its products (emu/_tiles.py, whose argument holds for
 any block, the whole matrix included): CLEAN/MASKED products are the wrapping add
-``a + (b - ONE32)`` (zero/subnormal operands contribute +0.0, or nothing for a zero
+``a + (b - ONE32 + c32)`` (zero/subnormal operands contribute +0.0, or nothing for a zero
 ``a``, exact as the accumulator is never -0.0), SKIP leaves the accumulator at +0.0,
-GENERAL takes S.pam_mul per product.  NaN results are canonical.  The same bits as the
+GENERAL takes S.pam_sum per product.  ``c32`` is the multiplier's constant (PAM: 0;
+emu/_scalar_mul.py): any pattern-sum multiplier with one constant runs here unchanged.  NaN results are canonical.  The same bits as the
 blocked kernel (tests/test_matmul.py runs both).
 """
 import numpy as np
@@ -46,9 +47,10 @@ def _stats(X, fc):
 
 
 @njit(cache=True)
-def matmul_small(A, B, ia, ib, C, fc):
-    """C (nout, M, N) float32 = the PAM matmul of A (nA, M, K) and B (nB, K, N), int32
-    patterns of format values, C-contiguous; ia/ib map output batches to operands'."""
+def matmul_small(A, B, ia, ib, C, fc, c32):
+    """C (nout, M, N) float32 = the matmul of A (nA, M, K) and B (nB, K, N), int32
+    patterns of format values, C-contiguous, by the pattern-sum multiplier of constant
+    ``c32`` (PAM: 0); ia/ib map output batches to operands'."""
     nout, M, N = C.shape
     Kd = A.shape[2]
     sa = _stats(A, fc)
@@ -60,12 +62,13 @@ def matmul_small(A, B, ia, ib, C, fc):
     mn = np.int32(fc.minnorm32)
     for bo in range(nout):
         ba, bb = ia[bo], ib[bo]
-        mode = tile_mode(sa[ba, 0], sa[ba, 1], sa[ba, 2], sb[bb, 0], sb[bb, 1], sb[bb, 2], fc)
+        mode = tile_mode(sa[ba, 0], sa[ba, 1], sa[ba, 2], sb[bb, 0], sb[bb, 1], sb[bb, 2], fc,
+                         c32)
         if mode != GENERAL and mode != SKIP and bb != last:
-            for k in range(Kd):             # b - ONE32 (mod 2^32), and which b are normal
+            for k in range(Kd):     # b - ONE32 + c32 (mod 2^32), and which b are normal
                 for j in range(N):
                     v = B[bb, k, j]
-                    bq[k, j] = np.int32(np.uint32((np.int64(v) - S.ONE32) & S.M32))
+                    bq[k, j] = np.int32(np.uint32((np.int64(v) - S.ONE32 + c32) & S.M32))
                     bz[k, j] = (v & np.int32(S.ABS32)) < mn
             last = bb
         for i in range(M):
@@ -76,7 +79,8 @@ def matmul_small(A, B, ia, ib, C, fc):
                 for k in range(Kd):
                     a = A[ba, i, k]
                     for j in range(N):
-                        acc[j] += as_f32(np.int32(np.uint32(S.pam_mul(a, B[bb, k, j], fc))))
+                        acc[j] += as_f32(np.int32(np.uint32(
+                            S.pam_sum(a, B[bb, k, j], fc, c32))))
             else:
                 for k in range(Kd):
                     a = A[ba, i, k]

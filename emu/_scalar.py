@@ -498,3 +498,61 @@ def fp_mul(a, b, fc, subnormals):
     siga, expa = _unpack(ua)
     sigb, expb = _unpack(ub)
     return round_to_fmt(s >> 31, siga * sigb, expa + expb, fc, RNE, subnormals, False, 0)
+
+
+@register_jitable
+def _align(sig, exp, unit):
+    """sig * 2^exp on the grid of 2^unit: exact if exp >= unit, else truncated with the
+    discarded bits ORed into the last one (a sticky bit)."""
+    if exp >= unit:
+        return sig << (exp - unit)
+    d = unit - exp
+    if d > 62:
+        return np.int64(1)                        # sig != 0, all below the unit
+    low = sig & ((np.int64(1) << d) - 1)
+    return (sig >> d) | (np.int64(1) if low != 0 else np.int64(0))
+
+
+@register_jitable
+def fp_fma(s, a, b, fc):
+    """IEEE 754 fused multiply-add: ``s + a * b`` exact, correctly rounded (RNE) once into
+    the format; float32 patterns (``s`` a value of the format, ``a``, ``b`` any values,
+    subnormals kept).  Zero sums and specials as fp_add of ``s`` and the exact product.
+
+    The two addends (the product has at most 48 significant bits) are placed on one
+    integer grid.  Where they span more than 61 bits, the grid's unit is 61 bits below
+    the larger top and the smaller addend, then wholly below the other's 22nd bit,
+    keeps a sticky bit: at least 38 bits separate the result's top from the unit, so
+    no rounding decision into <= 24 bits changes (docs/semantics.md "Multipliers")."""
+    s = np.int64(s)
+    a = np.int64(a)
+    b = np.int64(b)
+    sp = (a ^ b) & SIGN32
+    us = s & ABS32
+    ua = a & ABS32
+    ub = b & ABS32
+    if us > INF32 or ua > INF32 or ub > INF32:
+        return np.int64(fc.nan32)
+    if ua == INF32 or ub == INF32:
+        if ua == 0 or ub == 0:
+            return np.int64(fc.nan32)             # inf * 0
+        return fp_add(s, sp | INF32, fc)          # inf - inf is NaN there
+    if ua == 0 or ub == 0 or us == INF32:
+        return fp_add(s, sp, fc)                  # a zero product, or s infinite
+    sa_, ea = _unpack(ua)
+    sb_, eb = _unpack(ub)
+    sx, ex = sa_ * sb_, ea + eb
+    if us == 0:
+        return round_to_fmt(sp >> 31, sx, ex, fc, RNE, True, False, 0)
+    sy, ey = _unpack(us)
+    top = max(ex + bitlen(sx), ey + bitlen(sy))
+    unit = max(min(ex, ey), top - 61)
+    vx = _align(sx, ex, unit)
+    vy = _align(sy, ey, unit)
+    if sp == (s & SIGN32):
+        return round_to_fmt(sp >> 31, vx + vy, unit, fc, RNE, True, False, 0)
+    if vx == vy:
+        return np.int64(0)                        # exact cancellation: +0 under RNE
+    if vx > vy:
+        return round_to_fmt(sp >> 31, vx - vy, unit, fc, RNE, True, False, 0)
+    return round_to_fmt((s >> 31) & 1, vy - vx, unit, fc, RNE, True, False, 0)

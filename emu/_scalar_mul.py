@@ -1,69 +1,60 @@
-"""Scalar definitions of the multipliers (docs/semantics.md "Multipliers"), one per kind.
+"""Scalar definitions of the multipliers (docs/semantics.md "Multipliers").
 
 Like emu/_scalar.py: ``register_jitable``, integer-only, on float32 patterns of format
-values held in int64.  The pattern-sum kinds (``pam``, ``lmul``, ``cpam``) are
-``S.pam_sum`` with their constant; ``exact`` and ``float`` are ``S.fp_mul`` with and
-without subnormals.  :func:`mul` picks one by the kind code of emu/multipliers.py.
+values held in int64.  A multiplier reaches a kernel as :class:`MulParams`
+(``emu.Multiplier.params(fmt)``), which has one of three kinds:
+
+* ``SUM``: a pattern sum, ``S.pam_sum`` with the constant ``c32`` plus, with ``k`` > 0,
+  the correction ``table[i * 2^k + j]`` (``i``, ``j`` the top ``k`` mantissa bits of the
+  operands), both in float32-pattern units: PAM, L-Mul, their offsets, corrected PAM;
+* ``EXACT``: ``S.fp_mul`` with subnormals (``emu.mul``); in a matmul the step is the fused
+  ``S.fp_fma`` into the accumulator;
+* ``FLOAT``: ``S.fp_mul`` without subnormals, the RTL float MAC's product.
 """
+from typing import NamedTuple
+
 import numpy as np
 from numba.extending import register_jitable
 
 from . import _scalar as S
 
-# kind codes (emu.multipliers.KINDS is in this order)
-PAM = 0
-LMUL = 1
-CPAM = 2
-EXACT = 3
-FLOAT = 4
+SUM = 0
+EXACT = 1
+FLOAT = 2
+
+
+class MulParams(NamedTuple):
+    """A multiplier in one format, as the kernels take it."""
+    kind: int               # SUM, EXACT or FLOAT
+    c32: int                # SUM: the constant of the pattern sum, float32-pattern units
+    table: np.ndarray       # SUM with k > 0: 4^k corrections (int64, float32-pattern units)
+    k: int                  # SUM: the mantissa bits per operand that index the table
 
 
 @register_jitable
-def ulp32(fc):
-    """One unit in the last place of the format's mantissa, in float32-pattern units."""
-    return np.int64(1) << (23 - fc.man_bits)
+def constant(a, b, mp):
+    """The pattern sum's constant for the operands ``a``, ``b`` (kind SUM)."""
+    if mp.k == 0:
+        return np.int64(mp.c32)
+    mask = (np.int64(1) << mp.k) - 1
+    i = (np.int64(a) >> (23 - mp.k)) & mask
+    j = (np.int64(b) >> (23 - mp.k)) & mask
+    return np.int64(mp.c32) + mp.table[(i << mp.k) | j]
 
 
 @register_jitable
-def lmul_level(man_bits):
-    """L-Mul's l(M): M for M <= 3, 3 for M = 4, 4 for M > 4 (Luo & Sun, 2024)."""
-    if man_bits <= 3:
-        return man_bits
-    if man_bits == 4:
-        return 3
-    return 4
+def product(a, b, fc, mp):
+    """The product of the multiplier ``mp`` in the format ``fc``."""
+    if mp.kind == SUM:
+        return S.pam_sum(a, b, fc, constant(a, b, mp))
+    return S.fp_mul(a, b, fc, mp.kind == EXACT)
 
 
 @register_jitable
-def pam_offset(a, b, fc, offset):
-    """PAM plus ``offset`` ULPs of the format in the pattern sum."""
-    return S.pam_sum(a, b, fc, np.int64(offset) * ulp32(fc))
-
-
-@register_jitable
-def lmul(a, b, fc, offset):
-    """L-Mul: PAM plus 2^-l(M) in the mantissa field, plus ``offset`` ULPs."""
-    lm = np.int64(1) << (23 - lmul_level(fc.man_bits))
-    return S.pam_sum(a, b, fc, lm + np.int64(offset) * ulp32(fc))
-
-
-@register_jitable
-def cpam(a, b, fc, table, k):
-    """Corrected PAM: ``table[i * 2^k + j]`` ULPs added to the pattern sum, ``i`` and ``j``
-    the top ``k`` mantissa bits of ``a`` and ``b``."""
-    mask = (np.int64(1) << k) - 1
-    i = (np.int64(a) >> (23 - k)) & mask
-    j = (np.int64(b) >> (23 - k)) & mask
-    return S.pam_sum(a, b, fc, np.int64(table[(i << k) | j]) * ulp32(fc))
-
-
-@register_jitable
-def mul(a, b, fc, kind, offset, table, k):
-    """The product of the multiplier ``(kind, offset, table, k)`` (emu.Multiplier.params)."""
-    if kind == PAM:
-        return pam_offset(a, b, fc, offset)
-    if kind == LMUL:
-        return lmul(a, b, fc, offset)
-    if kind == CPAM:
-        return cpam(a, b, fc, table, k)
-    return S.fp_mul(a, b, fc, kind == EXACT)
+def mac(s, a, b, fc, fca, mp):
+    """One step of a matmul (docs/semantics.md §5 and "Multipliers"): the accumulator
+    value ``s`` plus the product, rounded once into ``fca``; for EXACT the exact product
+    (a fused multiply-add)."""
+    if mp.kind == EXACT:
+        return S.fp_fma(s, a, b, fca)
+    return S.fp_add(s, product(a, b, fc, mp), fca)

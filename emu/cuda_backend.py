@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from . import _scalar_mul as SM
 from .device import DeviceCall, c_contiguous, flat_view, is_device_array, is_scalar, swap
 from .formats import float32
 from .shapes import batch_index, contract_layout, matmul_grad_shapes, matmul_shapes
@@ -116,8 +117,8 @@ class CudaBackend(DeviceCall):
                         plan.inner)
             return res
 
-    def matmul(self, plan, a, b, fmt, acc):
-        """emu.pam_matmul on the device (emu/matmul.py has the definition)."""
+    def matmul(self, plan, a, b, fmt, acc, mp=None):
+        """emu.matmul on the device (emu/matmul.py has the definition)."""
         K_ = self.K
         with self.device():
             if a.dtype != np.float32:
@@ -151,9 +152,12 @@ class CudaBackend(DeviceCall):
             self.launch(K_.operand_stats, nout * nbj * nkt, bspan, bt, bst[-1], bst[-2], n, k,
                         nout, bstat, fc)
             kernel = K_.matmul_f32acc if acc == float32 else K_.matmul_fmtacc
+            mkind, c32, table, mk = (SM.SUM, 0, _NO_TABLE, 0) if mp is None else mp
             self.launch(kernel, nout * nbi * nbj, aspan, at, ast[-2], ast[-1], bspan, bt,
                         bst[-2], bst[-1], flat_view(out, nout * m * n), m, n, k, nout, astat,
-                        bstat, fc, acc.consts, block=(K_.TN // K_.R, K_.TM // K_.R))
+                        bstat, fc, acc.consts, int(mkind), int(c32),
+                        self.upload(np.ascontiguousarray(table, np.int64)), int(mk),
+                        block=(K_.TN // K_.R, K_.TM // K_.R))
             return res
 
     # -- the E8M0 scale type and MX blocks (emu/mx.py) ------------------------------------
@@ -252,6 +256,9 @@ class CudaBackend(DeviceCall):
         _, out = self.empty((max(n, 1),), np.uint32)
         self.launch(self.K.quantize, n, flat_view(x, n), out, fc, self.K.S.RNE, True, False, 0)
         return out
+
+
+_NO_TABLE = np.zeros(1, np.int64)
 
 
 def _flat_u8(x):

@@ -17,6 +17,7 @@ from . import _kernels_mx as KM
 from . import _kernels_reduce as KR
 from . import _kernels_small as KS
 from . import _scalar as S
+from . import _scalar_mul as SM
 from . import sizes
 from .formats import float32
 from .shapes import batch_index
@@ -148,8 +149,10 @@ class HostBackend:
         res = host_fold(x, plan)
         return res[()] if plan.out == () else res
 
-    def matmul(self, plan, a, b, fmt, acc):
-        """emu.pam_matmul (emu/matmul.py has the definition) of float32 operands."""
+    def matmul(self, plan, a, b, fmt, acc, mp=None):
+        """emu.matmul (emu/matmul.py has the definition) of float32 operands by the
+        multiplier ``mp`` (emu/_scalar_mul.py's MulParams in fmt; None: PAM).  A pattern
+        sum with one constant takes the fast kernels, any other the fold of SM.mac."""
         batch, (m, k, n) = plan.batch, plan.mkn
         if plan.squeeze_a:
             a = a[None, :]
@@ -165,23 +168,30 @@ class HostBackend:
         ia = batch_index(a.shape[:-2], batch)
         ib = batch_index(b.shape[:-2], batch)
         c = c.reshape(nout, m, n)
+        if mp is not None and not (mp.kind == SM.SUM and mp.k == 0):
+            K.matmul_fmtacc(a3, b3, ia, ib, c.view(np.int32), fmt.consts, acc.consts, mp)
+            return c.reshape(plan.out)
+        c32 = 0 if mp is None else int(mp.c32)
         if acc == float32 and nout * m * n * k <= sizes.SMALL:
-            KS.matmul_small(a3, b3, ia, ib, c, fmt.consts)
+            KS.matmul_small(a3, b3, ia, ib, c, fmt.consts, c32)
             return c.reshape(plan.out)
         if acc == float32 or KA.fast_path(acc):
-            # narrow: the sticky test reads the unpadded operands
-            sticky = acc != float32 and KA.needs_sticky(a3, b3, fmt.consts, acc.consts)
+            # narrow: the sticky test reads the unpadded operands; the constant's low
+            # bits enter every product's pattern
+            sticky = acc != float32 and KA.needs_sticky(a3, b3, fmt.consts, acc.consts,
+                                                        abs(c32) & 0x7FFFFF)
             if m % K.QR:        # whole row blocks for the micro-kernel; extra rows are dropped
                 a3 = np.concatenate([a3, np.zeros((a3.shape[0], -m % K.QR, k), np.int32)], 1)
             am, sta = K.matmul_prepare_a(a3, fmt.consts)
-            bp, bm, stb = K.matmul_prepare_b(b3, fmt.consts)
+            bp, bm, stb = K.matmul_prepare_b(b3, fmt.consts, c32)
             if acc == float32:
-                K.matmul_f32acc(a3, am, sta, bp, bm, stb, ia, ib, c, fmt.consts)
+                K.matmul_f32acc(a3, am, sta, bp, bm, stb, ia, ib, c, fmt.consts, c32)
             else:
                 KA.matmul_narrow(a3, am, sta, b3, bp, bm, stb, ia, ib, c.view(np.int32),
-                                 fmt.consts, acc.consts, sticky)
+                                 fmt.consts, acc.consts, sticky, c32=c32)
         else:
-            K.matmul_fmtacc(a3, b3, ia, ib, c.view(np.int32), fmt.consts, acc.consts)
+            K.matmul_fmtacc(a3, b3, ia, ib, c.view(np.int32), fmt.consts, acc.consts,
+                            SM.MulParams(SM.SUM, c32, _NO_TABLE, 0))
         return c.reshape(plan.out)
 
     # -- the E8M0 scale type and MX blocks (emu/mx.py) --------------------------------
@@ -239,6 +249,8 @@ def host_fold(x: np.ndarray, plan) -> np.ndarray:
         KR.FOLD_SUM[par and plan.outer > 1](x3, out)
     return out.reshape(plan.out)
 
+
+_NO_TABLE = np.zeros(1, np.int64)
 
 #: the one CPU backend (it has no state)
 HOST = HostBackend()

@@ -1,9 +1,11 @@
-"""PAM matrix multiplication with a defined accumulation order (docs/semantics.md).
+"""Matrix multiplication with a defined accumulation order and a multiplier as data
+(docs/semantics.md §5 and "Multipliers").
 
 ``C[..., i, j]`` is the fold over k = 0, 1, ..., K-1 *in increasing order*, from
-+0.0, of ``acc <- acc ⊕ pam_mul(A[..., i, k], B[..., k, j])`` where ⊕ is IEEE
++0.0, of ``acc <- acc ⊕ mul(A[..., i, k], B[..., k, j])`` where ⊕ is IEEE
 binary32 addition (``acc=float32``, numpy float32 ``+``) or the correctly rounded
-sum in a narrower accumulator format.  This is the order the RTL MAC implements,
+sum in a narrower accumulator format; with ``mul="exact"`` each step is one fused
+multiply-add, ``RN_acc(acc + a·b)``.  This is the order the RTL MAC implements,
 so every implementation agrees bit for bit.  The front end checks the shapes once
 (emu/shapes.py) and hands the plan to the CPU backend (emu/host.py) or, for CUDA
 operands, the CUDA backend, whose tiled kernels (emu/_cuda.py) keep the same order
@@ -18,43 +20,57 @@ from . import sizes
 from .backend import backend_for
 from .formats import Format, format, float32
 from .host import HOST
+from .multipliers import multiplier
 from .shapes import matmul_shapes
 
-__all__ = ["pam_matmul"]
+__all__ = ["matmul", "pam_matmul"]
+
+
+def matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *, mul="pam",
+           stream=None):
+    """Matmul with ``np.matmul``'s shape and broadcasting rules (2-D, batched, 1-D) by
+    the multiplier ``mul`` (a name of ``emu.MULTIPLIERS``, a parseable spelling such as
+    ``"lmul+2"``, or an ``emu.Multiplier``).
+
+    Operands are rounded to ``fmt`` (RNE); products are ``emu.mul(a, b, fmt, mul)``
+    (``exact``: fused into the step); accumulation is sequential in k from +0.0 in
+    ``acc``.  K = 0 gives zeros.  Returns a float32 array; every NaN in it is the
+    canonical NaN.  CUDA operands (read in place, transposed views included) give a
+    device array of the same kind, computed on the caller's stream or on ``stream``.
+    """
+    fmt = format(fmt, argname="fmt").arithmetic()
+    acc = format(acc, argname="acc").arithmetic("acc")
+    mp = multiplier(mul).params(fmt)
+    backend, (a, b) = backend_for(stream, {"A": A, "B": B})
+    return backend.matmul(matmul_shapes(a.shape, b.shape), a, b, fmt, acc, mp)
 
 
 def pam_matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *,
                stream=None):
-    """PAM matmul with ``np.matmul``'s shape and broadcasting rules (2-D, batched, 1-D).
-
-    Operands are rounded to ``fmt`` (RNE); products are ``pam_mul`` in ``fmt``;
-    accumulation is sequential in k from +0.0 in ``acc``.  K = 0 gives zeros.
-    Returns a float32 array; every NaN in it is the canonical NaN.  CUDA operands
-    (read in place, transposed views included) give a device array of the same kind,
-    computed on the caller's stream or on ``stream``.
-    """
+    """:func:`matmul` with PAM, ``emu.pam_mul``'s products."""
     fmt = format(fmt, argname="fmt").arithmetic()
     acc = format(acc, argname="acc").arithmetic("acc")
     backend, (a, b) = backend_for(stream, {"A": A, "B": B})
     return backend.matmul(matmul_shapes(a.shape, b.shape), a, b, fmt, acc)
 
 
-def host_matmul(a, b, fmt: Format, acc: Format):
-    """:func:`pam_matmul` of float32 numpy arrays with Format objects, without the front
-    end's conversions (for callers that checked their operands already, e.g.
-    torch_bridge's per-call path); the shapes are still checked."""
-    if (a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0] and fmt is float32
-            and acc is float32 and a.size * b.shape[1] <= sizes.SMALL):
+def host_matmul(a, b, fmt: Format, acc: Format, mp=None):
+    """:func:`matmul` of float32 numpy arrays with Format objects and the multiplier's
+    ``params(fmt)`` (None: PAM), without the front end's conversions (for callers that
+    checked their operands already, e.g. torch_bridge's per-call path); the shapes are
+    still checked."""
+    if (mp is None and a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0]
+            and fmt is float32 and acc is float32 and a.size * b.shape[1] <= sizes.SMALL):
         # the plain 2-D case straight to the small kernel: what HOST.matmul would run
         c = np.empty((1, a.shape[0], b.shape[1]), np.float32)
         if c.size:
             KS.matmul_small(np.ascontiguousarray(a).view(np.int32)[None],
                             np.ascontiguousarray(b).view(np.int32)[None], _ZERO, _ZERO, c,
-                            float32.consts)
+                            float32.consts, 0)
         else:
             c[...] = 0
         return c[0]
-    return HOST.matmul(matmul_shapes(a.shape, b.shape), a, b, fmt, acc)
+    return HOST.matmul(matmul_shapes(a.shape, b.shape), a, b, fmt, acc, mp)
 
 
 _ZERO = np.zeros(1, np.int64)

@@ -35,9 +35,8 @@ from .shapes import elementwise
 __all__ = ["Multiplier", "MULTIPLIERS", "multiplier", "mul", "cpam_table", "search_cpam_table",
            "ErrorStats", "error_stats", "KINDS", "CPAM_GOALS", "CPAM_MAX_MAN_BITS"]
 
-#: the kinds, and their codes in emu/_scalar_mul.py
-_CODES = {"pam": SM.PAM, "lmul": SM.LMUL, "cpam": SM.CPAM, "exact": SM.EXACT, "float": SM.FLOAT}
-KINDS = tuple(_CODES)
+#: the kinds of multiplier
+KINDS = ("pam", "lmul", "cpam", "exact", "float")
 #: the shipped corrected-PAM tables: zero mean per cell, or smallest maximum per cell
 CPAM_GOALS = ("unbiased", "minimax")
 #: shipped tables exist for mantissa widths 1..CPAM_MAX_MAN_BITS (exhaustive search)
@@ -90,18 +89,32 @@ class Multiplier:
             return f"cpam{self.k}:" + ",".join(map(str, self.table))
         return self.kind + (f"{self.offset:+d}" if self.offset else "")
 
-    def params(self, fmt: Format | str = float32) -> tuple:
-        """``(kind code, offset, table, k)``: the arguments of emu/_scalar_mul.py's ``mul``
-        in ``fmt`` (ValueError if the multiplier has no table for ``fmt``)."""
+    def params(self, fmt: Format | str = float32) -> SM.MulParams:
+        """The multiplier in ``fmt`` as the kernels take it (emu/_scalar_mul.py's
+        ``MulParams``); ValueError if it has no table for ``fmt``."""
         fmt = format(fmt).arithmetic()
+        ulp = 1 << (23 - fmt.man_bits)      # one ULP of fmt in float32-pattern units
         table = np.zeros(1, np.int64)
         if self.kind == "cpam":
             if self.k > fmt.man_bits:
                 raise ValueError(f"mul={str(self)!r} indexes {self.k} mantissa bits; "
                                  f"fmt={fmt.name} has {fmt.man_bits}")
             table = np.array(self.table if isinstance(self.table, tuple)
-                             else cpam_table(fmt.man_bits, self.k, self.table), np.int64)
-        return _CODES[self.kind], self.offset, table, self.k
+                             else cpam_table(fmt.man_bits, self.k, self.table), np.int64) * ulp
+        kind = {"exact": SM.EXACT, "float": SM.FLOAT}.get(self.kind, SM.SUM)
+        c = self.offset * ulp + (1 << (23 - lmul_level(fmt.man_bits)) if self.kind == "lmul" else 0)
+        return SM.MulParams(kind, c, table, self.k)
+
+    @property
+    def constant(self) -> bool:
+        """Whether the product is PAM's pattern sum plus one constant (``pam``, ``lmul`` and
+        their offsets): the matmul fast paths take it unchanged."""
+        return self.kind in ("pam", "lmul")
+
+
+def lmul_level(man_bits: int) -> int:
+    """L-Mul's l(M): M for M <= 3, 3 for M = 4, 4 for M > 4 (Luo & Sun, 2024)."""
+    return man_bits if man_bits <= 3 else (3 if man_bits == 4 else 4)
 
 
 _NAME = re.compile(r"(?P<kind>pam|lmul)(?P<off>[+-][1-9]\d*)?|exact|float"
@@ -149,14 +162,14 @@ def mul(a, b, fmt: Format | str = float32, mul="pam"):
 
 
 def _product(a, b, fmt, m: Multiplier):
-    kind, offset, table, k = m.params(fmt)
+    mp = m.params(fmt)
     fc = format(fmt).consts
     av, bv = HostBackend.operand(a, "a"), HostBackend.operand(b, "b")
     plan = elementwise("mul", fc, a=av, b=bv)
     out = alloc("mul", plan.shape).reshape(-1)
     from ._kernels_mul import MUL          # compiled on first use
     _pick(MUL[True], MUL[False], out)(flat_u32(av, plan.shape), flat_u32(bv, plan.shape), out,
-                                      fc, kind, offset, table, k)
+                                      fc, mp)
     return finish(out, plan.shape, plan.scalar)
 
 

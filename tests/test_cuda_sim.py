@@ -396,6 +396,18 @@ else:
         got = host(emu.pam_matmul(dev(a), dev(b), fmt, acc))
         assert_bits_equal(got, emu.pam_matmul(a, b, fmt, acc), what=f"{case} {fmt} acc {acc}")
 
+    @pytest.mark.parametrize("mul", ["lmul", "pam-3", "cpam2-unbiased", "exact", "float"])
+    @pytest.mark.parametrize("fmt,acc", [("bfloat16", "float32"), ("float8_e4m3fn", "bfloat16"),
+                                         ("float16", "float16")])
+    def test_matmul_multipliers(mul, fmt, acc, rng):
+        """Every kind of multiplier (issue 23): one constant in CLEAN/MASKED blocks, the
+        others per product in GENERAL ones, the same bits as the CPU's."""
+        for case in ("clean", "masked", "general"):
+            a, b = mm_case(case, (20, 36), (36, 9), rng)
+            got = host(emu.matmul(dev(a), dev(b), fmt, acc, mul=mul))
+            assert_bits_equal(got, emu.matmul(a, b, fmt, acc, mul=mul),
+                              what=f"{mul} {case} {fmt} acc {acc}")
+
     def test_matmul_narrow_negative_zero():
         """-0 in the accumulator, then a +0 product: +0 (the CPU kernel and the oracle)."""
         a = np.float32([[-2.0 ** -30, 0.0], [-2.0 ** -30, -0.0]])

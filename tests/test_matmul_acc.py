@@ -19,31 +19,41 @@ NARROW = ["bfloat16", "float16", "float8_e5m2", "float8_e4m3fn", "e4m3", "e5m7",
           "e6m3fn", "e8m21", "e8m3", "float8_e4m3fnuz", "float6_e3m2fn", "e5m4sat"]
 
 
-def fold(A, B, fmt, acc):
-    """The integer fold on 2-D operands (what pam_matmul ran before the fast path)."""
+#: the pattern-sum multipliers with one constant, which take every fast path: PAM, L-Mul
+#: and offsets either way (emu/_scalar_mul.py), PAM with every accumulator, the others
+#: with one of each kind (E = 8, binary16, fp8 with and without inf, E < 8 subnormals)
+ACC_MULS = [(acc, "pam") for acc in NARROW] + [
+    (acc, mul) for acc in ("bfloat16", "float16", "float8_e4m3fn", "e3m2", "e8m21")
+    for mul in ("lmul", "pam-3", "lmul+2")]
+
+
+def fold(A, B, fmt, acc, mul="pam"):
+    """The integer fold on 2-D operands (the definition: one SM.mac per step)."""
     fmt, acc = emu.format(fmt), emu.format(acc)
     a = emu.quantize(A, fmt).view(np.int32)[None]
     b = emu.quantize(B, fmt).view(np.int32)[None]
     c = np.empty((1, A.shape[0], B.shape[1]), np.float32)
     z = np.zeros(1, np.int64)
-    K.matmul_fmtacc(a, b, z, z, c.view(np.int32), fmt.consts, acc.consts)
+    K.matmul_fmtacc(a, b, z, z, c.view(np.int32), fmt.consts, acc.consts,
+                    emu.multiplier(mul).params(fmt))
     return c[0]
 
 
-def narrow(A, B, fmt, acc, sticky, fast=None):
+def narrow(A, B, fmt, acc, sticky, fast=None, mul="pam"):
     """The fast kernel on 2-D operands with the step variant forced (``fast`` None: the
     integer rounding)."""
     fmt, acc = emu.format(fmt), emu.format(acc)
+    c32 = emu.multiplier(mul).params(fmt).c32
     a = emu.quantize(A, fmt).view(np.int32)
     b = emu.quantize(B, fmt).view(np.int32)[None]
     m, k = a.shape
     a = np.concatenate([a, np.zeros((-m % K.QR, k), np.int32)])[None]
     am, sta = K.matmul_prepare_a(a, fmt.consts)
-    bp, bm, stb = K.matmul_prepare_b(b, fmt.consts)
+    bp, bm, stb = K.matmul_prepare_b(b, fmt.consts, c32)
     c = np.empty((1, m, B.shape[1]), np.float32)
     z = np.zeros(1, np.int64)
     KA.matmul_narrow(a, am, sta, b, bp, bm, stb, z, z, c.view(np.int32), fmt.consts,
-                     acc.consts, sticky, fast)
+                     acc.consts, sticky, fast, c32)
     return c[0]
 
 
@@ -143,54 +153,60 @@ def tiled(case, rng, fmt):
     return A, B
 
 
-@pytest.mark.parametrize("acc", NARROW)
+@pytest.mark.parametrize("acc,mul", ACC_MULS)
 @pytest.mark.parametrize("case", ["dense", "zeros", "specials", "cancel"])
-def test_tiled_matches_fold(acc, case, rng):
+def test_tiled_matches_fold(acc, case, mul, rng):
     fmt = "bfloat16" if acc != "float16" else "float16"
     for f in (fmt, "float32"):
         A, B = tiled(case, rng, f)
-        want = fold(A, B, f, acc)
-        assert_bits_equal(emu.pam_matmul(A, B, f, acc), want, what=f"{f}/{acc} {case}")
-        assert_bits_equal(narrow(A, B, f, acc, True), want, what=f"{f}/{acc} {case} STICKY")
+        want = fold(A, B, f, acc, mul)
+        assert_bits_equal(emu.matmul(A, B, f, acc, mul=mul), want, what=f"{f}/{acc} {case}")
+        assert_bits_equal(narrow(A, B, f, acc, True, mul=mul), want,
+                          what=f"{f}/{acc} {case} STICKY")
 
 
-def step_args(A, B, fmt, acc):
+def step_args(A, B, fmt, acc, mul="pam"):
     """The arguments step_kind reads, for 2-D operands."""
     fmt, acc = emu.format(fmt), emu.format(acc)
+    c32 = emu.multiplier(mul).params(fmt).c32
     a = emu.quantize(A, fmt).view(np.int32)
     a = np.concatenate([a, np.zeros((-a.shape[0] % K.QR, a.shape[1]), np.int32)])[None]
     b = emu.quantize(B, fmt).view(np.int32)[None]
-    return a, K.matmul_prepare_a(a, fmt.consts)[1], b, K.matmul_prepare_b(b, fmt.consts)[2]
+    return (a, K.matmul_prepare_a(a, fmt.consts)[1], b,
+            K.matmul_prepare_b(b, fmt.consts, c32)[2])
 
 
-@pytest.mark.parametrize("acc", NARROW)
+@pytest.mark.parametrize("acc,mul", ACC_MULS)
 @pytest.mark.parametrize("case", ["dense", "zeros", "specials", "cancel"])
-def test_fast_plain_steps_match_fold(acc, case, rng):
+def test_fast_plain_steps_match_fold(acc, case, mul, rng):
     """Every fast PLAIN step the call admits (SCALED where scaled_ok, CLAMPED where
     clamped_ok, F16 for binary16, register-blocked where clean_ok) gives the fold's
     bits; bf16 data with a bf16 accumulator gets SCALED unless inf/NaN/overflow/flush
-    occur."""
+    occur (PAM)."""
     fmt = "bfloat16" if acc != "float16" else "float16"
     A, B = tiled(case, rng, fmt)
     f, fa = emu.format(fmt).consts, emu.format(acc).consts
-    a, sta, b, stb = step_args(A, B, fmt, acc)
-    if KA.needs_sticky(a, b, f, fa):
+    c32 = emu.multiplier(mul).params(fmt).c32
+    a, sta, b, stb = step_args(A, B, fmt, acc, mul)
+    if KA.needs_sticky(a, b, f, fa, abs(c32) & 0x7FFFFF):
         return
-    ok = KA.scaled_ok(a, sta, b, stb, f, fa)
-    if acc == "bfloat16":
+    ok = KA.scaled_ok(a, sta, b, stb, f, fa, c32)
+    if acc == "bfloat16" and mul == "pam":
         assert ok == (case != "specials")
-    want = fold(A, B, fmt, acc)
+    want = fold(A, B, fmt, acc, mul)
     kinds = [KA.SCALED] if ok else []
-    kinds += [KA.CLAMPED] if KA.clamped_ok(a, sta, b, stb, f, fa) else []
+    kinds += [KA.CLAMPED] if KA.clamped_ok(a, sta, b, stb, f, fa, c32) else []
     if KA.HAS_F16C and KA.is_binary16(fa):
-        kinds += [KA.F16] + ([KA.F16_BLOCKED] if KA.clean_ok(sta, stb, f) else [])
+        kinds += [KA.F16] + ([KA.F16_BLOCKED] if KA.clean_ok(sta, stb, f, c32) else [])
     for fast in kinds:
-        assert_bits_equal(narrow(A, B, fmt, acc, False, fast), want, what=f"{acc} {case} {fast}")
+        assert_bits_equal(narrow(A, B, fmt, acc, False, fast, mul), want,
+                          what=f"{acc} {case} {fast}")
 
 
+@pytest.mark.parametrize("mul", ["pam", "lmul"])
 @pytest.mark.parametrize("acc", ["bfloat16", "float16", "e8m3", "e8m10", "e8m21"])
 @pytest.mark.parametrize("case", ["dense", "cancel", "tiny", "huge"])
-def test_sticky_blocked_matches_fold(acc, case, rng):
+def test_sticky_blocked_matches_fold(acc, case, mul, rng):
     """The register-blocked STICKY step (round-to-odd, then in place on an E = 8 grid or
     the F16 conversion) where every block is CLEAN: float32 operands (and bf16 ones,
     forced STICKY) crossing every block edge but the row padding (M a multiple of QR);
@@ -213,11 +229,15 @@ def test_sticky_blocked_matches_fold(acc, case, rng):
     if acc == "float16" and not KA.HAS_F16C:
         pytest.skip("the F16 step needs F16C")
     for fmt in ("float32", "bfloat16"):
-        a, sta, b, stb = step_args(A, B, fmt, acc)
-        assert KA.step_kind(True, a, sta, b, stb, emu.format(fmt).consts, fa.consts) \
-            == KA.STICKY_BLOCKED
-        assert_bits_equal(narrow(A, B, fmt, acc, True, KA.STICKY_BLOCKED), fold(A, B, fmt, acc),
-                          what=f"{fmt}/{acc} {case}")
+        c32 = emu.multiplier(mul).params(fmt).c32
+        a, sta, b, stb = step_args(A, B, fmt, acc, mul)
+        kind = KA.step_kind(True, a, sta, b, stb, emu.format(fmt).consts, fa.consts, c32)
+        assert kind == KA.STICKY_BLOCKED or mul != "pam"    # L-Mul's products may overflow
+        want = fold(A, B, fmt, acc, mul)
+        if kind == KA.STICKY_BLOCKED:
+            assert_bits_equal(narrow(A, B, fmt, acc, True, KA.STICKY_BLOCKED, mul), want,
+                              what=f"{fmt}/{acc} {case}")
+        assert_bits_equal(emu.matmul(A, B, fmt, acc, mul=mul), want, what=f"{fmt}/{acc} {case}")
 
 
 def test_bench_data_takes_the_blocked_steps(rng):

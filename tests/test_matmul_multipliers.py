@@ -1,0 +1,147 @@
+"""emu.matmul with every multiplier (issue 23; docs/semantics.md §5 and "Multipliers").
+
+The Fraction oracle (emu/reference_mul.py ``matmul``, ``fma``) is the definition; the
+CPU's fold (emu/_kernels.py ``matmul_fmtacc``, one SM.mac per step) must equal it, and
+every fast kernel must equal the fold (tests/test_matmul_acc.py runs the narrow-accumulator
+steps with the constant multipliers; here the float32-accumulator kernels).  The CUDA
+kernels are checked against the CPU in tests/test_cuda_sim.py.
+"""
+import itertools
+
+import numpy as np
+import pytest
+
+import emu
+from conftest import all_values, assert_bits_equal, corner_values
+from emu import _scalar as S
+from emu import reference_mul as RM
+
+MULS = [*emu.MULTIPLIERS, "pam+3", "lmul-1", "cpam1:0,1,-1,0"]
+CONSTANT = ["pam", "lmul", "pam+3", "pam-3", "lmul-1"]
+
+
+def _operands(rng, fmt, m, k, n):
+    """Random values of fmt over a wide range with zeros, subnormals, inf/NaN and the
+    largest values mixed in."""
+    f = emu.format(fmt)
+    corners = corner_values(fmt)
+    def draw(shape):
+        x = (rng.standard_normal(shape) * np.exp2(rng.integers(-6, 6, shape))).astype(np.float32)
+        flat = x.reshape(-1)
+        idx = rng.choice(flat.size, min(flat.size, 4), replace=False)
+        flat[idx] = rng.choice(corners, idx.size)
+        return emu.quantize(x, f)
+    return draw((m, k)), draw((k, n))
+
+
+def _oracle(A, B, fmt, acc, mul):
+    return np.array(RM.matmul(A.tolist(), B.tolist(), fmt, acc, mul), np.float32).reshape(
+        A.shape[0], B.shape[1])
+
+
+PAIRS = [("float8_e4m3fn", "float32"), ("float8_e5m2", "bfloat16"), ("bfloat16", "float32"),
+         ("bfloat16", "bfloat16"), ("float16", "float16"), ("float6_e3m2fn", "float8_e4m3fn"),
+         ("float8_e4m3fnuz", "float16")]
+
+
+@pytest.mark.parametrize("mul,fmt,acc", [
+    (m, f, a) for m in MULS for f, a in PAIRS
+    if emu.multiplier(m).k <= emu.format(f).man_bits])   # a table needs its mantissa bits
+def test_every_multiplier_against_the_oracle(mul, fmt, acc, rng):
+    """Random operands with every kind of special value: emu.matmul (whatever kernel it
+    picks) equals the Fraction oracle bit for bit."""
+    A, B = _operands(rng, fmt, 4, 7, 5)
+    assert_bits_equal(emu.matmul(A, B, fmt, acc, mul=mul), _oracle(A, B, fmt, acc, mul),
+                      what=f"{mul} {fmt}/{acc}")
+
+
+@pytest.mark.parametrize("mul", ["pam", "lmul", "exact", "float", "cpam2-unbiased"])
+def test_every_e4m3_pair_k1(mul):
+    """Exhaustive for an 8-bit format: every pair of e4m3fn operands as a k = 1 matmul
+    (the product rounded into each accumulator), against the scalar oracle."""
+    v = all_values("float8_e4m3fn")
+    for acc in ("float32", "bfloat16"):
+        got = emu.matmul(v[:, None], v[None, :], "float8_e4m3fn", acc, mul=mul)
+        if mul == "exact":
+            want = [[RM.fma(0.0, float(a), float(b), acc) for b in v] for a in v]
+        else:
+            want = [[RM.fma(0.0, RM.mul(float(a), float(b), "float8_e4m3fn", mul), 1.0, acc)
+                     for b in v] for a in v]
+        assert_bits_equal(got, np.array(want, np.float32), what=f"{mul} acc {acc}")
+
+
+@pytest.mark.parametrize("mul", CONSTANT)
+@pytest.mark.parametrize("fmt", ["float32", "bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("case", ["dense", "zeros", "specials", "small"])
+def test_constant_multipliers_take_the_fast_kernels(mul, fmt, case, rng):
+    """A pattern sum with one constant runs PAM's float32-accumulator kernels (blocked,
+    small) with another constant: their bits equal the fold's at shapes crossing every
+    block edge, with CLEAN, MASKED, SKIP and GENERAL blocks."""
+    from test_matmul_acc import fold, tiled
+    if case == "small":
+        A, B = _operands(rng, fmt, 9, 13, 11)
+    else:
+        A, B = tiled(case, rng, fmt)
+    assert_bits_equal(emu.matmul(A, B, fmt, mul=mul), fold(A, B, fmt, "float32", mul),
+                      what=f"{mul} {fmt} {case}")
+
+
+def test_pam_is_pam_matmul(rng):
+    """``mul="pam"`` is emu.pam_matmul, batched and broadcast included."""
+    A = rng.standard_normal((3, 1, 9, 20)).astype(np.float32)
+    B = rng.standard_normal((4, 20, 7)).astype(np.float32)
+    for acc in ("float32", "bfloat16"):
+        assert_bits_equal(emu.matmul(A, B, "bfloat16", acc, mul="pam"),
+                          emu.pam_matmul(A, B, "bfloat16", acc), what=acc)
+
+
+def test_lmul_matmul_is_the_published_kernel(rng):
+    """float32 L-Mul products summed in float32 (numpy, k in order) on operands whose
+    products stay normal: Luo & Sun's ``|a|bits + |b|bits - 0x3F780000``."""
+    A = (rng.uniform(0.5, 2, (6, 40)) * rng.choice([-1, 1], (6, 40))).astype(np.float32)
+    B = (rng.uniform(0.5, 2, (40, 5)) * rng.choice([-1, 1], (40, 5))).astype(np.float32)
+    ua = A.view(np.uint32).astype(np.int64)[:, :, None]
+    ub = B.view(np.uint32).astype(np.int64)[None, :, :]
+    p = (((ua & 0x7FFFFFFF) + (ub & 0x7FFFFFFF) - 0x3F780000) | ((ua ^ ub) & 0x80000000))
+    p = p.astype(np.uint32).view(np.float32)
+    want = np.zeros((6, 5), np.float32)
+    for k in range(40):
+        want += p[:, k, :]
+    assert_bits_equal(emu.matmul(A, B, "float32", mul="lmul"), want)
+
+
+def test_exact_is_one_rounding_per_step():
+    """``exact`` rounds s + a·b once; ``float`` rounds the product into fmt first.  In
+    bf16 (8 bits) 1 + 2^-7 is odd, and (1 + 2^-23)(1 - 2^-23) 2^-8 lies just below half
+    its ULP: fused, the sum stays below the midpoint (1 + 2^-7); the float product is
+    2^-8, a tie, which goes to the even 1 + 2^-6."""
+    a = np.float32([[1.0, 1 + 2.0 ** -23]])
+    b = np.float32([[1 + 2.0 ** -7], [2.0 ** -8 * (1 - 2.0 ** -23)]])
+    assert emu.matmul(a, b, "float32", "bfloat16", mul="exact")[0, 0] == 1 + 2.0 ** -7
+    assert emu.matmul(a, b, "float32", "bfloat16", mul="float")[0, 0] == 1 + 2.0 ** -6
+
+
+def test_fma_scalar_against_the_oracle(rng):
+    """S.fp_fma on every combination of corner values and random float32 values, into
+    float32, bf16, fp16 and e4m3fn (the zeros' signs, inf - inf, overflow, subnormal
+    results, cancellation)."""
+    corners = [float(x) for x in corner_values("float32")]
+    rand = (rng.standard_normal(12) * np.exp2(rng.integers(-140, 120, 12))).astype(np.float32)
+    vals = corners + [float(x) for x in rand]
+    for accname in ("float32", "bfloat16", "float16", "float8_e4m3fn"):
+        acc = emu.format(accname)
+        svals = sorted({float(emu.quantize(np.float32(v), acc)) for v in vals[::2]})
+        for s, a, b in itertools.product(svals, vals[::3], vals[1::3]):
+            got = np.uint32(S.fp_fma(int(np.float32(s).view(np.uint32)),
+                                     int(np.float32(a).view(np.uint32)),
+                                     int(np.float32(b).view(np.uint32)), acc.consts))
+            want = np.float32(RM.fma(s, a, b, acc))
+            assert_bits_equal(got.view(np.float32), want, what=f"fma({s}, {a}, {b}) {accname}")
+
+
+def test_bad_multiplier_is_rejected_before_any_work():
+    A = np.ones((2, 2), np.float32)
+    with pytest.raises(ValueError, match="mul='bogus'"):
+        emu.matmul(A, A, mul="bogus")
+    with pytest.raises(ValueError, match="cpam4"):
+        emu.matmul(A, A, "float8_e4m3fn", mul="cpam4-unbiased")
