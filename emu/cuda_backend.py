@@ -199,7 +199,7 @@ class CudaBackend(DeviceCall):
     def grad_binary(self, plan, a, b, dy):
         return self._elementwise(self.K.GRAD_BINARY[plan.op], plan, (a, b, dy), outputs=2)
 
-    def matmul_grad(self, A, B, dY, fmt, acc, kind, need):
+    def matmul_grad(self, A, B, dY, fmt, acc, kind, need, mp=None):
         """emu.grad.pam_matmul on the device: the same folds as the CPU path, with the
         same shape rules and contraction layout (emu/shapes.py)."""
         with self.device():
@@ -212,15 +212,15 @@ class CudaBackend(DeviceCall):
             gf = self.permuted(g, full)
             da = db = None
             if need[0]:
-                out = self._contract(gf, a2, swap(self.K.SIM, b2), kind, fmt, acc)
+                out = self._contract(gf, a2, swap(self.K.SIM, b2), kind, fmt, acc, mp)
                 da = self.result(out, tuple(a.shape))
             if need[1]:
                 out = self._contract(swap(self.K.SIM, gf), swap(self.K.SIM, b2), a2, kind,
-                                     fmt, acc)
+                                     fmt, acc, mp)
                 db = self.result(swap(self.K.SIM, out), tuple(b.shape))
             return da, db
 
-    def _contract(self, g, x, w, kind, fmt, acc):
+    def _contract(self, g, x, w, kind, fmt, acc, mp=None):
         """emu/grad.py's _contract on contiguous/strided float32 Numba arrays; returns a
         contiguous Numba array shaped like x."""
         gperm, gshape, wperm, wshape, xshape = contract_layout(tuple(g.shape), tuple(x.shape))
@@ -232,8 +232,8 @@ class CudaBackend(DeviceCall):
             w = self.permuted(w, batch + tuple(w.shape)[-2:], wperm).reshape(wshape)
             x = x.reshape(xshape)
         if kind == "approx":
-            out = self.operand(self.matmul(matmul_shapes(g.shape, w.shape), g, w, fmt, acc),
-                               "out")
+            out = self.operand(self.matmul(matmul_shapes(g.shape, w.shape), g, w, fmt, acc,
+                                           mp), "out")
             return out.reshape(xs)
         batch = tuple(g.shape)[:-2]
         P, R = tuple(g.shape)[-2:]

@@ -29,14 +29,25 @@ from .backend import backend_for
 from .formats import Format, float32, format
 from .host import as_float32
 from .matmul import host_matmul as _pam_matmul
+from .multipliers import MULTIPLIERS, multiplier
 from .ops import quantize
 from .registry import ln2, ops
 from .shapes import batch_index, contract_layout, elementwise, matmul_grad_shapes
 
-__all__ = ["KINDS", "ln2", "pam_matmul"]     # + one function per differentiable registry op
+__all__ = ["KINDS", "ln2", "matmul", "pam_matmul"]     # + one function per differentiable registry op
 
 #: the two kinds of derivative of Table 1
 KINDS = ("exact", "approx")
+
+
+def _commutes(mp) -> bool:
+    """Whether the multiplier's product is symmetric in its operands (a corrected-PAM
+    table given as data need not be)."""
+    k = int(mp.k)
+    if k == 0:
+        return True
+    t = np.asarray(mp.table).reshape(1 << k, 1 << k)
+    return bool((t == t.T).all())
 
 
 def _kind(kind) -> str:
@@ -89,7 +100,7 @@ del _op
 
 # --- PAM matmul ----------------------------------------------------------------------
 
-def _contract(g, x, w, kind, fmt, acc):
+def _contract(g, x, w, kind, fmt, acc, mp=None):
     """out[kept..., p, c] = fold over (reduced batch indices in C order, then r) of
     acc ⊕ term(g[..., p, r], x[..., p, c], w[..., r, c]), shaped like x.
 
@@ -105,7 +116,7 @@ def _contract(g, x, w, kind, fmt, acc):
         g = g.transpose(gperm).reshape(gshape)
         x = x.reshape(xshape)
     if kind == "approx":
-        out = _pam_matmul(g, w, fmt, acc)
+        out = _pam_matmul(g, w, fmt, acc, mp)
     else:
         out = _exact_contract(g, x, w, fmt, acc)
     return out.reshape(x.shape)
@@ -125,6 +136,30 @@ def _exact_contract(g, x, w, fmt, acc):
     out = KG.matmul_grad(flat(g, P, R), flat(x, P, C), flat(w, R, C), ix, iw, fmt.consts,
                          None if acc == float32 else acc.consts)
     return out.reshape(batch + (P, C))
+
+
+def matmul(A, B, dY, fmt: Format | str = float32, acc: Format | str = float32,
+           kind: str = "approx", need=(True, True), *, mul="pam"):
+    """(δA, δB) of ``Y = emu.matmul(A, B, fmt, acc, mul=mul)``: :func:`pam_matmul`'s rules
+    with the multiplier ``mul`` in every product of the approximate derivative
+    (``δA = matmul(δY, Bᵀ)``, ``δBᵀ = matmul(δYᵀ, A)``: δY is the first operand of
+    every product, which matters for a multiplier that does not commute).
+    The exact derivative is PAM's only so far (ValueError for another multiplier)."""
+    m = multiplier(mul)
+    kind = _kind(kind)
+    if m == MULTIPLIERS["pam"]:
+        return pam_matmul(A, B, dY, fmt, acc, kind, need)
+    if kind == "exact":
+        raise ValueError(f"kind='exact' with mul={str(m)!r}: only PAM's exact derivative is "
+                         "implemented; use kind='approx'")
+    fmt = format(fmt, argname="fmt").arithmetic()
+    acc = format(acc, argname="acc").arithmetic("acc")
+    mp = m.params(fmt)
+    gpu = cuda_backend.prepare(None, A=A, B=B, dY=dY)
+    if gpu is not None:
+        return gpu.matmul_grad(A, B, dY, fmt, acc, kind, need, mp)
+    return host_matmul_grad(as_float32(A, "A"), as_float32(B, "B"), as_float32(dY, "dY"),
+                            fmt, acc, kind, need, mp)
 
 
 def pam_matmul(A, B, dY, fmt: Format | str = float32, acc: Format | str = float32,
@@ -149,18 +184,22 @@ def pam_matmul(A, B, dY, fmt: Format | str = float32, acc: Format | str = float3
                             fmt, acc, kind, need)
 
 
-def host_matmul_grad(a, b, g, fmt: Format, acc: Format, kind: str, need=(True, True)):
-    """:func:`pam_matmul` of float32 numpy arrays with Format objects and a checked
+def host_matmul_grad(a, b, g, fmt: Format, acc: Format, kind: str, need=(True, True),
+                     mp=None):
+    """:func:`pam_matmul` (with ``mp``, a multiplier's ``params(fmt)``: :func:`matmul`'s
+    approximate derivative) of float32 numpy arrays with Format objects and a checked
     ``kind``, without the front end's conversions (for callers that checked their
     operands already, e.g. torch_bridge's per-call path); the shapes are still checked."""
+    # δB's products are g ·̂ a; a ·̂ g gives the same bits where the multiplier commutes
+    swap_ok = mp is None or _commutes(mp)
     if (kind == "approx" and a.ndim == 2 and b.ndim == 2 and g.shape == (a.shape[0], b.shape[1])
             and a.shape[1] == b.shape[0]):
         # plain 2-D: what the general code below computes, without its layout work
-        da = _pam_matmul(g, b.T, fmt, acc) if need[0] else None
+        da = _pam_matmul(g, b.T, fmt, acc, mp) if need[0] else None
         db = None
         if need[1]:
-            db = _pam_matmul(a.T, g, fmt, acc) if a.size <= g.size else \
-                _pam_matmul(g.T, a, fmt, acc).T
+            db = _pam_matmul(a.T, g, fmt, acc, mp) if a.size <= g.size and swap_ok else \
+                _pam_matmul(g.T, a, fmt, acc, mp).T
         return da, db
     a2shape, b2shape, batch, full = matmul_grad_shapes(a.shape, b.shape, g.shape)
     a2 = a.reshape(a2shape)
@@ -168,7 +207,7 @@ def host_matmul_grad(a, b, g, fmt: Format, acc: Format, kind: str, need=(True, T
     g = g.reshape(full)
     da = db = None
     if need[0]:
-        da = _contract(g, a2, np.swapaxes(b2, -1, -2), kind, fmt, acc).reshape(a.shape)
+        da = _contract(g, a2, np.swapaxes(b2, -1, -2), kind, fmt, acc, mp).reshape(a.shape)
     if need[1]:
         if kind == "approx" and b2.ndim == 2 and a2.shape[:-2] == batch:
             # a 2-D B (a weight): one fold over (batch, i); both products below give
@@ -176,12 +215,12 @@ def host_matmul_grad(a, b, g, fmt: Format, acc: Format, kind: str, need=(True, T
             rows = int(np.prod(a2.shape[:-1]))         # explicit: K may be 0
             a_2d = a2.reshape(rows, a2.shape[-1])
             g_2d = g.reshape(rows, g.shape[-1])
-            if a_2d.size <= g_2d.size:
-                db = _pam_matmul(a_2d.T, g_2d, fmt, acc)
+            if a_2d.size <= g_2d.size and swap_ok:
+                db = _pam_matmul(a_2d.T, g_2d, fmt, acc, mp)
             else:
-                db = _pam_matmul(g_2d.T, a_2d, fmt, acc).T
+                db = _pam_matmul(g_2d.T, a_2d, fmt, acc, mp).T
         else:
             db = np.swapaxes(_contract(np.swapaxes(g, -1, -2), np.swapaxes(b2, -1, -2), a2,
-                                       kind, fmt, acc), -1, -2)
+                                       kind, fmt, acc, mp), -1, -2)
         db = db.reshape(b.shape)
     return da, db

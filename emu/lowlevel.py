@@ -11,6 +11,8 @@ Scalar definitions (``register_jitable``; float32 patterns held in int64, docs/s
 * ``scalar``: every operation's definition (``scalar.pam_mul(a, b, fc)``, ``scalar.quantize``,
   rounding codes ``scalar.RNE``/``RTZ``/``SR``, ``SIGN32``, ``ONE32``);
 * ``scalar_grad``: their exact derivatives (Table 1);
+* ``scalar_mul``: the multipliers (``scalar_mul.product(a, b, fc, mp)``, ``mp`` a
+  multiplier's ``params(fmt)``; kind codes ``SUM``/``EXACT``/``FLOAT``);
 * ``scalar_approx``: the approximate-derivative rules on one element
   (``scalar_approx.FLOAT32`` / ``GENERAL``, each a dict by ``<op>_approx``);
 * ``fold``: emu.fold_sum's order on one strided run, ``as_f32``/``as_i32`` the bit casts.
@@ -22,7 +24,7 @@ Kernels (the serial twins take flat uint32 pattern arrays and ``fmt.consts``):
 * ``GRAD_UNARY_SERIAL[op]``, ``GRAD_BINARY_SERIAL[op]``, ``GRAD_APPROX[parallel][op]``: their
   exact and approximate derivatives;
 * ``matmul_small``: the float32-accumulator matmul for at most ``sizes.SMALL``
-  multiply-adds;
+  multiply-adds (by a pattern sum with one constant: ``c32``, 0 for PAM);
 * ``VECTOR_LANES``: the matmul micro-kernel's lanes on this host (16 with AVX-512, else
   8; ``PAMSIM_VECTOR_LANES`` overrides it), ``RANGE_CLAMP``: whether the narrow
   accumulators' CLAMPED step is one ``vrangeps`` (AVX-512DQ);
@@ -38,6 +40,7 @@ threshold).
 from . import _scalar as scalar
 from . import _scalar_approx as scalar_approx
 from . import _scalar_grad as scalar_grad
+from . import _scalar_mul as scalar_mul
 from . import sizes
 from ._kernels import BINARY_SERIAL, QUANTIZE, UNARY_SERIAL, as_f32, as_i32, twins
 from ._kernels import W as VECTOR_LANES
@@ -51,7 +54,7 @@ from ._numba_cache import dependency_digest, drop_stale, njit_variant
 from ._scalar_approx import ln2_pattern
 from .ops import ROUNDING, ROUNDING_ALIASES
 
-__all__ = ["scalar", "scalar_grad", "scalar_approx", "sizes", "fold", "as_f32", "as_i32",
+__all__ = ["scalar", "scalar_grad", "scalar_mul", "scalar_approx", "sizes", "fold", "as_f32", "as_i32",
            "twins", "QUANTIZE", "UNARY_SERIAL", "BINARY_SERIAL", "GRAD_UNARY_SERIAL",
            "GRAD_BINARY_SERIAL", "GRAD_APPROX", "matmul_small", "drop_stale", "dependency_digest",
            "njit_variant", "ln2_pattern",

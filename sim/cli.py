@@ -84,15 +84,18 @@ def format_arg(text: str):
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def mul_arg(text: str):
-    """argparse type for a multiplier (emu.multiplier's names: pam, lmul+3, cpam2-unbiased,
-    exact, ...), or ``all`` (as the string; the command expands it)."""
-    if text == "all":
-        return text
+def multiplier_arg(text: str):
+    """argparse type for one multiplier (emu.multiplier's names: pam, lmul+3,
+    cpam2-unbiased, exact, ...)."""
     try:
         return emu.multiplier(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def mul_arg(text: str):
+    """:func:`multiplier_arg`, or ``all`` (as the string; the command expands it)."""
+    return text if text == "all" else multiplier_arg(text)
 
 
 def formats_arg(text: str) -> list:

@@ -87,16 +87,17 @@ def table3(runs, fmt=emu.float32, key="acc") -> tuple[dict, dict, dict]:
 
 
 def table6(runs, mantissas=MANTISSAS, exp_bits=8, ops=frozenset({"matmul"}),
-           backward="approx", mx=()) -> list:
+           backward="approx", mx=(), mul="pam") -> list:
     """Table 6's rows through ``runs``: [(name, config, runs)], native float32 first, then
-    PAM with ``e<exp_bits>m<m>`` operands for each mantissa width (Appendix D: matmuls
-    only, approximate derivatives, float32 accumulation), then PAM with each OCP MX
-    operand type in ``mx`` (e.g. "mxfp8_e4m3"; emu.mx)."""
+    PAM (or the multiplier ``mul``) with ``e<exp_bits>m<m>`` operands for each mantissa
+    width (Appendix D: matmuls only, approximate derivatives, float32 accumulation), then
+    with each OCP MX operand type in ``mx`` (e.g. "mxfp8_e4m3"; emu.mx)."""
     import torch_bridge as tb
     rows = [("float32 (native)", None, runs("float32 (native)", None))]
+    name = "PAM" if str(mul) == "pam" else str(mul)
     for f in [f"e{exp_bits}m{m}" for m in mantissas] + list(mx):
-        cfg = tb.PAMConfig(f, backward=backward, ops=ops)
-        rows.append((f"PAM {cfg.fmt.name}", cfg, runs(f"PAM {cfg.fmt.name}", cfg)))
+        cfg = tb.PAMConfig(f, backward=backward, ops=ops, mul=mul)
+        rows.append((f"{name} {cfg.fmt.name}", cfg, runs(f"{name} {cfg.fmt.name}", cfg)))
     return rows
 
 

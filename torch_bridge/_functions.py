@@ -74,6 +74,14 @@ def _matmul_work(a, b) -> int:
     return math.prod(batch) * m * n * a.shape[-1] if batch is not None else 0
 
 
+def _mm_args(nm):
+    """(fmt, acc, multiplier params) for emu's matmul kernels: PAM runs E = 8 formats as
+    float32 (kernel_fmt); another multiplier's products depend on the format itself."""
+    if nm.mul is None:
+        return kernel_fmt(nm.fmt), nm.acc, None
+    return nm.fmt, nm.acc, nm.mul.params(nm.fmt)
+
+
 class PAMMatmul(torch.autograd.Function):
     """PAM matmul with torch.matmul's shapes; backward 'approx' or 'exact' (emu.grad);
     ``nm``: the call's checked :class:`~torch_bridge.config.Numerics`."""
@@ -88,28 +96,30 @@ class PAMMatmul(torch.autograd.Function):
             if ctx.lean:
                 A, B = rounded_lean(ctx, (a, b), fmt, rounding)
                 C = torch.from_numpy(host_matmul(A.detach().numpy(), B.detach().numpy(),
-                                                 kernel_fmt(fmt), nm.acc))
+                                                 *_mm_args(nm)))
             else:
                 # MX blocks run along the contraction axis of each operand
                 A, B = _rounded(ctx, (a, b), fmt, rounding, (-1, -2 if b.dim() > 1 else -1))
-                C = emu_call(emu.pam_matmul, A, B, kernel_fmt(fmt), nm.acc)
+                C = emu_call(emu.matmul, A, B, *_mm_args(nm)[:2], mul=nm.mul or "pam")
         ctx.nm, ctx.work = nm, work
         return C.to(torch.promote_types(a.dtype, b.dtype))
 
     @staticmethod
     def backward(ctx, dc):
-        (fmt, kind, rounding, acc), work = ctx.nm, ctx.work
+        nm, work = ctx.nm, ctx.work
+        fmt, kind, rounding = nm.fmt, nm.backward, nm.rounding
         a, b = ctx.saved_tensors
         need = ctx.needs_input_grad[:2]
+        kfmt, acc, mp = _mm_args(nm)
         with emu_threads(work):
             if ctx.lean and dc.device.type == "cpu":
                 g = round_lean(as_float32(dc), fmt, rounding)
                 dA, dB = (None if r is None else torch.from_numpy(r) for r in host_matmul_grad(
                     as_float32(a).numpy(), as_float32(b).numpy(), g.detach().numpy(),
-                    kernel_fmt(fmt), acc, kind, need))
+                    kfmt, acc, kind, need, mp))
             else:
-                dA, dB = emu_call(G.pam_matmul, a, b, round_to(as_float32(dc), fmt, rounding),
-                                  kernel_fmt(fmt), acc, kind, need=need)
+                dA, dB = emu_call(G.matmul, a, b, round_to(as_float32(dc), fmt, rounding),
+                                  kfmt, acc, kind, need=need, mul=nm.mul or "pam")
         return (_grad_out(dA, ctx.operands[0]) if need[0] else None,
                 _grad_out(dB, ctx.operands[1]) if need[1] else None, None)
 

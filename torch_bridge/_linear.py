@@ -13,9 +13,10 @@ from emu import sizes
 from emu.grad import host_matmul_grad
 from emu.matmul import host_matmul
 
+from ._functions import _mm_args
 from ._lean import kernel_consts, round_lean, rounded_lean
 from ._sums import fold_to
-from ._tensors import as_float32, kernel_fmt
+from ._tensors import as_float32
 from ._threads import emu_threads
 
 
@@ -25,6 +26,7 @@ LL.drop_stale(__file__)
 _QUANTIZE = LL.QUANTIZE[False]
 _MM = LL.matmul_small
 _Z1 = np.zeros(1, np.int64)
+_SUM = LL.scalar_mul.SUM
 
 
 @register_jitable
@@ -37,34 +39,36 @@ def _round_into(x, out, rnd, fcq, mode):
     return x
 
 
-def _linear_forward(x, w, rx, rw, out, rnd, fcq, mode, fcm):
-    """out (M, N) = pam_matmul(R(x) (M, K), R(w)ᵀ): what PAMMatmul's per-call path computes
-    (emu.matmul.host_matmul's small kernel, operands rounded by emu's quantize kernel)."""
+def _linear_forward(x, w, rx, rw, out, rnd, fcq, mode, fcm, c32):
+    """out (M, N) = matmul(R(x) (M, K), R(w)ᵀ) by the pattern-sum multiplier of constant
+    ``c32`` (PAM: 0): what PAMMatmul's per-call path computes (emu.matmul.host_matmul's
+    small kernel, operands rounded by emu's quantize kernel)."""
     a = _round_into(x, rx, rnd, fcq, mode)
     b = _round_into(w, rw, rnd, fcq, mode)
     _MM(a.view(np.int32).reshape(1, a.shape[0], a.shape[1]),
         np.ascontiguousarray(b.T).view(np.int32).reshape(1, b.shape[1], b.shape[0]),
-        _Z1, _Z1, out.reshape(1, out.shape[0], out.shape[1]), fcm)
+        _Z1, _Z1, out.reshape(1, out.shape[0], out.shape[1]), fcm, c32)
 
 
-def _linear_backward(a, w, dy, rg, dx, dw, rnd, fcq, mode, fcm, need_x, need_w):
-    """The approximate gradients of ``pam_matmul(a, wᵀ)`` as emu.grad.host_matmul_grad
-    forms them for 2-D operands: dx = R(dy) w, dwᵀ = aᵀ R(dy) or (R(dy)ᵀ a)ᵀ."""
+def _linear_backward(a, w, dy, rg, dx, dw, rnd, fcq, mode, fcm, c32, need_x, need_w):
+    """The approximate gradients of ``matmul(a, wᵀ)`` as emu.grad.host_matmul_grad
+    forms them for 2-D operands: dx = R(dy) w, dwᵀ = aᵀ R(dy) or (R(dy)ᵀ a)ᵀ (a
+    constant pattern sum commutes)."""
     g = _round_into(dy, rg, rnd, fcq, mode)
     M, K = a.shape
     N = w.shape[0]
     if need_x:
         _MM(g.view(np.int32).reshape(1, M, N), w.view(np.int32).reshape(1, N, K), _Z1, _Z1,
-            dx.reshape(1, M, K), fcm)
+            dx.reshape(1, M, K), fcm, c32)
     if need_w:
         if M * K <= M * N:
             db = np.empty((1, K, N), np.float32)
             _MM(np.ascontiguousarray(a.T).view(np.int32).reshape(1, K, M),
-                g.view(np.int32).reshape(1, M, N), _Z1, _Z1, db, fcm)
+                g.view(np.int32).reshape(1, M, N), _Z1, _Z1, db, fcm, c32)
             dw[:, :] = db[0].T
         else:
             _MM(np.ascontiguousarray(g.T).view(np.int32).reshape(1, N, M),
-                a.view(np.int32).reshape(1, M, K), _Z1, _Z1, dw.reshape(1, N, K), fcm)
+                a.view(np.int32).reshape(1, M, K), _Z1, _Z1, dw.reshape(1, N, K), fcm, c32)
 
 
 #: (forward, backward): the one-call kernels of :class:`LinearFunction` (and of
@@ -90,7 +94,9 @@ class LinearFunction(torch.autograd.Function):
         x2 = x.reshape(-1, x.shape[-1])
         (M, K), N = x2.shape, weight.shape[0]
         kc = kernel_consts(fmt, rounding)
-        one_call = nm.acc is emu.float32 and M * N * K <= sizes.SMALL
+        kfmt, acc, mp = _mm_args(nm)
+        one_call = (acc is emu.float32 and M * N * K <= sizes.SMALL
+                    and (mp is None or (mp.kind == _SUM and mp.k == 0)))
         ctx.nm, ctx.one_call = nm, one_call
         ctx.shapes = x.shape, None if bias is None else bias.shape
         if one_call:
@@ -99,7 +105,8 @@ class LinearFunction(torch.autograd.Function):
                 weight.detach().contiguous().numpy()
             ra, rw = (a, w) if kc.f32 else (np.empty_like(a), np.empty_like(w))
             out = np.empty((M, N), np.float32)
-            LINEAR[0](a, w, ra, rw, out, not kc.f32, kc.fc, kc.mode, kernel_fmt(fmt).consts)
+            LINEAR[0](a, w, ra, rw, out, not kc.f32, kc.fc, kc.mode, kfmt.consts,
+                      0 if mp is None else mp.c32)
             if kc.f32:
                 ctx.save_for_backward(x, weight)
             else:
@@ -109,13 +116,15 @@ class LinearFunction(torch.autograd.Function):
             with emu_threads(M * N * K):
                 A, W = rounded_lean(ctx, (x2, weight), fmt, rounding)
                 C = torch.from_numpy(host_matmul(A.detach().numpy(), W.detach().numpy().T,
-                                                 kernel_fmt(fmt), nm.acc))
+                                                 kfmt, acc, mp))
         y = C.reshape(*x.shape[:-1], N)
         return y if bias is None else y + bias.detach()
 
     @staticmethod
     def backward(ctx, dy):
-        (fmt, kind, rounding, acc), (xshape, bshape) = ctx.nm, ctx.shapes
+        nm, (xshape, bshape) = ctx.nm, ctx.shapes
+        fmt, kind, rounding = nm.fmt, nm.backward, nm.rounding
+        kfmt, acc, mp = _mm_args(nm)
         a, w = ctx.saved_tensors
         need = ctx.needs_input_grad[:2]
         N, K = w.shape
@@ -128,13 +137,13 @@ class LinearFunction(torch.autograd.Function):
             LINEAR[1](as_float32(a).reshape(-1, K).contiguous().numpy(),
                       as_float32(w).contiguous().numpy(), gn,
                       gn if kc.f32 else np.empty_like(gn), dA, dW, not kc.f32, kc.fc,
-                      kc.mode, kernel_fmt(fmt).consts, need[0], need[1])
+                      kc.mode, kfmt.consts, 0 if mp is None else mp.c32, need[0], need[1])
         else:
             g = round_lean(g, fmt, rounding)
             with emu_threads(a.numel() * N):
                 dA, dB = host_matmul_grad(as_float32(a).reshape(-1, K).numpy(),
                                           as_float32(w).numpy().T, g.detach().numpy(),
-                                          kernel_fmt(fmt), acc, kind, need)
+                                          kfmt, acc, kind, need, mp)
             dW = dB.T if need[1] else None
         dx = torch.from_numpy(dA).reshape(xshape) if need[0] else None
         dw = torch.from_numpy(dW) if need[1] else None

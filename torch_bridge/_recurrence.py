@@ -101,7 +101,7 @@ class Recurrence(torch.autograd.Function):
         cc = None if c0 is None else c0.detach().contiguous().numpy()
         for t in steps:
             hraw[t] = h
-            LINEAR[0](hraw[t], wn, hrnd[t], rw, ghs[t], not nmm.f32, nmm.fc, nmm.mode, fcm)
+            LINEAR[0](hraw[t], wn, hrnd[t], rw, ghs[t], not nmm.f32, nmm.fc, nmm.mode, fcm, 0)
             if bias is not None:
                 torch.from_numpy(ghs[t]).add_(bias)         # LinearFunction's y + bias
             if mode == "gru":
@@ -154,7 +154,7 @@ class Recurrence(torch.autograd.Function):
                 dx = np.empty((N, H), np.float32)
                 dwt = np.empty((GH, H), np.float32)
                 LINEAR[1](hrnd[t], rw, dgh, dgh if nmm.f32 else np.empty_like(dgh), dx, dwt,
-                          not nmm.f32, nmm.fc, nmm.mode, fcm, True, True)
+                          not nmm.f32, nmm.fc, nmm.mode, fcm, 0, True, True)
             else:
                 g = round_lean(torch.from_numpy(dgh), mfmt, mround).numpy()
                 dx, dB = host_matmul_grad(hrnd[t], rw.T, g, kernel_fmt(mfmt), macc, mkind,

@@ -62,6 +62,13 @@ class PAMConfig:
     pa_fmt: format of the elementwise PA operations inside softmax, layer norm,
         loss and optimizer.  float32 by default, like the paper's Table 3 (its
         narrow-mantissa study, Appendix D, narrows only the matmul inputs).
+    mul: the multiplier of the matmul group (a name of ``emu.MULTIPLIERS`` such as
+        ``"lmul"``, ``"exact"``, ``"cpam2-unbiased"``, a spelling such as ``"pam+2"``, or
+        an ``emu.Multiplier``), forward and approximate backward; ``"pam"`` by default.
+        So far another multiplier runs the matmuls only: it needs ``ops=("matmul",)``,
+        an element format (not MX) and the approximate matmul derivative (ValueError
+        otherwise), since the PA softmax, norms, losses, optimizers and elementwise
+        products still multiply with PAM.
     """
     fmt: object = "bf16"
     backward: object = field(default="approx", compare=False)
@@ -69,6 +76,7 @@ class PAMConfig:
     rounding: str = "nearest_even"
     acc: object = "float32"
     pa_fmt: object = "float32"
+    mul: object = "pam"
     _kinds: tuple = field(default=(), init=False, repr=False)
 
     def __post_init__(self):
@@ -111,6 +119,25 @@ class PAMConfig:
         if isinstance(self.fmt, emu.mx.MXFormat) and key != "nearest_even":
             raise ValueError(f"rounding={self.rounding!r} with fmt={self.fmt.name}: MX "
                              "quantization rounds to nearest even only")
+        set_("mul", emu.multiplier(self.mul))
+        if self.mul != _PAM:
+            self._check_mul()
+
+    def _check_mul(self):
+        """What a multiplier other than PAM supports so far (the class docstring)."""
+        name = str(self.mul)
+        others = sorted((self.ops if self.fmt is not None else set()) - {"matmul"})
+        if others:
+            raise ValueError(f"mul={name!r} runs the matmul group only so far; ops={others} "
+                             "would still multiply with PAM: pass ops=('matmul',)")
+        if isinstance(self.fmt, emu.mx.MXFormat):
+            raise ValueError(f"mul={name!r} with fmt={self.fmt.name}: MX formats take PAM only "
+                             "so far")
+        if self.kind("matmul") == "exact":
+            raise ValueError(f"mul={name!r} with the exact matmul derivative: only PAM's is "
+                             "implemented; use backward='approx'")
+        if self.fmt is not None:
+            self.mul.params(self.fmt)      # ValueError if a table does not fit the format
 
     def enabled(self, op: str) -> bool:
         """Whether op group ``op`` runs piecewise affine under this config."""
@@ -131,7 +158,8 @@ class PAMConfig:
         return replace(self, **changes)
 
     def __hash__(self):
-        return hash((self.fmt, self._kinds, self.ops, self.rounding, self.acc, self.pa_fmt))
+        return hash((self.fmt, self._kinds, self.ops, self.rounding, self.acc, self.pa_fmt,
+                     self.mul))
 
     def describe(self) -> str:
         """One line for tables and logs, e.g. 'bfloat16 all-ops approx (exact: loss)'."""
@@ -147,7 +175,8 @@ class PAMConfig:
             bwd = f"approx (exact: {','.join(exact)})"
         pa = "" if self.pa_fmt == emu.float32 else f" pa_fmt={self.pa_fmt.name}"
         rnd = "" if self.rounding == "nearest_even" else f" {self.rounding}"
-        return f"{self.fmt.name} {ops} {bwd}{pa}{rnd}"
+        mul = "" if self.mul == _PAM else f" mul={self.mul}"
+        return f"{self.fmt.name} {ops} {bwd}{pa}{rnd}{mul}"
 
 
 def check_config(config):
@@ -165,24 +194,28 @@ class Numerics(NamedTuple):
     backward: str       #: derivative kind: 'approx' or 'exact'
     rounding: str       #: a canonical rounding name (emu.lowlevel.ROUNDING)
     acc: object         #: matmul accumulator format
+    mul: object = None  #: the matmul's emu.Multiplier; None for PAM
 
 
-def check_numerics(fmt, backward, rounding, acc=None) -> Numerics:
-    """``fmt``, ``backward``, ``rounding``, ``acc`` (None: float32) validated through
-    PAMConfig's checks, ValueError naming the bad one (remembered per argument tuple:
-    every PA call of a model asks again with the same few)."""
-    key = (fmt, backward, rounding, acc)
+def check_numerics(fmt, backward, rounding, acc=None, mul=None) -> Numerics:
+    """``fmt``, ``backward``, ``rounding``, ``acc`` (None: float32) and the matmul's
+    ``mul`` (None: PAM) validated through PAMConfig's checks, ValueError naming the bad
+    one (remembered per argument tuple: every PA call of a model asks again with the
+    same few)."""
+    key = (fmt, backward, rounding, acc, mul)
     try:
         return _NUMERICS[key]
     except (KeyError, TypeError):       # TypeError: an unhashable argument, checked below
         pass
     if backward not in _KINDS:
         raise ValueError(f"backward={backward!r}; expected one of {_KINDS}")
-    cfg = PAMConfig(fmt=fmt, rounding=rounding, acc=emu.float32 if acc is None else acc)
+    cfg = PAMConfig(fmt=fmt, rounding=rounding, acc=emu.float32 if acc is None else acc,
+                    **({} if mul is None else dict(mul=mul, ops=("matmul",), backward=backward)))
     if cfg.fmt is None:
         raise ValueError("fmt=None; the PA primitives need a format (use the dispatchers "
                          "with config=None for native torch)")
-    out = Numerics(cfg.fmt, backward, cfg.rounding, cfg.acc)
+    out = Numerics(cfg.fmt, backward, cfg.rounding, cfg.acc,
+                   None if cfg.mul == _PAM else cfg.mul)
     try:
         if len(_NUMERICS) < 256:
             _NUMERICS[key] = out
@@ -192,3 +225,4 @@ def check_numerics(fmt, backward, rounding, acc=None) -> Numerics:
 
 
 _NUMERICS: dict = {}
+_PAM = emu.MULTIPLIERS["pam"]

@@ -66,7 +66,7 @@ def _pair(a, sa, b, sb, out, mm):
     return C.permute([have.index(c) for c in out]) if have != list(out) else C
 
 
-def pam_einsum(equation, *operands, fmt="float32", acc="float32", backward="approx",
+def pam_einsum(equation, *operands, fmt="float32", acc="float32", mul="pam", backward="approx",
                rounding="nearest_even"):
     """torch.einsum with PAM products: operands are combined left to right, each pair
     as one batched PAM matmul whose contraction runs over the contracted letters in
@@ -82,7 +82,7 @@ def pam_einsum(equation, *operands, fmt="float32", acc="float32", backward="appr
     subs, out = parsed
 
     def mm(x, y):
-        return pam_matmul(x, y, fmt, acc=acc, backward=backward, rounding=rounding)
+        return pam_matmul(x, y, fmt, acc=acc, mul=mul, backward=backward, rounding=rounding)
     t, s = operands[0], subs[0]
     for i in range(1, len(operands)):
         later = set(out).union(*subs[i + 1:])
@@ -91,7 +91,7 @@ def pam_einsum(equation, *operands, fmt="float32", acc="float32", backward="appr
     return t if s == out else t.permute([s.index(c) for c in out])
 
 
-def pam_addbmm(a, b, fmt="float32", *, acc="float32", backward="approx",
+def pam_addbmm(a, b, fmt="float32", *, acc="float32", mul="pam", backward="approx",
                rounding="nearest_even"):
     """``Σ_i a[i] @ b[i]`` (torch.addbmm's product) as one PAM matmul whose fold runs
     over (batch, k) in that order: ``a`` laid out (n, B·k), ``b`` (B·k, p)."""
@@ -99,7 +99,7 @@ def pam_addbmm(a, b, fmt="float32", *, acc="float32", backward="approx",
         raise ValueError(f"addbmm: batch1.shape={tuple(a.shape)} and batch2.shape="
                          f"{tuple(b.shape)} must be (B, n, k) and (B, k, p)")
     return pam_matmul(a.permute(1, 0, 2).reshape(a.shape[1], -1), b.reshape(-1, b.shape[2]),
-                      fmt, acc=acc, backward=backward, rounding=rounding)
+                      fmt, acc=acc, mul=mul, backward=backward, rounding=rounding)
 
 
 # --- average pooling: float32 window sums ÷̂ the window size

@@ -44,7 +44,7 @@ __all__ = ["pam_matmul", "pam_linear", "pam_conv2d", "conv_args", "pam_conv1d", 
 
 # --- PAM matmul family ---------------------------------------------------------------
 
-def pam_matmul(a, b, fmt="float32", *, acc="float32", backward="approx",
+def pam_matmul(a, b, fmt="float32", *, acc="float32", mul="pam", backward="approx",
                rounding="nearest_even") -> torch.Tensor:
     """PAM matrix product with torch.matmul's shapes (1-D, 2-D, batched, broadcast).
 
@@ -54,14 +54,14 @@ def pam_matmul(a, b, fmt="float32", *, acc="float32", backward="approx",
     """
     check_tensor(a, "a")
     check_tensor(b, "b")
-    nm = check_numerics(fmt, backward, rounding, acc)
+    nm = check_numerics(fmt, backward, rounding, acc, mul)
     if a.dim() == 0 or b.dim() == 0:
         raise ValueError(f"pam_matmul operands must have at least one dimension, got "
                          f"a.shape={tuple(a.shape)}, b.shape={tuple(b.shape)}")
     return PAMMatmul.apply(a, b, nm)
 
 
-def pam_linear(x, weight, bias=None, fmt="float32", *, acc="float32", backward="approx",
+def pam_linear(x, weight, bias=None, fmt="float32", *, acc="float32", mul="pam", backward="approx",
                rounding="nearest_even") -> torch.Tensor:
     """``x @ weight.T + bias`` with a PAM matmul over the flattened leading dimensions
     (so the weight gradient is one fold over every token); the bias add is float32, the
@@ -72,12 +72,12 @@ def pam_linear(x, weight, bias=None, fmt="float32", *, acc="float32", backward="
         raise ValueError(f"linear: input.shape={tuple(x.shape)} does not fit weight.shape="
                          f"{tuple(weight.shape)} (expected (..., {weight.shape[-1]}) and a "
                          f"2-D weight)")
-    nm = check_numerics(fmt, backward, rounding, acc)
+    nm = check_numerics(fmt, backward, rounding, acc, mul)
     if (_compose.fusable(nm.rounding, x, weight, bias) and not isinstance(nm.fmt, emu.mx.MXFormat)
             and x.numel() * weight.shape[0] <= sizes.SERIAL_WORK and x.numel()):
         return LinearFunction.apply(x, weight, bias, nm)     # the graph below, fused
     x2 = x.reshape(-1, x.shape[-1])
-    y = pam_matmul(x2, weight.t(), fmt, acc=acc, backward=backward, rounding=rounding)
+    y = pam_matmul(x2, weight.t(), fmt, acc=acc, mul=mul, backward=backward, rounding=rounding)
     y = y.reshape(*x.shape[:-1], weight.shape[0])
     return y if bias is None else add(y, bias)
 
@@ -119,7 +119,7 @@ class _Unfold(torch.autograd.Function):
 
 
 def pam_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
-               fmt="float32", *, acc="float32", backward="approx",
+               fmt="float32", *, acc="float32", mul="pam", backward="approx",
                rounding="nearest_even") -> torch.Tensor:
     """2-D convolution as PAM matmuls over im2col patches (F.unfold, its backward in a
     defined order: :class:`_Unfold`).
@@ -153,7 +153,7 @@ def pam_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     cols = _Unfold.apply(x, kernel, dilation, padding, stride, (ho, wo))
     cols = cols.reshape(n, groups, weight[0].numel(), ho * wo)      # (N, G, C/G*kh*kw, L)
     wm = weight.reshape(groups, weight.shape[0] // groups, -1)      # (G, O/G, C/G*kh*kw)
-    y = pam_matmul(wm, cols, fmt, acc=acc, backward=backward, rounding=rounding)
+    y = pam_matmul(wm, cols, fmt, acc=acc, mul=mul, backward=backward, rounding=rounding)
     y = y.reshape(n, weight.shape[0], ho, wo)
     if bias is not None:
         y = add(y, bias.reshape(1, -1, 1, 1))
@@ -212,20 +212,20 @@ def _conv_operands(op, nd, x, weight, groups, transposed=False):
 
 
 def pam_conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
-               fmt="float32", *, acc="float32", backward="approx", rounding="nearest_even"):
+               fmt="float32", *, acc="float32", mul="pam", backward="approx", rounding="nearest_even"):
     """1-D convolution as :func:`pam_conv2d` on a height-1 image: each output folds
     over the kernel's (channel, position) entries in that order.  F.conv1d's arguments."""
     (stride,), padding, (dilation,) = conv_args("conv1d", 1, stride, padding, dilation, groups)
     x, unbatched = _conv_operands("conv1d", 1, x, weight, groups)
     pad = padding if isinstance(padding, str) else (0, padding[0])
     y = pam_conv2d(x.unsqueeze(-2), weight.unsqueeze(-2), bias, (1, stride), pad,
-                   (1, dilation), groups, fmt, acc=acc, backward=backward,
+                   (1, dilation), groups, fmt, acc=acc, mul=mul, backward=backward,
                    rounding=rounding).squeeze(-2)
     return y.squeeze(0) if unbatched else y
 
 
 def pam_conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
-               fmt="float32", *, acc="float32", backward="approx", rounding="nearest_even"):
+               fmt="float32", *, acc="float32", mul="pam", backward="approx", rounding="nearest_even"):
     """3-D convolution as :func:`pam_conv2d` over depth windows: the input's depth
     windows (Tensor.unfold) become ``kd`` extra channels per channel and the output
     depths extra batch entries, so each output folds over the kernel's (channel, depth,
@@ -243,7 +243,7 @@ def pam_conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     n, c, do, h, w, _ = cols.shape                        # (N, C, Do, H, W, kd)
     x2 = cols.permute(0, 2, 1, 5, 3, 4).reshape(n * do, c * kd, h, w)
     w2 = weight.reshape(weight.shape[0], -1, *weight.shape[3:])
-    y = pam_conv2d(x2, w2, None, stride[1:], padding[1:], dilation[1:], groups, fmt, acc=acc,
+    y = pam_conv2d(x2, w2, None, stride[1:], padding[1:], dilation[1:], groups, fmt, acc=acc, mul=mul,
                    backward=backward, rounding=rounding)
     y = y.reshape(n, do, *y.shape[1:]).transpose(1, 2)
     if bias is not None:
@@ -255,7 +255,7 @@ _CONV = {1: pam_conv1d, 2: pam_conv2d, 3: pam_conv3d}
 
 
 def pam_conv_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
-                       dilation=1, fmt="float32", *, acc="float32", backward="approx",
+                       dilation=1, fmt="float32", *, acc="float32", mul="pam", backward="approx",
                        rounding="nearest_even"):
     """Transposed convolution (F.conv_transpose1d/2d/3d's arguments; the dimension
     follows ``weight``) as the direct convolution it equals: the input with ``stride-1``
@@ -284,7 +284,7 @@ def pam_conv_transpose(x, weight, bias=None, stride=1, padding=0, output_padding
     cin, cog = weight.shape[:2]
     wc = weight.reshape(groups, cin // groups, cog, *k).transpose(1, 2) \
         .reshape(groups * cog, cin // groups, *k).flip(list(range(2, nd + 2)))
-    y = _CONV[nd](F.pad(x, pads), wc, bias, 1, 0, dilation, groups, fmt, acc=acc,
+    y = _CONV[nd](F.pad(x, pads), wc, bias, 1, 0, dilation, groups, fmt, acc=acc, mul=mul,
                   backward=backward, rounding=rounding)
     return y.squeeze(0) if unbatched else y
 
@@ -509,7 +509,8 @@ def _on(config: PAMConfig | None, op: str) -> bool:
 
 
 def _mm_kw(config):
-    return dict(acc=config.acc, backward=config.kind("matmul"), rounding=config.rounding)
+    return dict(acc=config.acc, mul=config.mul, backward=config.kind("matmul"),
+                rounding=config.rounding)
 
 
 def _pa_kw(config, op):

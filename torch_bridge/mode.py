@@ -64,6 +64,7 @@ from . import recurrent as PR
 from ._sums import add
 from ._tensors import FLOATS
 from .config import PAMConfig, check_config
+from .functional import _mm_kw
 
 __all__ = ["pam_mode"]
 
@@ -120,10 +121,6 @@ def _conv1d(cfg, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1
     x, weight, bias = PF.autocast_operands(x, weight, bias)
     return PF.pam_conv1d(x, weight, bias, stride, padding, dilation, groups, cfg.fmt,
                          acc=cfg.acc, backward=cfg.kind("matmul"), rounding=cfg.rounding)
-
-
-def _mm_kw(cfg):
-    return dict(acc=cfg.acc, backward=cfg.kind("matmul"), rounding=cfg.rounding)
 
 
 def _conv3d(cfg, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):

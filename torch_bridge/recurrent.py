@@ -60,6 +60,7 @@ class _Ops:
         if mode not in ("gru", "lstm") or not (self.pa and cfg.enabled("matmul")):
             return None
         if torch.is_autocast_enabled("cpu") or cfg.acc != emu.float32 or \
+                cfg.mul != emu.MULTIPLIERS["pam"] or \
                 isinstance(cfg.fmt, emu.mx.MXFormat) or h.dim() != 2:
             return None
         if not _compose.fusable(cfg.rounding, gi, h, c, w_hh, b_hh) or \

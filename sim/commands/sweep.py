@@ -1,8 +1,8 @@
 """``pamsim sweep``: the mantissa width of the PAM inputs (the paper's Table 6, Appendix D)."""
 from __future__ import annotations
 
-from sim.cli import fail, int_in
-from sim.commands.train import (add_spec_arguments, add_study_arguments, ops_arg,
+from sim.cli import fail, int_in, multiplier_arg
+from sim.commands.train import (MUL_HELP, add_spec_arguments, add_study_arguments, ops_arg,
                                 seed_specs, seeds_arg, start_study, write_study)
 
 
@@ -48,6 +48,7 @@ def register(sub):
                    help="op groups made PA (Appendix D narrows only the matmul inputs)")
     p.add_argument("--backward", choices=("approx", "exact"), default="approx",
                    help="derivative kind of the PA op groups")
+    p.add_argument("--mul", type=multiplier_arg, default="pam", help=MUL_HELP)
     add_study_arguments(p, "out/sweep")
     p.set_defaults(run=run)
 
@@ -58,19 +59,23 @@ def run(args) -> int:
     try:
         specs = seed_specs(args)
         for f in [f"e{args.exp_bits}m{m}" for m in args.mantissa] + args.mx:
-            tb.PAMConfig(f)                     # validates --exp-bits with each width
+            # validates --exp-bits with each width, and the multiplier with each
+            tb.PAMConfig(f, backward=args.backward, ops=args.ops, mul=args.mul)
     except ValueError as exc:
         return fail(args, exc)
     from sim import study as S
     spec0 = specs[0]
     key, label = T.metric_names(spec0)
-    runs = start_study(args, specs, f"PAM on {'+'.join(sorted(args.ops))}, {args.backward} backward")
-    rows = S.table6(runs, args.mantissa, args.exp_bits, args.ops, args.backward, mx=args.mx)
+    mul = "" if args.mul == tb.PAMConfig().mul else f", mul={args.mul}"
+    runs = start_study(args, specs, f"PAM on {'+'.join(sorted(args.ops))}, {args.backward} "
+                                    f"backward{mul}")
+    rows = S.table6(runs, args.mantissa, args.exp_bits, args.ops, args.backward, mx=args.mx,
+                    mul=args.mul)
     table, stats = S.table6_markdown(key, label, rows)
     print(table)
     write_study(args, f"sweep_{spec0.data}_{spec0.model}",
                 {"spec": spec0.__dict__, "seeds": args.seeds, "ops": sorted(args.ops),
-                 "backward": args.backward, "stats": stats,
+                 "backward": args.backward, "mul": str(args.mul), "stats": stats,
                  "rows": [{"name": n, "config": c.describe() if c else "native float32",
                            "mantissa": getattr(c.fmt, "man_bits", None) if c else None,
                            "runs": [r.to_json() for r in runs]} for n, c, runs in rows]},

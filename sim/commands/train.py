@@ -5,8 +5,8 @@ import json
 from pathlib import Path
 
 import emu
-from sim.cli import (fail, float_in, format_arg, int_in, nonneg_int, output_dir, positive_int,
-                     settings_tag)
+from sim.cli import (fail, float_in, format_arg, int_in, multiplier_arg, nonneg_int, output_dir,
+                     positive_int, settings_tag)
 
 #: more threads than this is a typo, not a machine
 MAX_THREADS = 1024
@@ -16,6 +16,9 @@ seeds_arg = int_in(1, MAX_SEEDS)
 
 OPS_HELP = ("comma-separated op groups made piecewise affine: matmul, softmax, layernorm, "
             "loss, optimizer, or 'all' (fully multiplication-free)")
+MUL_HELP = ("the matmuls' multiplier: pam, lmul, exact, float, cpam2-unbiased, ... or an "
+            "offset such as pam+2 (docs/semantics.md \"Multipliers\"); so far one other than "
+            "pam needs --ops matmul and approximate matmul derivatives")
 
 
 def operand_format_arg(text: str):
@@ -174,6 +177,7 @@ def register(sub):
                         "(e.g. 'loss', the paper's best choice)")
     p.add_argument("--pa-fmt", type=format_arg, default=emu.float32,
                    help="format of the elementwise PA ops (softmax, layernorm, loss, optimizer)")
+    p.add_argument("--mul", type=multiplier_arg, default="pam", help=MUL_HELP)
     p.add_argument("--rounding", choices=("nearest_even", "stochastic", "toward_zero"),
                    default="nearest_even", help="how operands are rounded into the formats")
     p.add_argument("--seed", type=int_in(0, MAX_SEED), default=0,
@@ -198,7 +202,7 @@ def config_from_args(args):
                  "approx" if args.backward == "paper" else args.backward) for op in OP_GROUPS}
     backward = {op: ("exact" if op in args.exact else base[op]) for op in OP_GROUPS}
     return PAMConfig(fmt=args.fmt, backward=backward, ops=args.ops, rounding=args.rounding,
-                     pa_fmt=args.pa_fmt)
+                     pa_fmt=args.pa_fmt, mul=args.mul)
 
 
 #: a baseline whose headline metric moved more than this in its last epoch has not
