@@ -7,7 +7,9 @@ definition (tests compare both against the reference, exhaustively where small).
 Arrays are flat, C-contiguous ``uint32`` views of float32 data; shape handling and
 argument checking live in emu/ops.py and emu/matmul.py.
 """
+import functools
 import os
+from typing import NamedTuple
 
 import numpy as np
 from llvmlite import binding as llvm
@@ -18,6 +20,7 @@ from numba.extending import intrinsic, register_jitable
 from . import _scalar as S
 from . import _scalar_mul as SM
 from ._numba_cache import drop_stale, njit_variant
+from .formats import float32
 from .registry import ops
 from ._tiles import CLEAN, GENERAL, MASKED, task_index, tile_mode
 
@@ -200,9 +203,14 @@ KC = 256        # k per pass: a panel slice (KC * PW * 4 bytes) stays in L1 acro
 MT = {8: np.uint8, 16: np.uint16}[W]      # one lane mask
 _M_ALL = MT((1 << W) - 1)
 _MASK_A, _MASK_B, _MASK_AB = 4, 5, 6      # MASKED, by which operand holds the zeros
+# the micro-kernel's product: the pattern sum a + (b - ONE32 + c32) (PAM, L-Mul, offsets);
+# the float32 product (the ``exact`` multiplier, where it is exact: the step is then its
+# fused multiply-add); or that product rounded in place onto fmt's grid (``float``)
+ADD, FMUL, FMUL_ROUND = 0, 1, 2
+_F32C = float32.consts      # FMUL's GENERAL step: S.fp_fma into float32
 
 
-def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0):
+def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod=ADD, psh=0):
     """``acc[r, :] += A[r, k] ·̂ B[k, :]`` for QR rows, PW columns and k = 0..nk-1 in
     increasing order, the accumulators in vector registers (LLVM IR, so the block is
     register-allocated as written).  Masked-off products are not added.  ``sh`` > 0:
@@ -213,7 +221,9 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0):
     rounded to binary16 (its F16 step).  ``sticky``: the sum is first made round-to-odd
     with 2Sum's error, then rounded to binary16 (``sh`` = F16) or, in place on its
     pattern, onto the grid of an E = 8 format with 23 - sh mantissa bits (the STICKY
-    step with _kernels_acc's finite rounding).  The preconditions are the caller's."""
+    step with _kernels_acc's finite rounding).  ``prod``: how B's packed entries and A's
+    pattern make the product (ADD, FMUL, or FMUL_ROUND onto a grid of 23 - ``psh``
+    mantissa bits, RNE on the pattern).  The preconditions are the caller's."""
     i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
     vi, vf, vm = ir.VectorType(i32, W), ir.VectorType(f32, W), ir.VectorType(ir.IntType(1), W)
     mt = ir.IntType(W)
@@ -295,7 +305,16 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0):
                     ma = builder.bitcast(builder.load(at(amp, kr)), vm) if mask_a else None
                     for v in range(NV):
                         s = accs[r * NV + v]
-                        y = builder.bitcast(builder.add(bs[v], av), vf)
+                        if prod == ADD:
+                            y = builder.bitcast(builder.add(bs[v], av), vf)
+                        else:
+                            y = builder.fmul(builder.bitcast(bs[v], vf), builder.bitcast(av, vf))
+                        if prod == FMUL_ROUND:
+                            lowp = (1 << psh) - 1
+                            yv = builder.bitcast(y, vi)
+                            lsb = builder.and_(builder.lshr(yv, vec(psh, vi)), vec(1, vi))
+                            y = builder.bitcast(builder.and_(builder.add(builder.add(
+                                yv, vec(lowp >> 1, vi)), lsb), vec(~lowp, vi)), vf)
                         t = builder.fadd(s, y)
                         if sticky:  # round-to-odd: to the odd neighbour on 2Sum's error's side
                             bb = builder.fsub(t, s)
@@ -469,16 +488,119 @@ def matmul_prepare_b(B, fc, c32):
     return Bp, Bm, st
 
 
-def matmul_blocked(sh, sticky=False, emin=None, negzero=0):
-    """The register-blocked PAM matmul: float32 accumulation for ``sh`` = 0, else the
+@register_jitable
+def pam_sum_nb(a, b, mn, mx, ovf, c32):
+    """S.pam_sum without branches (so the column loop vectorises); int64 patterns of
+    fmt values, mn/mx/ovf fmt's minnorm32/max32/ovf32, c32 the constant.  Same cases
+    in the same order: NaN, inf (times zero: NaN), zero/subnormal (DAZ), flush, overflow."""
+    s = (a ^ b) & S.SIGN32
+    ua = a & S.ABS32
+    ub = b & S.ABS32
+    r = ua + ub - S.ONE32 + c32
+    res = s | r
+    res = (s | ovf) if r > mx else res
+    zero = ua < mn or ub < mn
+    res = s if (zero or r < mn) else res
+    inf = ua == S.INF32 or ub == S.INF32
+    res = (s | S.INF32) if inf else res
+    nan = ua > S.INF32 or ub > S.INF32 or (inf and zero)
+    return np.int32(np.uint32((S.QNAN32 if nan else res) & S.M32))
+
+
+class FloatConsts(NamedTuple):
+    """fmt's constants for the FLOAT product (float_consts)."""
+    sh: np.int32        # 23 - M
+    half: np.int32      # (2^sh - 1) >> 1
+    keep: np.int32      # ~(2^sh - 1)
+    minnorm: np.int32   # fmt's smallest normal magnitude
+    max_finite: np.int32
+    thr: np.int32       # minnorm - q/2: the smallest magnitude that rounds to minnorm
+    ovf: np.int32       # an overflow: inf (ieee), the canonical NaN (fn, fnuz)...
+    ovf_sign: np.int32  # ... with the sign (inf, max) or without (NaN)
+    negzero: np.int32   # a -0 result (0 in fnuz)
+    nan: np.int32       # an invalid product
+
+
+@functools.lru_cache(maxsize=None)
+def float_consts(fc) -> FloatConsts:
+    """The :class:`FloatConsts` of fmt (its ``consts``)."""
+    sh = 23 - fc.man_bits
+    low = (1 << sh) - 1
+    thr = (np.int32(fc.minnorm32).view(np.float32)
+           * np.float32(1.0 - 2.0 ** -(fc.man_bits + 1))).view(np.int32)
+    none = fc.nan_kind == S.NAN_NONE
+    inf = fc.ovf32 == S.INF32
+    ovf = fc.max32 if none else (S.INF32 if inf else S.QNAN32)
+    return FloatConsts(np.int32(sh), np.int32(low >> 1), np.int32(~low),
+                       np.int32(fc.minnorm32), np.int32(fc.max32), thr, np.int32(ovf),
+                       np.int32(-(1 << 31)) if (none or inf) else np.int32(0),
+                       np.int32(np.uint32(fc.negzero32)), np.int32(np.uint32(fc.nan32)))
+
+
+@register_jitable
+def float_nb(a, b, fx):
+    """S.fp_mul(a, b, fc, False) for int32 patterns of fmt values, M <= 11, no branch."""
+    s = (a ^ b) & np.int32(-(1 << 31))
+    ua = a & np.int32(S.ABS32)
+    ub = b & np.int32(S.ABS32)
+    v = as_i32(as_f32(ua) * as_f32(ub))
+    r = (v + fx.half + ((v >> fx.sh) & 1)) & fx.keep
+    res = s | r
+    res = (fx.ovf | (s & fx.ovf_sign)) if r > fx.max_finite else res
+    res = (s | fx.minnorm) if v < fx.minnorm else res
+    zero = (ua < fx.minnorm) | (ub < fx.minnorm)
+    res = (s & fx.negzero) if (zero | (v < fx.thr)) else res
+    inf = (ua == np.int32(S.INF32)) | (ub == np.int32(S.INF32))
+    res = (s | np.int32(S.INF32)) if inf else res
+    nan = (ua > np.int32(S.INF32)) | (ub > np.int32(S.INF32)) | (inf & zero)
+    return fx.nan if nan else res
+
+
+def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0):
+    """The register-blocked matmul: float32 accumulation for ``sh`` = 0, else the
     SCALED step onto a 23 - sh mantissa-bit grid (``emin``: clamped at that exponent,
     the zero's sign ``negzero``) or (``sh`` = F16) the F16 step, of emu/_kernels_acc.py
     (whose preconditions make MASKED and SKIP exact); ``sticky``: its STICKY step,
     rounded to binary16 (F16) or in place onto an E = 8 grid (called only where every
-    block is CLEAN)."""
+    block is CLEAN).
+
+    ``prod`` (float32 accumulation only for FMUL and FMUL_ROUND): ADD, a pattern sum
+    with one constant (c32; the modes of emu/_tiles.py); FMUL, ``exact`` where every
+    product is exact in float32 (emu/_kernels_mul.py exact_ok): CLEAN blocks without
+    masks (a subnormal operand's product is not zero), GENERAL (S.fp_fma per step) where
+    inf/NaN occur; FMUL_ROUND, ``float`` for fmt with 23 - ``psh`` <= 11 mantissa bits:
+    the modes with every product of normal operands normal in fmt after rounding (CLEAN
+    and MASKED also need max |a| max |b| < max: the pattern sum plus one binade bounds
+    the product), GENERAL S.fp_mul per product.  B is packed with c32 = ONE32 (b itself)
+    for both."""
     mk_clean, mk_mask_a, mk_mask_b, mk_mask_ab = (
-        _micro_kernel(ma, mb, sh, sticky, emin, negzero)
+        _micro_kernel(ma, mb, sh, sticky, emin, negzero, prod, psh)
         for ma, mb in ((False, False), (True, False), (False, True), (True, True)))
+    f32c = _F32C
+
+    @register_jitable
+    def mode_of(sa, sb, fc, c32):
+        """The block's mode for this kernel's product."""
+        if prod == FMUL:
+            return GENERAL if sa[1] >= S.INF32 or sb[1] >= S.INF32 else CLEAN
+        if prod == FMUL_ROUND:
+            m = tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc, 0)
+            if m == CLEAN or m == MASKED:
+                if sa[1] + sb[1] - S.ONE32 + (1 << 23) > fc.max32:
+                    return GENERAL
+            return m
+        return tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc, c32)
+
+    @register_jitable
+    def general(acc, a, b, fc, c32, fx):
+        """One GENERAL step: the accumulator after the product of a and b (``fx``: the
+        FLOAT product's float_consts(fc))."""
+        if prod == FMUL:
+            return as_f32(np.int32(np.uint32(S.fp_fma(as_i32(acc), a, b, f32c))))
+        if prod == FMUL_ROUND:
+            return add_rnd(acc, as_f32(float_nb(np.int32(a), np.int32(np.uint32(b)), fx)))
+        return add_rnd(acc, as_f32(pam_sum_nb(np.int64(a), np.int64(b), fc.minnorm32, fc.max32,
+                                              fc.ovf32, c32)))
     low = (1 << max(sh, 0)) - 1
     tiny = np.float32(1.5 * 2.0 ** (emin or 0))
 
@@ -510,15 +632,16 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0):
     # the lanes are in the key too: an index entry written by a process with another
     # PAMSIM_VECTOR_LANES (drop_stale's config races with concurrent processes) is
     # never taken for this one
-    @njit_variant(f"sh={sh} sticky={sticky} emin={emin} negzero={negzero} lanes={W}",
-                  parallel=True)
-    def kernel(A, Am, sta, Bp, Bm, stb, ia, ib, C, fc, c32):
+    @njit_variant(f"sh={sh} sticky={sticky} emin={emin} negzero={negzero} prod={prod} "
+                  f"psh={psh} lanes={W}", parallel=True)
+    def kernel(A, Am, sta, Bp, Bm, stb, ia, ib, C, fc, c32, fx):
         """The matmul by the pattern-sum multiplier of constant ``c32`` (PAM: 0) with
         float32 (or SCALED) accumulation.
 
         A: (nA, Mq, K) int32 patterns of format values, rows padded to Mq, a multiple
         of QR; the rest from matmul_prepare_a/_b (with the same c32); C: (nout, M, N)
-        float32; ia/ib map each output batch to its A and B batch.
+        float32; ia/ib map each output batch to its A and B batch; ``fx``:
+        float_consts(fc) (read by FMUL_ROUND only).
         """
         nout, M, N = C.shape
         K = A.shape[2]
@@ -544,7 +667,7 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0):
                 for g in range(ng):
                     sa = sta[ba, q0 + q, g]
                     sb = stb[bb, bj, g]
-                    m = tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc, c32)
+                    m = mode_of(sa, sb, fc, c32)
                     if m == MASKED:
                         m = _MASK_AB if sa[2] and sb[2] else (_MASK_A if sa[2] else _MASK_B)
                     modes[q, g] = m
@@ -585,8 +708,8 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0):
                                         b_row = Bp[bb, p0 + p, k]
                                         for j in range(PW):
                                             b = (np.int64(b_row[j]) + one) & S.M32
-                                            acc_row[j] = add_rnd(acc_row[j], as_f32(np.int32(
-                                                np.uint32(S.pam_sum(a_row[k], b, fc, c32)))))
+                                            acc_row[j] = general(acc_row[j], a_row[k], b, fc,
+                                                                 c32, fx)
                             g = g1
             for p in range(npl):
                 for q in range(nql):
@@ -600,7 +723,18 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0):
     return kernel
 
 
-matmul_f32acc = matmul_blocked(0)
+_BLOCKED = {}       # matmul_blocked kernels by their arguments
+
+
+def blocked(sh=0, sticky=False, emin=None, negzero=0, prod=ADD, psh=0):
+    """The :func:`matmul_blocked` kernel of these arguments (made once)."""
+    key = (sh, sticky, emin, negzero, prod, psh)
+    if key not in _BLOCKED:
+        _BLOCKED[key] = matmul_blocked(*key)
+    return _BLOCKED[key]
+
+
+matmul_f32acc = blocked(0)
 
 
 @njit(parallel=True, cache=True)

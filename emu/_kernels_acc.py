@@ -308,7 +308,7 @@ def _make(sticky, e8, f16=False):
                 av = np.int64(A[i0 + r, k])
                 ar = acc[r]
                 for j in range(jw):
-                    ar[j] = step(ar[j], _pam(av, np.int64(brow[j]), fmn, fmx, fovf, c32), ac)
+                    ar[j] = step(ar[j], K.pam_sum_nb(av, np.int64(brow[j]), fmn, fmx, fovf, c32), ac)
 
     @njit_variant(f"sticky={sticky} e8={e8} f16={f16} qr={QR}", parallel=True)  # as _kernels
     def kernel(A, sta, B, stb, ia, ib, C, fc, ac, c32):
@@ -372,25 +372,6 @@ def _make(sticky, e8, f16=False):
     return kernel
 
 
-@register_jitable
-def _pam(a, b, mn, mx, ovf, c32):
-    """S.pam_sum without branches (so the column loop vectorises); int64 patterns of
-    fmt values, mn/mx/ovf fmt's minnorm32/max32/ovf32, c32 the constant.  Same cases
-    in the same order: NaN, inf (times zero: NaN), zero/subnormal (DAZ), flush, overflow."""
-    s = (a ^ b) & S.SIGN32
-    ua = a & S.ABS32
-    ub = b & S.ABS32
-    r = ua + ub - S.ONE32 + c32
-    res = s | r
-    res = (s | ovf) if r > mx else res
-    zero = ua < mn or ub < mn
-    res = s if (zero or r < mn) else res
-    inf = ua == S.INF32 or ub == S.INF32
-    res = (s | S.INF32) if inf else res
-    nan = ua > S.INF32 or ub > S.INF32 or (inf and zero)
-    return np.int32(np.uint32((S.QNAN32 if nan else res) & S.M32))
-
-
 class StepKind(NamedTuple):
     """Which float32-add-and-round step a narrow accumulator's kernels take (_step)."""
     sticky: bool        # STICKY (round to odd first), else PLAIN
@@ -402,7 +383,6 @@ _KERNELS = {StepKind(sticky, e8): _make(sticky, e8) for sticky in (False, True)
             for e8 in (False, True)}
 if HAS_F16C:
     _KERNELS[StepKind(False, False, True)] = _make(False, False, True)
-_BLOCKED = {}       # K.matmul_blocked kernels by their arguments
 
 
 def is_e8(fca) -> bool:
@@ -527,9 +507,8 @@ def matmul_narrow(A, Am, sta, B, Bp, Bm, stb, ia, ib, C, fc, fca, sticky, fast=-
         sh = K.F16 if fast == F16_BLOCKED or (fast == STICKY_BLOCKED and is_binary16(fca)) \
             else 23 - fca.man_bits
         key = (sh, fast == STICKY_BLOCKED) + ((fca.emin, fca.negzero32) if fast == CLAMPED else ())
-        if key not in _BLOCKED:
-            _BLOCKED[key] = K.matmul_blocked(*key)
-        _BLOCKED[key](A, Am, sta, Bp, Bm, stb, ia, ib, C.view(np.float32), fc, c32)
+        K.blocked(*key)(A, Am, sta, Bp, Bm, stb, ia, ib, C.view(np.float32), fc, c32,
+                        K.float_consts(fc))
     else:
         _KERNELS[StepKind(sticky, is_e8(fca) and fast != F16, fast == F16)](
             A, sta, B, stb, ia, ib, C, fc, acc_consts(fca), c32)

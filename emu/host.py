@@ -13,6 +13,7 @@ import numpy as np
 from . import _kernels as K
 from . import _kernels_acc as KA
 from . import _kernels_grad as KG
+from . import _kernels_mul as KMul
 from . import _kernels_mx as KM
 from . import _kernels_reduce as KR
 from . import _kernels_small as KS
@@ -20,6 +21,8 @@ from . import _scalar as S
 from . import _scalar_mul as SM
 from . import sizes
 from .formats import float32
+from ._tiles import CLEAN as _CLEAN
+from ._tiles import MASKED as _MASKED
 from .shapes import batch_index
 
 __all__ = ["as_float32", "flat_u32", "finish", "alloc", "host_fold", "HostBackend", "HOST"]
@@ -169,7 +172,22 @@ class HostBackend:
         ib = batch_index(b.shape[:-2], batch)
         c = c.reshape(nout, m, n)
         if mp is not None and not (mp.kind == SM.SUM and mp.k == 0):
-            K.matmul_fmtacc(a3, b3, ia, ib, c.view(np.int32), fmt.consts, acc.consts, mp)
+            prod = {SM.EXACT: K.FMUL, SM.FLOAT: K.FMUL_ROUND}.get(mp.kind)
+            if acc != float32 or (prod == K.FMUL and not KMul.exact_ok(a3, b3, fmt)) or \
+                    (prod == K.FMUL_ROUND and fmt.man_bits > 11):
+                K.matmul_fmtacc(a3, b3, ia, ib, c.view(np.int32), fmt.consts, acc.consts, mp)
+            elif prod is None:      # corrected PAM: B packed per row of the table
+                mode = KMul.table_mode(a3, b3, fmt.consts, mp)
+                bq = KMul.pack_table(b3, mp) if mode in (_CLEAN, _MASKED) else _NO_BQ
+                KMul.matmul_table(a3, b3, bq, ia, ib, c, fmt.consts, mp, mode)
+            else:                   # the float32 product, register-blocked; B packed as b
+                if m % K.QR:
+                    a3 = np.concatenate([a3, np.zeros((a3.shape[0], -m % K.QR, k), np.int32)], 1)
+                am, sta = K.matmul_prepare_a(a3, fmt.consts)
+                bp, bm, stb = K.matmul_prepare_b(b3, fmt.consts, S.ONE32)
+                K.blocked(prod=prod, psh=23 - fmt.man_bits)(a3, am, sta, bp, bm, stb, ia, ib,
+                                                             c, fmt.consts, S.ONE32,
+                                                             K.float_consts(fmt.consts))
             return c.reshape(plan.out)
         c32 = 0 if mp is None else int(mp.c32)
         if acc == float32 and nout * m * n * k <= sizes.SMALL:
@@ -185,7 +203,8 @@ class HostBackend:
             am, sta = K.matmul_prepare_a(a3, fmt.consts)
             bp, bm, stb = K.matmul_prepare_b(b3, fmt.consts, c32)
             if acc == float32:
-                K.matmul_f32acc(a3, am, sta, bp, bm, stb, ia, ib, c, fmt.consts, c32)
+                K.matmul_f32acc(a3, am, sta, bp, bm, stb, ia, ib, c, fmt.consts, c32,
+                                K.float_consts(fmt.consts))
             else:
                 KA.matmul_narrow(a3, am, sta, b3, bp, bm, stb, ia, ib, c.view(np.int32),
                                  fmt.consts, acc.consts, sticky, c32=c32)
@@ -251,6 +270,7 @@ def host_fold(x: np.ndarray, plan) -> np.ndarray:
 
 
 _NO_TABLE = np.zeros(1, np.int64)
+_NO_BQ = np.zeros((1, 1, 1, 1), np.int32)
 
 #: the one CPU backend (it has no state)
 HOST = HostBackend()

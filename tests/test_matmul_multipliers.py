@@ -86,6 +86,41 @@ def test_constant_multipliers_take_the_fast_kernels(mul, fmt, case, rng):
                       what=f"{mul} {fmt} {case}")
 
 
+@pytest.mark.parametrize("mul", ["exact", "float", "cpam2-unbiased", "cpam1:0,1,-1,0"])
+@pytest.mark.parametrize("fmt", ["bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("case", ["dense", "zeros", "specials", "tiny", "huge"])
+def test_other_multipliers_take_the_vector_kernel(mul, fmt, case, rng):
+    """The multipliers that are not one constant, with a float32 accumulator: the
+    vectorised kernel (emu/_kernels_mul.py) where it applies, else the fold, equal the
+    fold's bits; products that overflow float32, underflow it, straddle the smallest
+    normal of fmt (the float multiplier's flush and round-up) and every special value."""
+    from test_matmul_acc import fold, tiled
+    f = emu.format(fmt)
+    if case in ("tiny", "huge"):
+        A = rng.uniform(1, 2, (37, 41)) * rng.choice([-1, 1], (37, 41))
+        B = rng.uniform(1, 2, (41, 520)) * rng.choice([-1, 1], (41, 520))
+        e = f.emin // 2 if case == "tiny" else (f.emax + 1) // 2
+        A = emu.quantize((A * 2.0 ** (e + rng.integers(-2, 2, A.shape))).astype(np.float32), f)
+        B = emu.quantize((B * 2.0 ** (e + rng.integers(-2, 2, B.shape))).astype(np.float32), f)
+    else:
+        A, B = tiled(case, rng, fmt)
+    assert_bits_equal(emu.matmul(A, B, fmt, mul=mul), fold(A, B, fmt, "float32", mul),
+                      what=f"{mul} {fmt} {case}")
+
+
+def test_exact_vector_kernel_needs_exact_products():
+    """exact_ok: fp16 and fp8 products are always exact in float32; bf16 ones only while
+    they neither overflow float32 nor fall below 2^(2M + 2 - 149)."""
+    from emu import _kernels_mul as KMul
+    ok = lambda a, b, fmt: KMul.exact_ok(np.float32(a).view(np.int32),  # noqa: E731
+                                         np.float32(b).view(np.int32), emu.format(fmt))
+    assert ok([65504.0], [65504.0], "float16") and ok([448.0], [2.0 ** -9], "float8_e4m3fn")
+    assert ok([1.0, 2.0 ** 60], [2.0 ** 60], "bfloat16")
+    assert not ok([2.0 ** 64], [2.0 ** 64], "bfloat16")
+    assert not ok([2.0 ** -70], [2.0 ** -70], "bfloat16")
+    assert not ok([1.0], [1.0], "float32")
+
+
 def test_pam_is_pam_matmul(rng):
     """``mul="pam"`` is emu.pam_matmul, batched and broadcast included."""
     A = rng.standard_normal((3, 1, 9, 20)).astype(np.float32)
