@@ -255,11 +255,18 @@ API = [
      "specials"),
     # sim.train.TrainSpec
     ("TrainSpec lr nan", lambda: TrainSpec(lr=NAN), ValueError, "lr"),
+    ("TrainSpec lr inf", lambda: TrainSpec(lr=INF), ValueError,
+     "lr must be a finite number in [0, inf), got inf"),
+    ("TrainSpec weight_decay -inf", lambda: TrainSpec(weight_decay=-INF), ValueError,
+     "weight_decay must be a finite number in [0, inf), got -inf"),
     ("TrainSpec label_smoothing", lambda: TrainSpec(label_smoothing=2), ValueError,
-     "label_smoothing"),
+     "label_smoothing must be a finite number in [0, 1], got 2"),
+    ("TrainSpec batch_size", lambda: TrainSpec(batch_size=0), ValueError,
+     "batch_size must be an int in [1, "),
     ("TrainSpec weight_decay str", lambda: TrainSpec(weight_decay="x"), ValueError,
      "weight_decay"),
-    ("TrainSpec max_steps", lambda: TrainSpec(max_steps=-1), ValueError, "max_steps"),
+    ("TrainSpec max_steps", lambda: TrainSpec(max_steps=-1), ValueError,
+     "max_steps must be an int in [0, inf), got -1"),
     ("TrainSpec train_subset", lambda: TrainSpec(train_subset=-5), ValueError, "train_subset"),
     ("TrainSpec seed", lambda: TrainSpec(seed=-1), ValueError, "seed"),
     ("TrainSpec epochs float", lambda: TrainSpec(epochs=1.5), ValueError, "epochs"),
@@ -581,3 +588,19 @@ def test_verify_reports_harness_failures_as_errors(error, code, text, monkeypatc
     monkeypatch.setattr(rtl_sim, "verify_unit", fail)
     assert main(["verify", "--unit", "mul"]) == code
     assert capsys.readouterr().err.startswith(text)
+
+
+@pytest.mark.parametrize("lo,hi,text,expected", [
+    (0, INF, "inf", "expected a finite number >= 0"),
+    (-INF, INF, "nan", "expected a finite number"),
+    (0, 1, "2", "expected a number in [0, 1]"),
+    (-INF, 1, "-inf", "expected a finite number <= 1"),
+])
+def test_float_in_states_the_accepted_range(lo, hi, text, expected):
+    """sim.cli.float_in's message never offers an infinity it refuses."""
+    import argparse
+
+    from sim.cli import float_in
+    with pytest.raises(argparse.ArgumentTypeError) as info:
+        float_in(lo, hi)(text)
+    assert str(info.value) == f"got {text!r}; {expected}"
