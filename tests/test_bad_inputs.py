@@ -50,6 +50,13 @@ API = [
     ("quantize format None", lambda: emu.quantize(1.0, None), ValueError, "fmt=None"),
     ("quantize format int", lambda: emu.quantize(1.0, 16), ValueError, "fmt=16"),
     ("quantize str", lambda: emu.quantize("a", "bf16"), TypeError, "x must"),
+    ("quantize masked", lambda: emu.quantize(np.ma.masked_array([1.0, 2.0], mask=[0, 1]),
+                                             "bf16"), TypeError,
+     "x is a numpy masked array; masked arrays are not accepted"),
+    ("pam_mul masked", lambda: emu.pam_mul(np.ones(2, F32), np.ma.masked_array(
+        np.ones(2, F32), mask=[1, 0]), "bf16"), TypeError, "is a numpy masked array"),
+    ("pam_mul masked constant", lambda: emu.pam_mul(np.ma.masked, 1.0, "bf16"), TypeError,
+     "a.filled(value) or a.data instead"),
     ("quantize complex", lambda: emu.quantize(1j, "bf16"), TypeError, "x must"),
     ("quantize object", lambda: emu.quantize([1, None], "bf16"), TypeError, "x must"),
     ("quantize int beyond int64", lambda: emu.quantize(2 ** 70, "bf16"), TypeError, "x must"),
