@@ -101,6 +101,22 @@ def test_torch_op_attributes():
                "the arguments an in-place op writes")
 
 
+def test_dynamo_disable_mark():
+    """torch_bridge/compiling.py marks its wrappers as torch.compiler.disable marks a
+    function; Dynamo must still read that attribute (tests/test_torch_compile.py checks
+    the behaviour)."""
+    import inspect
+
+    import torch
+    import torch._dynamo.variables.functions as dynamo_functions
+    assert torch.compiler.disable(lambda: 0)._torchdynamo_disable is True, (
+        f"torch {torch.__version__} no longer marks disabled functions with "
+        "_torchdynamo_disable; torch_bridge/compiling.py must be updated")
+    assert "_torchdynamo_disable" in inspect.getsource(dynamo_functions), (
+        f"torch {torch.__version__}'s Dynamo no longer reads _torchdynamo_disable; "
+        "torch_bridge/compiling.py must be updated")
+
+
 def test_checkpoint_patch_is_installed():
     """torch_bridge/mode.py's wrappers are in place (their behaviour: test_torch_models)."""
     from torch.utils import checkpoint
