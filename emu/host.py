@@ -37,6 +37,10 @@ def as_float32(x, name: str) -> np.ndarray:
     """``x`` as a float32 ndarray (emu/ops.py's module docstring lists the accepted dtypes)."""
     if type(x) is np.ndarray and x.dtype == np.float32:     # the common case, at no cost
         return x
+    if isinstance(x, np.ma.MaskedArray):        # np.asarray would drop the mask silently
+        raise TypeError(f"{name} is a numpy masked array; masked arrays are not accepted "
+                        f"(the mask would be dropped): pass {name}.filled(value) or "
+                        f"{name}.data instead")
     try:
         arr = np.asarray(x)
     except Exception as exc:  # e.g. a torch tensor that requires grad

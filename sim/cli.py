@@ -130,7 +130,8 @@ nonneg_int = int_in(0)
 def float_in(lo: float = -math.inf, hi: float = math.inf):
     """argparse type: a finite number in [lo, hi] (nan and inf are refused)."""
     accepted = ("a finite number" + ("" if lo == -math.inf else f" >= {lo:g}")
-                if hi == math.inf else f"a number in [{lo:g}, {hi:g}]")
+                if hi == math.inf else f"a finite number <= {hi:g}" if lo == -math.inf
+                else f"a number in [{lo:g}, {hi:g}]")
 
     def parse(text: str) -> float:
         try:

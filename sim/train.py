@@ -46,6 +46,12 @@ NUMERICS_REVISION = 2
 MAX_BATCH, MAX_DIM, MAX_DEPTH, MAX_SEED = 1 << 16, 4096, 64, 2 ** 32 - 1
 
 
+def _interval(lo, hi) -> str:
+    """The accepted range as a message states it: ``[lo, hi]``, or ``[lo, inf)`` where
+    there is no upper bound (infinity itself is refused)."""
+    return f"[{lo}, inf)" if hi is None or hi == math.inf else f"[{lo}, {hi}]"
+
+
 @dataclass(frozen=True)
 class TrainSpec:
     """Everything about a training run except its PAMConfig (hashable, JSON-able)."""
@@ -85,7 +91,7 @@ class TrainSpec:
         for name, (lo, hi) in ints.items():
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi and v > hi):
-                raise ValueError(f"{name} must be an int in [{lo}, {hi or 'inf'}], got {v!r}")
+                raise ValueError(f"{name} must be an int in {_interval(lo, hi)}, got {v!r}")
         if (self.dim or self.depth) and model not in ("vit", "charlm"):
             raise ValueError(f"dim={self.dim}, depth={self.depth}: only the transformers (vit, "
                              f"charlm) take a width and depth, not model={model!r}")
@@ -98,7 +104,8 @@ class TrainSpec:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) \
                     or not (math.isfinite(v) and lo <= v <= hi):
-                raise ValueError(f"{name} must be a finite number in [{lo}, {hi}], got {v!r}")
+                raise ValueError(f"{name} must be a finite number in {_interval(lo, hi)}, "
+                                 f"got {v!r}")
         if self.optimizer not in ("adamw", "sgd"):
             raise ValueError(f"optimizer={self.optimizer!r}; expected 'adamw' or 'sgd'")
         if self.device not in ("cpu", "cuda"):

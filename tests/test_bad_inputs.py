@@ -50,6 +50,13 @@ API = [
     ("quantize format None", lambda: emu.quantize(1.0, None), ValueError, "fmt=None"),
     ("quantize format int", lambda: emu.quantize(1.0, 16), ValueError, "fmt=16"),
     ("quantize str", lambda: emu.quantize("a", "bf16"), TypeError, "x must"),
+    ("quantize masked", lambda: emu.quantize(np.ma.masked_array([1.0, 2.0], mask=[0, 1]),
+                                             "bf16"), TypeError,
+     "x is a numpy masked array; masked arrays are not accepted"),
+    ("pam_mul masked", lambda: emu.pam_mul(np.ones(2, F32), np.ma.masked_array(
+        np.ones(2, F32), mask=[1, 0]), "bf16"), TypeError, "is a numpy masked array"),
+    ("pam_mul masked constant", lambda: emu.pam_mul(np.ma.masked, 1.0, "bf16"), TypeError,
+     "a.filled(value) or a.data instead"),
     ("quantize complex", lambda: emu.quantize(1j, "bf16"), TypeError, "x must"),
     ("quantize object", lambda: emu.quantize([1, None], "bf16"), TypeError, "x must"),
     ("quantize int beyond int64", lambda: emu.quantize(2 ** 70, "bf16"), TypeError, "x must"),
@@ -255,11 +262,18 @@ API = [
      "specials"),
     # sim.train.TrainSpec
     ("TrainSpec lr nan", lambda: TrainSpec(lr=NAN), ValueError, "lr"),
+    ("TrainSpec lr inf", lambda: TrainSpec(lr=INF), ValueError,
+     "lr must be a finite number in [0, inf), got inf"),
+    ("TrainSpec weight_decay -inf", lambda: TrainSpec(weight_decay=-INF), ValueError,
+     "weight_decay must be a finite number in [0, inf), got -inf"),
     ("TrainSpec label_smoothing", lambda: TrainSpec(label_smoothing=2), ValueError,
-     "label_smoothing"),
+     "label_smoothing must be a finite number in [0, 1], got 2"),
+    ("TrainSpec batch_size", lambda: TrainSpec(batch_size=0), ValueError,
+     "batch_size must be an int in [1, "),
     ("TrainSpec weight_decay str", lambda: TrainSpec(weight_decay="x"), ValueError,
      "weight_decay"),
-    ("TrainSpec max_steps", lambda: TrainSpec(max_steps=-1), ValueError, "max_steps"),
+    ("TrainSpec max_steps", lambda: TrainSpec(max_steps=-1), ValueError,
+     "max_steps must be an int in [0, inf), got -1"),
     ("TrainSpec train_subset", lambda: TrainSpec(train_subset=-5), ValueError, "train_subset"),
     ("TrainSpec seed", lambda: TrainSpec(seed=-1), ValueError, "seed"),
     ("TrainSpec epochs float", lambda: TrainSpec(epochs=1.5), ValueError, "epochs"),
@@ -581,3 +595,19 @@ def test_verify_reports_harness_failures_as_errors(error, code, text, monkeypatc
     monkeypatch.setattr(rtl_sim, "verify_unit", fail)
     assert main(["verify", "--unit", "mul"]) == code
     assert capsys.readouterr().err.startswith(text)
+
+
+@pytest.mark.parametrize("lo,hi,text,expected", [
+    (0, INF, "inf", "expected a finite number >= 0"),
+    (-INF, INF, "nan", "expected a finite number"),
+    (0, 1, "2", "expected a number in [0, 1]"),
+    (-INF, 1, "-inf", "expected a finite number <= 1"),
+])
+def test_float_in_states_the_accepted_range(lo, hi, text, expected):
+    """sim.cli.float_in's message never offers an infinity it refuses."""
+    import argparse
+
+    from sim.cli import float_in
+    with pytest.raises(argparse.ArgumentTypeError) as info:
+        float_in(lo, hi)(text)
+    assert str(info.value) == f"got {text!r}; {expected}"

@@ -33,6 +33,8 @@ INTERNALS = [
      "which autograd node an op runs in"),
     ("torch._decomp", "decomposition_table", None, "costs/step.py",
      "ops counted through their decompositions"),
+    ("torch._C", "_dispatch_get_all_op_names", None, "tests/test_torch_audit.py",
+     "every aten op torch_bridge/classification.py must classify"),
     ("numba.cuda.simulator.cudadrv.devicearray", "FakeCUDAArray.__init__",
      ("self", "ary", "stream"), "torch_bridge/_tensors.py, emu/device.py",
      "a CPU tensor as a simulated device array"),
@@ -84,6 +86,35 @@ def test_numba_instance_attributes():
     assert len(ids) == 4 and max(ids) >= 2 ** 32, (
         "numba no longer draws FunctionIdentity ids from _unique_ids; "
         "emu/_numba_cache.py must be updated")
+
+
+def test_torch_op_attributes():
+    """The attributes torch_bridge/audit.py reads on the aten ops it sees (set per
+    overload object, so checked on one)."""
+    import torch
+    op = torch.ops.aten.mul_.Tensor
+    user = "torch_bridge/audit.py"
+    C.internal(op, "_overloadpacket", None, user, "an op's name and its FLOP formula")
+    C.internal(op, "namespace", None, user, "ops outside aten are never classified")
+    C.internal(op._schema, "arguments", None, user, "the arguments an in-place op writes")
+    C.internal(op._schema.arguments[0].alias_info, "is_write", None, user,
+               "the arguments an in-place op writes")
+
+
+def test_dynamo_disable_mark():
+    """torch_bridge/compiling.py marks its wrappers as torch.compiler.disable marks a
+    function; Dynamo must still read that attribute (tests/test_torch_compile.py checks
+    the behaviour)."""
+    import inspect
+
+    import torch
+    import torch._dynamo.variables.functions as dynamo_functions
+    assert torch.compiler.disable(lambda: 0)._torchdynamo_disable is True, (
+        f"torch {torch.__version__} no longer marks disabled functions with "
+        "_torchdynamo_disable; torch_bridge/compiling.py must be updated")
+    assert "_torchdynamo_disable" in inspect.getsource(dynamo_functions), (
+        f"torch {torch.__version__}'s Dynamo no longer reads _torchdynamo_disable; "
+        "torch_bridge/compiling.py must be updated")
 
 
 def test_checkpoint_patch_is_installed():

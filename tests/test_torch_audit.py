@@ -1,5 +1,6 @@
 """torch_bridge.audit and ``pamsim audit``: native multiplies found, emulated ones not."""
 import json
+import sys
 
 import pytest
 import torch
@@ -149,3 +150,152 @@ def test_complex_products_and_scatter_products_count():
     rep = tb.audit(Rotary(), torch.randn(3, 4, requires_grad=True), ALL, backward=False)
     counts = {op: sum(r.count for r in rep.rows if r.op == op) for op in ("mul", "scatter_reduce")}
     assert counts == {"mul": 1, "scatter_reduce": 2}, rep.rows
+
+
+# --- the classification of aten ops (torch_bridge/classification.py) ---------------------
+
+def _aten_ops_with_tensors():
+    """Every aten op (overload packet, in-place folded) the installed torch can dispatch
+    whose schema holds a tensor: a schema states no dtype, so each may see floating
+    tensors.  (13 ops, such as ``promote_types``, take no tensor at all.)"""
+    from torch_bridge.classification import packet
+    found = set()
+    for qualified in torch._C._dispatch_get_all_op_names():
+        ns, _, rest = qualified.partition("::")
+        if ns != "aten":
+            continue
+        pk = getattr(torch.ops.aten, rest.partition(".")[0])
+        schemas = [getattr(pk, ov)._schema for ov in pk.overloads()]
+        if any("Tensor" in str(a.type) for s in schemas for a in (*s.arguments, *s.returns)):
+            found.add(packet(pk.__name__))
+    return found
+
+
+def test_every_aten_op_is_classified():
+    from torch_bridge import classification as C
+    ops = _aten_ops_with_tensors()
+    assert len(ops) > 1000
+    missing = sorted(op for op in ops if C.classify(op) is None)
+    assert not missing, (f"aten ops of torch {torch.__version__} that "
+                         f"torch_bridge/classification.py does not classify: {missing}")
+    classes = {C.classify(op)[0] for op in ops}
+    assert classes == {C.FREE, C.EMULATED, C.BY_DESIGN, C.BEARING}
+    # the explicit tables never contradict each other or the derived emulated set
+    tables = [set(C.MULTIPLY_FREE), set(C.MULTIPLY_BEARING), set(C.NATIVE_BY_DESIGN),
+              set(C.emulated())]
+    for i, a in enumerate(tables):
+        for b in tables[i + 1:]:
+            assert not a & b, a & b
+    assert set(C.CONDITIONAL) <= set(C.MULTIPLY_FREE) | {"_foreach_add", "_foreach_sub"}
+    assert all(C.classify(op)[0] != C.FREE for op in C.INTEGER_BY_DESIGN)
+
+
+def test_emulated_ops_come_from_mode_tables():
+    """The emulated class is derived from pam_mode's handler table: every torch function
+    there is either an aten op's or written in Python without one of its own."""
+    import types
+
+    from torch_bridge import classification as C
+    from torch_bridge.mode import _HANDLERS
+    emulated = C.emulated()
+    assert {"mul", "div", "matmul", "addmm", "linear", "conv2d", "gelu", "softmax",
+            "layer_norm", "cross_entropy_loss", "scaled_dot_product_attention", "gru",
+            "linalg_vector_norm", "pow", "tanh"} <= set(emulated)
+    assert all(hasattr(torch.ops.aten, op) for op in emulated)
+    assert "Tensor.__rmul__" in emulated["mul"] and "torch.mul" in emulated["mul"]
+    loose = [f for f in _HANDLERS if C._aten_name(f) is None]
+    assert loose == [F.multi_head_attention_forward]
+    assert all(isinstance(f, types.FunctionType) for f in loose)
+    assert C.classify("mul_") == C.classify("mul")
+    assert C.classify("_foreach_mul_")[0] == C.BEARING
+    assert C.classify("_foreach_add")[0] == C.FREE
+    assert C.classify("special_round")[0] == C.FREE
+    assert C.classify("permute_copy")[0] == C.FREE
+    assert C.classify("gelu_backward")[0] == C.BEARING
+    assert C.classify("linalg_matmul")[0] == C.BEARING
+    assert C.classify("no_such_op") is None
+
+
+@torch.library.custom_op("pamsim_audit_test::twice", mutates_args=())
+def _twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+_twice.register_fake(lambda x: torch.empty_like(x))
+
+
+def test_unclassified_ops_count_as_escaped(monkeypatch):
+    """An op no table names (a custom op here; a new aten op of a newer torch) counts as
+    escaped, never as free — even one that would be free if it were classified."""
+    from torch_bridge import classification as C
+    x = torch.randn(3, 4)
+    rep = tb.audit(nn.Identity(), (x,), ALL, loss_fn=lambda y: _twice(y).sum(),
+                   backward=False)
+    assert [(r.op, r.count) for r in rep.rows] == [("pamsim_audit_test::twice", 1)]
+    assert rep.escaped == 1 and "(unclassified)" in rep.table()
+
+    class Cum(nn.Module):
+        def forward(self, x):
+            return x.cumsum(0)
+    assert tb.audit(Cum(), (x,), ALL, backward=False).rows == []
+    known = C.classify
+    monkeypatch.setattr(sys.modules["torch_bridge.audit"], "classify",
+                        lambda op: None if op == "cumsum" else known(op))
+    rep = tb.audit(Cum(), (x,), ALL, backward=False)
+    assert [(r.op, r.count, r.design) for r in rep.rows] == [("cumsum", 1, "")]
+    assert rep.escaped == 1
+
+
+def test_integer_results_count():
+    """A product with an integer result runs natively like a floating one: integer
+    arithmetic of INTEGER_BY_DESIGN (T5's bucket ids) is listed by design, an integer
+    matmul escapes; a bool product (a logical and of masks) is no multiply."""
+    class Ints(nn.Module):
+        def forward(self, x):
+            buckets = (x > 0).long() * 16                     # integer arithmetic
+            counts = torch.mm(buckets, buckets.t())           # an integer matmul
+            mask = (x > 0) * (x < 1)                          # bool: logical and
+            return x * (buckets.sum() + counts.sum() + mask.sum()).float()
+    x = torch.randn(3, 4, requires_grad=True)
+    rep = tb.audit(Ints(), (x,), ALL, backward=False)
+    got = {(r.op, bool(r.design)): r for r in rep.rows}
+    assert set(got) == {("mul (integer)", True), ("mm (integer)", False)}, rep.rows
+    assert got["mm (integer)", False].work == 3 * 3 * 4 and got["mul (integer)", True].work == 12
+    assert rep.escaped == 1
+    table = rep.table()
+    assert "| mul (integer) (by design) | forward | 1 |" in table
+    assert "| mm (integer) | forward | 1 |" in table
+
+
+@pytest.mark.filterwarnings("ignore:index_reduce")
+def test_conditional_and_backward_ops_count():
+    """Dropout's backward multiplies (grad · mask · scale); index_reduce's 'prod' and an
+    embedding's scale_grad_by_freq multiply, 'amax' and the plain embedding do not; an
+    in-place _foreach op (it returns nothing: its written arguments are its results) is
+    classified under its out-of-place name."""
+    x = torch.randn(4, 3, requires_grad=True)
+    rows = tb.audit(nn.Identity(), (x,), ALL,
+                    loss_fn=lambda y: torch.native_dropout(y, 0.5, True)[0].sum()).rows
+    assert {(r.op, r.phase) for r in rows} == {("native_dropout", "forward"),
+                                               ("native_dropout_backward", "backward")}
+    idx = torch.tensor([0, 1, 0, 1])
+
+    def reduce(kind):
+        return lambda y: y.new_ones(2, 3).index_reduce(0, idx, y, kind).sum()
+    assert [r.op for r in tb.audit(nn.Identity(), (x,), ALL, loss_fn=reduce("prod")).rows
+            if r.phase == "forward"] == ["index_reduce"]
+    assert not [r for r in tb.audit(nn.Identity(), (x,), ALL, loss_fn=reduce("amax")).rows
+                if r.phase == "forward"]
+    for freq, expected in ((False, set()), (True, {"embedding_dense_backward"})):
+        emb = nn.Embedding(5, 3, scale_grad_by_freq=freq)
+        rep = tb.audit(emb, (torch.tensor([1, 1, 2]),), ALL)
+        assert {r.op for r in rep.rows} == expected
+
+    class Foreach(nn.Module):
+        def forward(self, x):
+            ys = [x.clone(), x.clone()]
+            torch._foreach_add_(ys, ys)
+            torch._foreach_mul_(ys, 3.0)
+            return ys[0] + ys[1]
+    rows = tb.audit(Foreach(), (x,), ALL, backward=False).rows
+    assert [r.op for r in rows] == ["_foreach_mul"]

@@ -176,7 +176,7 @@ def test_bad_arguments(argv, msg, capsys):
 def test_bad_spec_is_reported(capsys, tmp_path):
     assert main(["train", "--data", "digits", "--model", "charlm", "--out", str(tmp_path)]) == 2
     assert "does not fit data='digits'" in capsys.readouterr().err
-    with pytest.raises(ValueError, match=r"epochs must be an int in \[1, inf\]"):
+    with pytest.raises(ValueError, match=r"epochs must be an int in \[1, inf\), got 0"):
         T.TrainSpec(epochs=0)
     with pytest.raises(ValueError, match="device='tpu'; expected 'cpu' or 'cuda'"):
         T.TrainSpec(device="tpu")

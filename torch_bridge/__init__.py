@@ -13,7 +13,8 @@ Operations": every number comes from :mod:`emu` (forward) and :mod:`emu.grad`
   einsum, attention, softmax, norms, losses, recurrent layers and elementwise
   arithmetic of unmodified models (:mod:`torch_bridge.mode` lists them).
 * :func:`audit` — the multiplies of a model that still run natively under a config
-  (the function shadows its module: import names from ``torch_bridge.audit``).
+  (the function shadows its module: import names from ``torch_bridge.audit``);
+  :mod:`torch_bridge.classification` classifies every aten op for it.
 * :mod:`torch_bridge.functional` — the PA primitives (convolutions included) and
   composites; more composites
   in :mod:`~torch_bridge.elementwise`, :mod:`~torch_bridge.norms`,

@@ -1,10 +1,15 @@
 """audit(): which multiplications of a model still run natively under a PAMConfig.
 
 One forward and one backward pass run under :func:`torch_bridge.pam_mode` while a
-TorchDispatchMode watches every aten op.  An op is *multiply-bearing* unless it is on
-the list of multiply-free ops below (data movement, additions, comparisons, max/min,
-selections, sampling): an op nobody has classified counts as multiply-bearing, so a
-new or unexpected op is reported rather than missed.
+TorchDispatchMode watches every aten op.  An op is *multiply-bearing* unless
+:mod:`torch_bridge.classification` classifies it as multiply-free (data movement,
+additions, comparisons, max/min, selections, sampling): an op nobody has classified
+(a new torch release, a custom op) counts as multiply-bearing, so a new or unexpected
+op is reported rather than missed.  Results of every numeric dtype count: floating,
+complex (a complex product is real multiplies) and integer; a bool result (a logical
+and/or of masks) is no product.  Integer arithmetic of :data:`INTEGER_BY_DESIGN` and
+the ops of :data:`NATIVE_BY_DESIGN` are listed with their reason, not counted as
+escaped.
 
 Emulated ops versus native ones: the PA kernels (torch_bridge's private modules,
 ``torch_bridge._*``, whose autograd Functions hand operands to :mod:`emu` and back)
@@ -17,7 +22,8 @@ reported.
 
 Work is counted FLOP-style in multiplies: multiply-adds for the matmul and
 convolution family (torch.utils.flop_counter's formulas, halved), otherwise the
-largest floating tensor the op reads or writes (one multiply per element).  The share
+largest floating or complex tensor the op reads or writes (one multiply per element;
+for an op on integers only, the largest integer tensor).  The share
 of a row is its work over the multiply work of the same pass run natively (no config;
 for a converted model, on a copy converted back).
 The source line of a forward op is the innermost stack frame outside torch and
@@ -37,48 +43,13 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
+from .classification import (BY_DESIGN, CONDITIONAL, FREE, INTEGER_BY_DESIGN, MULTIPLY_FREE,
+                             NATIVE_BY_DESIGN, classify, packet)
 from .config import PAMConfig
 
-__all__ = ["audit", "AuditReport", "AuditRow", "MULTIPLY_FREE", "NATIVE_BY_DESIGN"]
+__all__ = ["audit", "AuditReport", "AuditRow", "MULTIPLY_FREE", "NATIVE_BY_DESIGN",
+           "INTEGER_BY_DESIGN"]
 
-#: aten ops (overload packets, in-place ``_`` stripped) that multiply nothing
-MULTIPLY_FREE = frozenset("""
-    add sub rsub neg abs sum nansum cumsum max min amax amin maximum minimum clamp clamp_min
-    clamp_max relu threshold threshold_backward hardtanh hardtanh_backward where masked_fill
-    masked_scatter masked_select copy _to_copy clone contiguous view _unsafe_view reshape
-    _reshape_alias expand expand_as permute transpose t squeeze unsqueeze select slice
-    slice_backward select_backward index index_put _index_put_impl index_select gather scatter
-    scatter_add scatter_reduce cat stack split split_with_sizes unbind chunk narrow as_strided
-    as_strided_scatter slice_scatter select_scatter unsafe_split unsafe_chunk
-    unsafe_split_with_sizes detach alias lift_fresh lift empty
-    empty_like empty_strided zeros zeros_like ones ones_like full full_like fill zero new_empty
-    new_empty_strided new_zeros new_ones new_full scalar_tensor tril triu flip roll repeat
-    repeat_interleave constant_pad_nd reflection_pad1d reflection_pad2d replication_pad1d
-    replication_pad2d embedding embedding_dense_backward sort topk argmax argmin
-    max_pool2d_with_indices max_pool2d_with_indices_backward max_pool1d max_pool2d
-    sign sgn floor ceil round trunc isnan isinf isfinite _local_scalar_dense item set_
-    resize_ unfold im2col col2im diagonal diag_embed copysign unfold_backward
-    bernoulli rand rand_like randn randn_like randint normal uniform randperm
-    native_dropout_backward _unsafe_index _unsafe_index_put view_as_real view_as_complex
-    logical_not logical_and logical_or bitwise_not bitwise_and bitwise_or eq ne lt le gt ge
-    _efficientzerotensor isneginf isposinf nonzero count_nonzero any all arange
-    _has_compatible_shallow_copy_type alias_copy expand_copy permute_copy view_copy
-    squeeze_copy unsqueeze_copy t_copy transpose_copy slice_copy select_copy
-""".split())
-
-#: multiply-bearing aten ops left native on purpose, with the reason; listed in the
-#: report but not counted as escaped
-NATIVE_BY_DESIGN = {
-    "cos": "rotary position tables: a function of integer positions, no PA definition",
-    "sin": "rotary position tables: a function of integer positions, no PA definition",
-}
-
-#: multiply-free only with alpha == 1: op -> alpha's position among the arguments
-_ALPHA_OPS = {"add": 2, "sub": 2, "rsub": 2, "index_add": 4}
-#: ops on MULTIPLY_FREE only for some reductions: the position of their ``reduce``
-_REDUCE_ARG = {"scatter_reduce": 4, "scatter": 4}
-#: reductions that multiply nothing (None: plain scatter); "prod", "mean", "multiply" do
-_FREE_REDUCTIONS = (None, "sum", "add", "amax", "amin")
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _BRIDGE_DIR = os.path.dirname(__file__) + os.sep
 _STDLIB = (os.path.dirname(os.__file__) + os.sep,)
@@ -88,12 +59,13 @@ _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S
 @dataclass(frozen=True)
 class AuditRow:
     """One native multiply-bearing aten op at one source line, in one pass."""
-    op: str
+    op: str                     # the aten op; "mul (integer)": a result of an integer dtype
     phase: str                  # "forward" or "backward"
     source: str                 # "file:line (function)", shortened to the model's package
     count: int
     work: int                   # multiplies (multiply-adds for matmul-like ops)
     share: float                # work / the native run's multiply work
+    design: str = ""            # why it is native by design; "" if it escaped
 
 
 @dataclass
@@ -111,7 +83,7 @@ class AuditReport:
     def escaped(self) -> int:
         """Native multiply-bearing op calls, those native by design excepted (0: fully
         emulated)."""
-        return sum(r.count for r in self.rows if r.op not in NATIVE_BY_DESIGN)
+        return sum(r.count for r in self.rows if not r.design)
 
     @property
     def share(self) -> float:
@@ -135,7 +107,8 @@ class AuditReport:
             return head
         lines = [head, "", "| op | phase | count | share | source |", "|---|---|---|---|---|"]
         for r in self.rows:
-            op = f"{r.op} (by design)" if r.op in NATIVE_BY_DESIGN else r.op
+            op = (f"{r.op} (by design)" if r.design else r.op if classify(
+                r.op.split(" ")[0]) is not None else f"{r.op} (unclassified)")
             lines.append(f"| {op} | {r.phase} | {r.count} | {100 * r.share:.2f} % | "
                          f"{r.source} |")
         return "\n".join(lines)
@@ -144,8 +117,10 @@ class AuditReport:
 
 
 def _packet(func) -> str:
-    name = func._overloadpacket.__name__
-    return name[:-1] if name.endswith("_") and not name.startswith("_") else name
+    """The op's classified name: the aten packet (in-place ``_`` stripped), or
+    ``namespace::name`` for an op of another namespace (never classified)."""
+    name = packet(func._overloadpacket.__name__)
+    return name if func.namespace == "aten" else f"{func.namespace}::{name}"
 
 
 def _tensors(tree):
@@ -156,23 +131,53 @@ def _tensors(tree):
             yield leaf
 
 
+def _integers(tree):
+    """The integer tensors of ``tree`` (bool ones excepted: logical values)."""
+    for leaf in torch.utils._pytree.tree_leaves(tree):
+        if isinstance(leaf, torch.Tensor) and not (leaf.is_floating_point() or leaf.is_complex()) \
+                and leaf.dtype != torch.bool:
+            yield leaf
+
+
+def _results(func, args, kwargs, out):
+    """What the op wrote: its outputs, or for an in-place op that returns nothing
+    (``_foreach_mul_``) the arguments its schema marks as written."""
+    if any(isinstance(leaf, torch.Tensor) for leaf in torch.utils._pytree.tree_leaves(out)):
+        return out
+    written = []
+    for i, a in enumerate(func._schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            written.append(kwargs.get(a.name) if a.kwarg_only or i >= len(args) else args[i])
+    return written
+
+
 def _work(func, args, kwargs, out) -> int:
     formula = flop_registry.get(func._overloadpacket)
     if formula is not None:
         return int(formula(*args, **kwargs, out_val=out)) // 2
-    return max((t.numel() for t in _tensors((args, kwargs, out))), default=0)
+    tree = (args, kwargs, out)
+    return max((t.numel() for t in _tensors(tree)),
+               default=max((t.numel() for t in _integers(tree)), default=0))
 
 
 def _multiplies(name, args, kwargs) -> bool:
-    if name in _REDUCE_ARG:             # scatter_reduce(..., "prod"), scatter(reduce=...)
-        pos = _REDUCE_ARG[name]
-        reduce = kwargs.get("reduce", args[pos] if len(args) > pos else None)
-        return reduce not in _FREE_REDUCTIONS
-    if name in _ALPHA_OPS:
-        pos = _ALPHA_OPS[name]
-        alpha = kwargs.get("alpha", args[pos] if len(args) > pos else 1)
-        return alpha != 1
-    return name not in MULTIPLY_FREE
+    """False for an op that multiplies nothing with these arguments; True for every
+    other, unclassified ones included."""
+    if name in CONDITIONAL:             # add(alpha=2), scatter_reduce(..., "prod"), ...
+        arg, pos, default, free = CONDITIONAL[name]
+        return kwargs.get(arg, args[pos] if len(args) > pos else default) not in free
+    cls = classify(name)
+    return cls is None or cls[0] != FREE
+
+
+def _design(name, out) -> str:
+    """Why a native multiply-bearing op is native by design, or "" (escaped)."""
+    cls = classify(name)
+    if cls is not None and cls[0] == BY_DESIGN:
+        return cls[1]
+    if name in INTEGER_BY_DESIGN and not any(True for _ in _tensors(out)):
+        return INTEGER_BY_DESIGN[name]
+    return ""
 
 
 def _user(file: str) -> bool:
@@ -204,14 +209,19 @@ class _Counter(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = _packet(func)
-        if not _multiplies(name, args, kwargs) or not any(True for _ in _tensors(out)):
+        results = _results(func, args, kwargs, out)
+        if not _multiplies(name, args, kwargs) or not any(
+                True for _ in (*_tensors(results), *_integers(results))):
             return out
         source = self._source()
         if source is None:                      # inside a PA kernel: emulated
             return out
         work = _work(func, args, kwargs, out)
         node = torch._C._current_autograd_node()
-        row = self.calls[(name, "forward" if node is None else "backward", source)]
+        integer = not any(True for _ in _tensors(results))
+        row = self.calls[(f"{name} (integer)" if integer else name,
+                          "forward" if node is None else "backward", source,
+                          _design(name, results))]
         row[0] += 1
         row[1] += work
         self.total += work
@@ -312,7 +322,7 @@ def audit(model: torch.nn.Module, inputs, config: PAMConfig | None, *, loss_fn=N
     pa = native if config is None and not converted else \
         _pass(model, inputs, config, loss_fn, backward)
     rows = [AuditRow(op, phase, source, count, work,
-                     work / native.total if native.total else 0.0)
-            for (op, phase, source), (count, work) in pa.calls.items()]
+                     work / native.total if native.total else 0.0, design)
+            for (op, phase, source, design), (count, work) in pa.calls.items()]
     rows.sort(key=lambda r: (-r.work, r.op, r.phase, r.source))
     return AuditReport("native" if config is None else config.describe(), rows, native.total)

@@ -63,6 +63,7 @@ from . import norms as PN
 from . import recurrent as PR
 from ._sums import add
 from ._tensors import FLOATS
+from .compiling import eager_under_compile
 from .config import PAMConfig, check_config
 from .functional import _mm_kw
 
@@ -647,6 +648,7 @@ class _PAMMode(TorchFunctionMode):
         super().__init__()
         self.config = config
 
+    @eager_under_compile                # torch.compile: a graph break, run eagerly
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         handler = _HANDLERS.get(func)

@@ -14,13 +14,23 @@ from torch import nn
 from torch.nn import functional as F
 
 from . import functional as PF
+from .compiling import eager_under_compile
 from .config import PAMConfig, check_config
 
 
 class PAModule:
-    """Mixin: a ``config`` attribute, conversion from the native module, repr."""
+    """Mixin: a ``config`` attribute, conversion from the native module, repr.
+
+    Under ``torch.compile`` a drop-in runs eagerly: its ``forward`` is wrapped by
+    :func:`torch_bridge.compiling.eager_under_compile` (a graph break around it), so
+    Dynamo never specialises on a config it does not guard."""
     config: PAMConfig | None
     _native: type
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if not getattr(cls.forward, "_torchdynamo_disable", False):
+            cls.forward = eager_under_compile(cls.forward)
 
     @classmethod
     def from_module(cls, module: nn.Module, config: PAMConfig | None):

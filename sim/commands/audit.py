@@ -37,7 +37,6 @@ def register(sub):
 def run(args) -> int:
     import torch_bridge as tb
     from sim.tiny_models import TINY, build
-    from torch_bridge.audit import NATIVE_BY_DESIGN
     bad = [m for m in args.models if m not in TINY]
     if bad:
         print(f"pamsim audit: error: unknown model(s) {bad}; expected names from {list(TINY)}")
@@ -53,7 +52,7 @@ def run(args) -> int:
         reports[name] = rep
         if args.summary:
             design = ", ".join(f"{r.op} ×{r.count}" for r in rep.rows
-                               if r.op in NATIVE_BY_DESIGN) or "–"
+                               if r.design) or "–"
             print(f"| {name} ({type(model).__name__}) | {rep.native_work:,} | {rep.escaped} | "
                   f"{design} |")
         else:
