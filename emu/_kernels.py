@@ -210,7 +210,8 @@ ADD, FMUL, FMUL_ROUND = 0, 1, 2
 _F32C = float32.consts      # FMUL's GENERAL step: S.fp_fma into float32
 
 
-def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod=ADD, psh=0):
+def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod=ADD, psh=0,
+                  variants=False):
     """``acc[r, :] += A[r, k] ·̂ B[k, :]`` for QR rows, PW columns and k = 0..nk-1 in
     increasing order, the accumulators in vector registers (LLVM IR, so the block is
     register-allocated as written).  Masked-off products are not added.  ``sh`` > 0:
@@ -223,18 +224,20 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
     pattern, onto the grid of an E = 8 format with 23 - sh mantissa bits (the STICKY
     step with _kernels_acc's finite rounding).  ``prod``: how B's packed entries and A's
     pattern make the product (ADD, FMUL, or FMUL_ROUND onto a grid of 23 - ``psh``
-    mantissa bits, RNE on the pattern).  The preconditions are the caller's."""
+    mantissa bits, RNE on the pattern); ``variants``: each row's B entries come from the
+    packed variant its A entry names (``ao``: element offsets, a table's row per a: the
+    corrected-PAM products).  The preconditions are the caller's."""
     i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
     vi, vf, vm = ir.VectorType(i32, W), ir.VectorType(f32, W), ir.VectorType(ir.IntType(1), W)
     mt = ir.IntType(W)
     fix = emin is not None and negzero != 0     # the peeled last step sets the zero's sign
 
     @intrinsic
-    def kernel(typingctx, acc, acc_off, bp, b_off, bm, bm_off, a, am, a_off, a_stride, nk):
-        """acc/bp/bm/a/am: 1-D arrays; *_off: element offsets of the block's first entry
-        (acc: QR rows of PW; bp: nk rows of PW; bm: nk rows of NV masks; a/am: QR rows
-        of stride a_stride)."""
-        sig = types.void(acc, acc_off, bp, b_off, bm, bm_off, a, am, a_off, a_stride, nk)
+    def kernel(typingctx, acc, acc_off, bp, b_off, bm, bm_off, a, am, ao, a_off, a_stride, nk):
+        """acc/bp/bm/a/am/ao: 1-D arrays; *_off: element offsets of the block's first
+        entry (acc: QR rows of PW; bp: nk rows of PW; bm: nk rows of NV masks; a/am/ao:
+        QR rows of stride a_stride; ao read only with ``variants``)."""
+        sig = types.void(acc, acc_off, bp, b_off, bm, bm_off, a, am, ao, a_off, a_stride, nk)
 
         def codegen(context, builder, signature, args):
             ta = signature.args
@@ -251,8 +254,9 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                 return q if ty is None else builder.bitcast(q, ty.as_pointer())
 
             accp, bpp, bmp = base(0, 1, f32), base(2, 3, i32), base(4, 5, mt)
-            ap, amp = base(6, 8, i32), base(7, 8, mt)
-            a_stride, nk = as_i64(9), as_i64(10)
+            ap, amp = base(6, 9, i32), base(7, 9, mt)
+            aop = base(8, 9, i32) if variants else None
+            a_stride, nk = as_i64(10), as_i64(11)
             ptrs = [at(accp, r * PW + v * W, vf) for r in range(QR) for v in range(NV)]
             init = [builder.load(p, align=4) for p in ptrs]
             rows = [builder.mul(a_stride, ir.Constant(i64, r)) for r in range(QR)]
@@ -266,6 +270,10 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
 
             def vec(x, ty=vf):
                 return ir.Constant(ty, [x] * W)
+
+            if prod == FMUL_ROUND:
+                pmuladd = builder.module.declare_intrinsic(
+                    f"llvm.fmuladd.v{W}f32", (), ir.FunctionType(vf, [vf, vf, vf]))
 
             def scaled(t):
                 """The SCALED rounding of t (emu/_kernels_acc.py): with c = 2^sh g,
@@ -303,13 +311,22 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                     av = builder.shuffle_vector(one, ir.Constant(vi, ir.Undefined),
                                                 ir.Constant(vi, [0] * W))
                     ma = builder.bitcast(builder.load(at(amp, kr)), vm) if mask_a else None
+                    if variants:    # this row's B variant
+                        vo = builder.add(kb, builder.sext(builder.load(at(aop, kr)), i64))
+                        bs = [builder.load(at(bpp, builder.add(vo, ir.Constant(i64, v * W)), vi),
+                                           align=4) for v in range(NV)]
                     for v in range(NV):
                         s = accs[r * NV + v]
                         if prod == ADD:
                             y = builder.bitcast(builder.add(bs[v], av), vf)
                         else:
                             y = builder.fmul(builder.bitcast(bs[v], vf), builder.bitcast(av, vf))
-                        if prod == FMUL_ROUND:
+                        if prod == FMUL_ROUND and psh >= 13:
+                            # the SCALED rounding (emu/_kernels_acc.py): c = 2^psh y is
+                            # exact, RN(RN(y - c) + c) is y rounded RNE to 23 - psh bits
+                            y = builder.call(pmuladd, [y, vec(2.0 ** psh), builder.call(
+                                pmuladd, [y, vec(-2.0 ** psh), y])])
+                        elif prod == FMUL_ROUND:    # RNE on the pattern
                             lowp = (1 << psh) - 1
                             yv = builder.bitcast(y, vi)
                             lsb = builder.and_(builder.lshr(yv, vec(psh, vi)), vec(1, vi))
@@ -448,9 +465,11 @@ def matmul_prepare_a(A, fc):
 
 
 @njit(parallel=True, cache=True)
-def matmul_prepare_b(B, fc, c32):
-    """B (nB, K, N) patterns: the packed panels Bp[., p, k, :] = B[., k, p*PW:(p+1)*PW]
-    - ONE32 + c32 (mod 2^32, zero padded; c32 the multiplier's constant), their lane masks Bm (bit set where b is normal;
+def matmul_prepare_b(B, fc, c32, table, tk):
+    """B (nB, K, N) patterns: the packed panels Bp[., p, -1, k, :] = B[., k,
+    p*PW:(p+1)*PW] - ONE32 + c32 (mod 2^32, zero padded; c32 the multiplier's constant)
+    and, for a corrected-PAM ``table`` (4^tk entries, float32-pattern units; tk > 0),
+    before it one variant per table row i, Bp[., p, i, k, :] = that + table[i, j(b)], their lane masks Bm (bit set where b is normal;
     filled only for k groups that hold zeros, the only ones a kernel reads), and the
     statistics per (column block of NB, k group)."""
     nbt, K, N = B.shape
@@ -468,9 +487,11 @@ def matmul_prepare_b(B, fc, c32):
                 for j in range(jb * NB, min(N, jb * NB + NB)):
                     mn, mx, z = _fold(mn, mx, z, b_row[j], fc)
             st[bb, jb, g, 0], st[bb, jb, g, 1], st[bb, jb, g, 2] = mn, mx, z
-    Bp = np.zeros((nbt, npan, K, PW), np.int32)
+    nvar = (1 << tk) + 1 if tk > 0 else 1
+    Bp = np.zeros((nbt, npan, nvar, K, PW), np.int32)
     Bm = np.zeros((nbt, npan, K, NV), MT)
     one = S.ONE32 - np.int64(c32)
+    jmask = (np.int64(1) << tk) - 1
     for t in prange(nbt * K):
         bb = t // K
         k = t % K
@@ -478,9 +499,15 @@ def matmul_prepare_b(B, fc, c32):
         zeros = st[bb, :, k // KG, 2]
         for p in range(npan):
             j0 = p * PW
-            out = Bp[bb, p, k]
+            out = Bp[bb, p, nvar - 1, k]
             for j in range(min(PW, N - j0)):
                 out[j] = np.int32(np.uint32((np.int64(b_row[j0 + j]) - one) & S.M32))
+            for i in range(nvar - 1):
+                vout = Bp[bb, p, i, k]
+                for j in range(min(PW, N - j0)):
+                    jb = (np.int64(b_row[j0 + j]) >> (23 - tk)) & jmask
+                    vout[j] = np.int32(np.uint32((np.int64(out[j]) + table[(i << tk) | jb])
+                                                 & S.M32))
             if zeros[j0 // NB]:
                 for j in range(min(PW, N - j0)):
                     if (b_row[j0 + j] & np.int32(S.ABS32)) >= np.int32(fc.minnorm32):
@@ -556,7 +583,7 @@ def float_nb(a, b, fx):
     return fx.nan if nan else res
 
 
-def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0):
+def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, variants=False):
     """The register-blocked matmul: float32 accumulation for ``sh`` = 0, else the
     SCALED step onto a 23 - sh mantissa-bit grid (``emin``: clamped at that exponent,
     the zero's sign ``negzero``) or (``sh`` = F16) the F16 step, of emu/_kernels_acc.py
@@ -571,30 +598,42 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0):
     inf/NaN occur; FMUL_ROUND, ``float`` for fmt with 23 - ``psh`` <= 11 mantissa bits:
     the modes with every product of normal operands normal in fmt after rounding (CLEAN
     and MASKED also need max |a| max |b| < max: the pattern sum plus one binade bounds
-    the product), GENERAL S.fp_mul per product.  B is packed with c32 = ONE32 (b itself)
-    for both."""
+    the product; and, for the SCALED rounding where psh >= 13, below 2^(126 - psh)),
+    GENERAL S.fp_mul's rule per product.  B is packed with c32 = ONE32 (b itself)
+    for both.  ``variants`` (ADD): corrected PAM, B packed once per row of the table
+    (matmul_prepare_b), each product a + Bp[i(a)] (matmul_variant_offsets), the modes
+    with the constant between c32 + min T and c32 + max T."""
     mk_clean, mk_mask_a, mk_mask_b, mk_mask_ab = (
-        _micro_kernel(ma, mb, sh, sticky, emin, negzero, prod, psh)
+        _micro_kernel(ma, mb, sh, sticky, emin, negzero, prod, psh, variants)
         for ma, mb in ((False, False), (True, False), (False, True), (True, True)))
     f32c = _F32C
+    # FMUL_ROUND's SCALED rounding needs |product| 2^psh below float32's overflow
+    top = ((126 - psh) + 127) << 23 if psh >= 13 else S.INF32
 
     @register_jitable
-    def mode_of(sa, sb, fc, c32):
+    def mode_of(sa, sb, fc, mp):
         """The block's mode for this kernel's product."""
+        c32 = np.int64(mp.c32)
         if prod == FMUL:
             return GENERAL if sa[1] >= S.INF32 or sb[1] >= S.INF32 else CLEAN
         if prod == FMUL_ROUND:
             m = tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc, 0)
             if m == CLEAN or m == MASKED:
-                if sa[1] + sb[1] - S.ONE32 + (1 << 23) > fc.max32:
+                if sa[1] + sb[1] - S.ONE32 + (1 << 23) > min(fc.max32, top):
+                    return GENERAL
+            return m
+        if variants:
+            m = tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc, c32 + mp.table.min())
+            if m == CLEAN or m == MASKED:
+                if sa[1] + sb[1] - S.ONE32 + c32 + mp.table.max() > fc.max32:
                     return GENERAL
             return m
         return tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc, c32)
 
     @register_jitable
     def general(acc, a, b, fc, c32, fx):
-        """One GENERAL step: the accumulator after the product of a and b (``fx``: the
-        FLOAT product's float_consts(fc))."""
+        """One GENERAL step: the accumulator after the product of a and b (ADD: with the
+        pattern sum's constant ``c32``; ``fx``: the FLOAT product's float_consts(fc))."""
         if prod == FMUL:
             return as_f32(np.int32(np.uint32(S.fp_fma(as_i32(acc), a, b, f32c))))
         if prod == FMUL_ROUND:
@@ -633,15 +672,17 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0):
     # PAMSIM_VECTOR_LANES (drop_stale's config races with concurrent processes) is
     # never taken for this one
     @njit_variant(f"sh={sh} sticky={sticky} emin={emin} negzero={negzero} prod={prod} "
-                  f"psh={psh} lanes={W}", parallel=True)
-    def kernel(A, Am, sta, Bp, Bm, stb, ia, ib, C, fc, c32, fx):
-        """The matmul by the pattern-sum multiplier of constant ``c32`` (PAM: 0) with
-        float32 (or SCALED) accumulation.
+                  f"psh={psh} variants={variants} lanes={W}", parallel=True)
+    def kernel(A, Am, sta, Bp, Bm, stb, ia, ib, C, fc, mp, fx, Ao):
+        """The matmul by the multiplier ``mp`` (emu/_scalar_mul.py MulParams; ADD: a
+        pattern sum with the constant ``mp.c32``, PAM: 0, or with ``variants`` its table)
+        with float32 (or SCALED) accumulation.
 
         A: (nA, Mq, K) int32 patterns of format values, rows padded to Mq, a multiple
-        of QR; the rest from matmul_prepare_a/_b (with the same c32); C: (nout, M, N)
-        float32; ia/ib map each output batch to its A and B batch; ``fx``:
-        float_consts(fc) (read by FMUL_ROUND only).
+        of QR; the rest from matmul_prepare_a/_b (with the same multiplier); C: (nout, M,
+        N) float32; ia/ib map each output batch to its A and B batch; ``fx``:
+        float_consts(fc) (read by FMUL_ROUND only); ``Ao``: matmul_variant_offsets (read
+        with ``variants`` only).
         """
         nout, M, N = C.shape
         K = A.shape[2]
@@ -650,7 +691,10 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0):
         npan = Bp.shape[1]
         qt = MB // QR                       # row blocks per task
         pt = NB // PW                       # panels per task
-        one = S.ONE32 - np.int64(c32)       # Bp + one is b
+        c32 = np.int64(mp.c32)
+        one = S.ONE32 - c32                 # Bp[..., -1, ...] + one is b
+        vsh = np.int32(23 - mp.k)           # variants: a's top k mantissa bits
+        vmask = np.int32((1 << mp.k) - 1)
         nti = (nq + qt - 1) // qt
         ntj = (npan + pt - 1) // pt
         for t in prange(nout * nti * ntj):
@@ -667,7 +711,7 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0):
                 for g in range(ng):
                     sa = sta[ba, q0 + q, g]
                     sb = stb[bb, bj, g]
-                    m = mode_of(sa, sb, fc, c32)
+                    m = mode_of(sa, sb, fc, mp)
                     if m == MASKED:
                         m = _MASK_AB if sa[2] and sb[2] else (_MASK_A if sa[2] else _MASK_B)
                     modes[q, g] = m
@@ -675,6 +719,7 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0):
             accf = acc.reshape(-1)
             af = A[ba].reshape(-1)
             amf = Am[ba].reshape(-1)
+            aof = Ao[ba if variants else 0].reshape(-1)
             for kc0 in range(0, K, KC):
                 kc1 = min(K, kc0 + KC)
                 for p in range(npl):
@@ -693,23 +738,32 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0):
                             nk = min(kc1, g1 * KG) - ka
                             ao = (q0 + q) * QR * K + ka
                             if m == CLEAN:
-                                mk_clean(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, ao, K, nk)
+                                mk_clean(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K,
+                                         nk)
                             elif m == _MASK_A:
-                                mk_mask_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, ao, K, nk)
+                                mk_mask_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K,
+                                          nk)
                             elif m == _MASK_B:
-                                mk_mask_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, ao, K, nk)
+                                mk_mask_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K,
+                                          nk)
                             elif m == _MASK_AB:
-                                mk_mask_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, ao, K, nk)
+                                mk_mask_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K,
+                                           nk)
                             elif m == GENERAL:
                                 for r in range(QR):
                                     a_row = A[ba, (q0 + q) * QR + r]
                                     acc_row = acc[p, q * QR + r]
                                     for k in range(ka, ka + nk):
-                                        b_row = Bp[bb, p0 + p, k]
+                                        b_row = Bp[bb, p0 + p, -1, k]
+                                        # variants: a's row of the table is its variant
+                                        # less the plain packing (|c32 + T| < 2^31)
+                                        v_row = Bp[bb, p0 + p, (a_row[k] >> vsh) & vmask, k] \
+                                            if variants else b_row
                                         for j in range(PW):
                                             b = (np.int64(b_row[j]) + one) & S.M32
+                                            c = c32 + np.int64(np.int32(v_row[j] - b_row[j]))
                                             acc_row[j] = general(acc_row[j], a_row[k], b, fc,
-                                                                 c32, fx)
+                                                                 c, fx)
                             g = g1
             for p in range(npl):
                 for q in range(nql):
@@ -723,12 +777,30 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0):
     return kernel
 
 
+@njit(parallel=True, cache=True)
+def matmul_variant_offsets(A, tk, K):
+    """Ao (nA, M, K) int32: the element offset, i(a) K PW, of the B variant that the
+    corrected-PAM product of each a reads (i(a): its top tk mantissa bits)."""
+    na, M, Kd = A.shape
+    Ao = np.empty((na, M, Kd), np.int32)
+    mask = np.int32((1 << tk) - 1)
+    for t in prange(na * M):
+        row = A[t // M, t % M]
+        out = Ao[t // M, t % M]
+        for k in range(Kd):
+            out[k] = ((row[k] >> (23 - tk)) & mask) * np.int32(K * PW)
+    return Ao
+
+
+#: the table and variant offsets of a kernel without a table (PAM, L-Mul, exact, float)
+NO_TABLE = np.zeros(1, np.int64)
+NO_OFFSETS = np.zeros((1, 1, 1), np.int32)
 _BLOCKED = {}       # matmul_blocked kernels by their arguments
 
 
-def blocked(sh=0, sticky=False, emin=None, negzero=0, prod=ADD, psh=0):
+def blocked(sh=0, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, variants=False):
     """The :func:`matmul_blocked` kernel of these arguments (made once)."""
-    key = (sh, sticky, emin, negzero, prod, psh)
+    key = (sh, sticky, emin, negzero, prod, psh, variants)
     if key not in _BLOCKED:
         _BLOCKED[key] = matmul_blocked(*key)
     return _BLOCKED[key]

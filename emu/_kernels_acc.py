@@ -106,6 +106,7 @@ from numba.extending import intrinsic, register_jitable
 
 from . import _kernels as K
 from . import _scalar as S
+from . import _scalar_mul as SM
 from ._kernels import KG, MB, NB, QR
 from ._numba_cache import drop_stale, njit_variant
 from ._tiles import CLEAN, GENERAL, task_index, tile_mode
@@ -507,8 +508,9 @@ def matmul_narrow(A, Am, sta, B, Bp, Bm, stb, ia, ib, C, fc, fca, sticky, fast=-
         sh = K.F16 if fast == F16_BLOCKED or (fast == STICKY_BLOCKED and is_binary16(fca)) \
             else 23 - fca.man_bits
         key = (sh, fast == STICKY_BLOCKED) + ((fca.emin, fca.negzero32) if fast == CLAMPED else ())
-        K.blocked(*key)(A, Am, sta, Bp, Bm, stb, ia, ib, C.view(np.float32), fc, c32,
-                        K.float_consts(fc))
+        K.blocked(*key)(A, Am, sta, Bp, Bm, stb, ia, ib, C.view(np.float32), fc,
+                        SM.MulParams(SM.SUM, c32, K.NO_TABLE, 0), K.float_consts(fc),
+                        K.NO_OFFSETS)
     else:
         _KERNELS[StepKind(sticky, is_e8(fca) and fast != F16, fast == F16)](
             A, sta, B, stb, ia, ib, C, fc, acc_consts(fca), c32)

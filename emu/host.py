@@ -21,8 +21,6 @@ from . import _scalar as S
 from . import _scalar_mul as SM
 from . import sizes
 from .formats import float32
-from ._tiles import CLEAN as _CLEAN
-from ._tiles import MASKED as _MASKED
 from .shapes import batch_index
 
 __all__ = ["as_float32", "flat_u32", "finish", "alloc", "host_fold", "HostBackend", "HOST"]
@@ -176,22 +174,7 @@ class HostBackend:
         ib = batch_index(b.shape[:-2], batch)
         c = c.reshape(nout, m, n)
         if mp is not None and not (mp.kind == SM.SUM and mp.k == 0):
-            prod = {SM.EXACT: K.FMUL, SM.FLOAT: K.FMUL_ROUND}.get(mp.kind)
-            if acc != float32 or (prod == K.FMUL and not KMul.exact_ok(a3, b3, fmt)) or \
-                    (prod == K.FMUL_ROUND and fmt.man_bits > 11):
-                K.matmul_fmtacc(a3, b3, ia, ib, c.view(np.int32), fmt.consts, acc.consts, mp)
-            elif prod is None:      # corrected PAM: B packed per row of the table
-                mode = KMul.table_mode(a3, b3, fmt.consts, mp)
-                bq = KMul.pack_table(b3, mp) if mode in (_CLEAN, _MASKED) else _NO_BQ
-                KMul.matmul_table(a3, b3, bq, ia, ib, c, fmt.consts, mp, mode)
-            else:                   # the float32 product, register-blocked; B packed as b
-                if m % K.QR:
-                    a3 = np.concatenate([a3, np.zeros((a3.shape[0], -m % K.QR, k), np.int32)], 1)
-                am, sta = K.matmul_prepare_a(a3, fmt.consts)
-                bp, bm, stb = K.matmul_prepare_b(b3, fmt.consts, S.ONE32)
-                K.blocked(prod=prod, psh=23 - fmt.man_bits)(a3, am, sta, bp, bm, stb, ia, ib,
-                                                             c, fmt.consts, S.ONE32,
-                                                             K.float_consts(fmt.consts))
+            self._matmul_other(a3, b3, ia, ib, c, fmt, acc, mp)
             return c.reshape(plan.out)
         c32 = 0 if mp is None else int(mp.c32)
         if acc == float32 and nout * m * n * k <= sizes.SMALL:
@@ -205,10 +188,11 @@ class HostBackend:
             if m % K.QR:        # whole row blocks for the micro-kernel; extra rows are dropped
                 a3 = np.concatenate([a3, np.zeros((a3.shape[0], -m % K.QR, k), np.int32)], 1)
             am, sta = K.matmul_prepare_a(a3, fmt.consts)
-            bp, bm, stb = K.matmul_prepare_b(b3, fmt.consts, c32)
+            bp, bm, stb = K.matmul_prepare_b(b3, fmt.consts, c32, K.NO_TABLE, 0)
             if acc == float32:
-                K.matmul_f32acc(a3, am, sta, bp, bm, stb, ia, ib, c, fmt.consts, c32,
-                                K.float_consts(fmt.consts))
+                K.matmul_f32acc(a3, am, sta, bp, bm, stb, ia, ib, c, fmt.consts,
+                                SM.MulParams(SM.SUM, c32, K.NO_TABLE, 0),
+                                K.float_consts(fmt.consts), K.NO_OFFSETS)
             else:
                 KA.matmul_narrow(a3, am, sta, b3, bp, bm, stb, ia, ib, c.view(np.int32),
                                  fmt.consts, acc.consts, sticky, c32=c32)
@@ -216,6 +200,34 @@ class HostBackend:
             K.matmul_fmtacc(a3, b3, ia, ib, c.view(np.int32), fmt.consts, acc.consts,
                             SM.MulParams(SM.SUM, c32, _NO_TABLE, 0))
         return c.reshape(plan.out)
+
+    @staticmethod
+    def _matmul_other(a3, b3, ia, ib, c, fmt, acc, mp):
+        """matmul's multipliers that are not one constant (corrected PAM, exact, float):
+        with a float32 accumulator the register-blocked kernel with their product
+        (K.matmul_blocked: ``exact`` where every product is exact in float32, ``float``
+        for M <= 11), else the fold of SM.mac."""
+        prod = {SM.EXACT: K.FMUL, SM.FLOAT: K.FMUL_ROUND}.get(mp.kind, K.ADD)
+        # corrected PAM: the kernel reads c32 + T back as a 32-bit difference
+        wide = prod == K.ADD and max(abs(int(mp.c32) + int(t)) for t in mp.table) >= 1 << 31
+        if acc != float32 or wide or (prod == K.FMUL and not KMul.exact_ok(a3, b3, fmt)) or \
+                (prod == K.FMUL_ROUND and fmt.man_bits > 11):
+            K.matmul_fmtacc(a3, b3, ia, ib, c.view(np.int32), fmt.consts, acc.consts, mp)
+            return
+        m, k = a3.shape[1:]
+        if m % K.QR:
+            a3 = np.concatenate([a3, np.zeros((a3.shape[0], -m % K.QR, k), np.int32)], 1)
+        am, sta = K.matmul_prepare_a(a3, fmt.consts)
+        variants = prod == K.ADD        # corrected PAM: B packed once per table row
+        if variants:
+            bp, bm, stb = K.matmul_prepare_b(b3, fmt.consts, mp.c32, mp.table, mp.k)
+            ao = K.matmul_variant_offsets(a3, mp.k, k)
+        else:                           # the float32 product: B packed as b itself
+            mp = SM.MulParams(mp.kind, S.ONE32, K.NO_TABLE, 0)
+            bp, bm, stb = K.matmul_prepare_b(b3, fmt.consts, S.ONE32, K.NO_TABLE, 0)
+            ao = K.NO_OFFSETS
+        K.blocked(prod=prod, psh=23 - fmt.man_bits, variants=variants)(
+            a3, am, sta, bp, bm, stb, ia, ib, c, fmt.consts, mp, K.float_consts(fmt.consts), ao)
 
     # -- the E8M0 scale type and MX blocks (emu/mx.py) --------------------------------
     def e8m0(self, plan, x, to_bits):
@@ -274,7 +286,6 @@ def host_fold(x: np.ndarray, plan) -> np.ndarray:
 
 
 _NO_TABLE = np.zeros(1, np.int64)
-_NO_BQ = np.zeros((1, 1, 1, 1), np.int32)
 
 #: the one CPU backend (it has no state)
 HOST = HostBackend()

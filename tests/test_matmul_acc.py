@@ -49,7 +49,7 @@ def narrow(A, B, fmt, acc, sticky, fast=None, mul="pam"):
     m, k = a.shape
     a = np.concatenate([a, np.zeros((-m % K.QR, k), np.int32)])[None]
     am, sta = K.matmul_prepare_a(a, fmt.consts)
-    bp, bm, stb = K.matmul_prepare_b(b, fmt.consts, c32)
+    bp, bm, stb = K.matmul_prepare_b(b, fmt.consts, c32, K.NO_TABLE, 0)
     c = np.empty((1, m, B.shape[1]), np.float32)
     z = np.zeros(1, np.int64)
     KA.matmul_narrow(a, am, sta, b, bp, bm, stb, z, z, c.view(np.int32), fmt.consts,
@@ -173,7 +173,7 @@ def step_args(A, B, fmt, acc, mul="pam"):
     a = np.concatenate([a, np.zeros((-a.shape[0] % K.QR, a.shape[1]), np.int32)])[None]
     b = emu.quantize(B, fmt).view(np.int32)[None]
     return (a, K.matmul_prepare_a(a, fmt.consts)[1], b,
-            K.matmul_prepare_b(b, fmt.consts, c32)[2])
+            K.matmul_prepare_b(b, fmt.consts, c32, K.NO_TABLE, 0)[2])
 
 
 @pytest.mark.parametrize("acc,mul", ACC_MULS)
