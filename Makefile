@@ -40,7 +40,8 @@ test: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup
 	if [ "$$(env -u PAMSIM_VECTOR_LANES $(BIN)/python -c 'from emu import _kernels; print(_kernels.W)')" = 16 ]; then \
 		PAMSIM_VECTOR_LANES=8 NUMBA_CACHE_DIR="$(abspath $(VENV))/numba-cache-8-lanes" \
-		PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup tests/test_matmul.py tests/test_matmul_acc.py; \
+		PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup tests/test_matmul.py tests/test_matmul_acc.py \
+			tests/test_matmul_multipliers.py -k "not test_every_multiplier_against_the_oracle and not e4m3_pair"; \
 	fi
 
 # Rerun the commands behind the figures of docs/ (docs/figures.toml) and compare each

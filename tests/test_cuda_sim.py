@@ -246,6 +246,20 @@ else:
             assert host(d).shape == x.shape
             assert_bits_equal(host(d), w, what=f"d{which} {sa}x{sb} {acc} {kind}")
 
+    @pytest.mark.parametrize("mul", ["lmul", "exact", "cpam1:0,1,-1,0"])
+    @pytest.mark.parametrize("sa,sb", [((5, 7), (7, 3)), ((2, 5, 4), (4, 6))])
+    def test_grad_matmul_multipliers(sa, sb, mul, rng):
+        """emu.grad.matmul's approximate derivative with another multiplier (issue 23;
+        cpam1:0,1,-1,0 does not commute) on the device: the CPU's bits."""
+        fmt = "bfloat16"
+        a = _with_specials(rng.standard_normal(sa).astype(np.float32), rng, fmt)
+        b = _with_specials(rng.standard_normal(sb).astype(np.float32), rng, fmt)
+        g = rng.standard_normal(emu.pam_matmul(a, b, fmt).shape).astype(np.float32)
+        got = emu.grad.matmul(dev(a), dev(b), dev(g), fmt, mul=mul)
+        want = emu.grad.matmul(a, b, g, fmt, mul=mul)
+        for d, w, which in zip(got, want, "AB"):
+            assert_bits_equal(host(d), w, what=f"d{which} {sa}x{sb} {mul}")
+
     @pytest.mark.parametrize("fmt,acc", [("bfloat16", "float16"), ("float32", "bfloat16"),
                                          ("bfloat16", "float8_e4m3fnuz"),
                                          ("float8_e4m3fn", "float6_e3m2fn"),
