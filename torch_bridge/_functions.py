@@ -144,7 +144,8 @@ class PABinary(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        op, (fmt, kind, rounding, _) = ctx.op, ctx.nm
+        op, nm = ctx.op, ctx.nm
+        fmt, kind, rounding = nm.fmt, nm.backward, nm.rounding
         a, b = ctx.saved_tensors
         if ctx.lean and lean(rounding, dy, limit=sizes.LEAN_ELEMENTWISE):
             g = round_lean(as_float32(dy), fmt, rounding)
@@ -178,7 +179,8 @@ class PAUnary(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        op, (fmt, kind, rounding, _) = ctx.op, ctx.nm
+        op, nm = ctx.op, ctx.nm
+        fmt, kind, rounding = nm.fmt, nm.backward, nm.rounding
         (x,) = ctx.saved_tensors
         if ctx.lean and lean(rounding, dy, limit=sizes.LEAN_ELEMENTWISE):
             g = round_lean(as_float32(dy), fmt, rounding)
