@@ -389,9 +389,8 @@ def _make_matmul(f32acc):
     @cuda.jit
     def kernel(A, at, sai, sak, B, bt, sbk, sbj, C, M, N, K, nout, astat, bstat, fc, fca,
                mkind, c32, table, mk):
-        # the multiplier (emu/_scalar_mul.py MulParams); one that is not a pattern sum
-        # with one constant takes GENERAL blocks only
-        mp = SM.MulParams(mkind, c32, table, mk)
+        # the multiplier (emu/_scalar_mul.py MulParams' fields); one that is not a
+        # pattern sum with one constant takes GENERAL blocks only
         constant = mkind == SM.SUM and mk == 0
         # [kk * TMP + ii]; indexed with np.uint32 so no negative-index wraparound code
         As = cuda.shared.array(AS_SIZE, np.uint32)
@@ -459,7 +458,7 @@ def _make_matmul(f32acc):
                         av[r] = np.int64(As[ka + np.uint32(r * (TM // R))])
                     for c in range(R):
                         bv[c] = np.int64(Bs[kb + np.uint32(c * (TN // R))])
-                    step(acc, av, bv, mode, fc, fca, mp)
+                    step(acc, av, bv, mode, fc, fca, mkind, c32, table, mk)
             for r in range(R):
                 i = i0 + ty + r * (TM // R)
                 for c in range(R):
@@ -470,9 +469,11 @@ def _make_matmul(f32acc):
 
 
 @register_jitable
-def _f32_step(acc, av, bv, mode, fc, fca, mp):
-    """acc[r, c] += a_r ·̂ b_c in float32 for one k (av holds c(a) in CLEAN mode); GENERAL
-    blocks take SM.product (for ``exact`` the fused step)."""
+def _f32_step(acc, av, bv, mode, fc, fca, mkind, c32, table, mk):
+    """acc[r, c] += a_r ·̂ b_c in float32 for one k (av holds c(a) in CLEAN mode) by a
+    pattern sum with the one constant c32; GENERAL blocks take S.pam_sum.  The other
+    multipliers run _fmt_step, float32 being a format like another: their code here
+    would cost the accumulators their registers (tests/test_cuda_ptx.py)."""
     if mode == CLEAN:
         for r in range(R):
             for c in range(R):
@@ -480,7 +481,7 @@ def _f32_step(acc, av, bv, mode, fc, fca, mp):
     elif mode == MASKED:
         for r in range(R):
             za = (av[r] & S.ABS32) < fc.minnorm32
-            ca = _offset(av[r], mp.c32)
+            ca = _offset(av[r], c32)
             for c in range(R):
                 p = as_f32(bv[c] + ca)
                 if za or (bv[c] & S.ABS32) < fc.minnorm32:
@@ -489,10 +490,7 @@ def _f32_step(acc, av, bv, mode, fc, fca, mp):
     else:
         for r in range(R):
             for c in range(R):
-                if mp.kind == SM.EXACT:
-                    acc[r, c] = as_f32(S.fp_fma(f32_bits(acc[r, c]), av[r], bv[c], fca))
-                else:
-                    acc[r, c] = f32_add(acc[r, c], as_f32(SM.product(av[r], bv[c], fc, mp)))
+                acc[r, c] = f32_add(acc[r, c], as_f32(S.pam_sum(av[r], bv[c], fc, c32)))
 
 
 @register_jitable
@@ -515,18 +513,18 @@ def narrow_add(x, y, fca):
 
 
 @register_jitable
-def _fmt_step(acc, av, bv, mode, fc, fca, mp):
+def _fmt_step(acc, av, bv, mode, fc, fca, mkind, c32, table, mk):
     """acc[r, c] <- RNE_acc(acc[r, c] + a_r ·̂ b_c) in the accumulator format, for one k
     (``exact``: the fused step)."""
     for r in range(R):
         for c in range(R):
             if mode == CLEAN:                   # normal operands and products
-                p = (av[r] + bv[c] - S.ONE32 + mp.c32) & S.M32
-            elif mp.kind == SM.EXACT:
+                p = (av[r] + bv[c] - S.ONE32 + c32) & S.M32
+            elif mkind == SM.EXACT:
                 acc[r, c] = S.fp_fma(acc[r, c], av[r], bv[c], fca)
                 continue
             else:
-                p = SM.product(av[r], bv[c], fc, mp)
+                p = SM.product_of(av[r], bv[c], fc, mkind, c32, table, mk)
             if fca.man_bits <= 21:
                 acc[r, c] = narrow_add(acc[r, c], p, fca)
             else:

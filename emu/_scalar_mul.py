@@ -32,22 +32,29 @@ class MulParams(NamedTuple):
 
 
 @register_jitable
-def constant(a, b, mp):
+def constant(a, b, c32, table, k):
     """The pattern sum's constant for the operands ``a``, ``b`` (kind SUM)."""
-    if mp.k == 0:
-        return np.int64(mp.c32)
-    mask = (np.int64(1) << mp.k) - 1
-    i = (np.int64(a) >> (23 - mp.k)) & mask
-    j = (np.int64(b) >> (23 - mp.k)) & mask
-    return np.int64(mp.c32) + mp.table[(i << mp.k) | j]
+    if k == 0:
+        return np.int64(c32)
+    mask = (np.int64(1) << k) - 1
+    i = (np.int64(a) >> (23 - k)) & mask
+    j = (np.int64(b) >> (23 - k)) & mask
+    return np.int64(c32) + table[(i << k) | j]
+
+
+@register_jitable
+def product_of(a, b, fc, kind, c32, table, k):
+    """The product of the multiplier ``MulParams(kind, c32, table, k)`` in the format
+    ``fc`` (the fields as arguments: CUDA kernels keep them in registers)."""
+    if kind == SUM:
+        return S.pam_sum(a, b, fc, constant(a, b, c32, table, k))
+    return S.fp_mul(a, b, fc, kind == EXACT)
 
 
 @register_jitable
 def product(a, b, fc, mp):
     """The product of the multiplier ``mp`` in the format ``fc``."""
-    if mp.kind == SUM:
-        return S.pam_sum(a, b, fc, constant(a, b, mp))
-    return S.fp_mul(a, b, fc, mp.kind == EXACT)
+    return product_of(a, b, fc, mp.kind, mp.c32, mp.table, mp.k)
 
 
 @register_jitable

@@ -151,8 +151,11 @@ class CudaBackend(DeviceCall):
                         nout, astat, fc)
             self.launch(K_.operand_stats, nout * nbj * nkt, bspan, bt, bst[-1], bst[-2], n, k,
                         nout, bstat, fc)
-            kernel = K_.matmul_f32acc if acc == float32 else K_.matmul_fmtacc
             mkind, c32, table, mk = (SM.SUM, 0, _NO_TABLE, 0) if mp is None else mp
+            # a multiplier that is not one constant: the integer kernel, float32 being a
+            # format like another
+            kernel = K_.matmul_f32acc if acc == float32 and mkind == SM.SUM and mk == 0 \
+                else K_.matmul_fmtacc
             self.launch(kernel, nout * nbi * nbj, aspan, at, ast[-2], ast[-1], bspan, bt,
                         bst[-2], bst[-1], flat_view(out, nout * m * n), m, n, k, nout, astat,
                         bstat, fc, acc.consts, int(mkind), int(c32),
