@@ -22,7 +22,7 @@ from . import _scalar_mul as SM
 from ._numba_cache import drop_stale, njit_variant
 from .formats import float32
 from .registry import ops
-from ._tiles import CLEAN, GENERAL, MASKED, task_index, tile_mode
+from ._tiles import CLEAN, GENERAL, MASKED, task_index, tile_mode_range
 
 
 def _lanes() -> int:
@@ -469,7 +469,8 @@ def matmul_prepare_b(B, fc, c32, table, tk):
     """B (nB, K, N) patterns: the packed panels Bp[., p, -1, k, :] = B[., k,
     p*PW:(p+1)*PW] - ONE32 + c32 (mod 2^32, zero padded; c32 the multiplier's constant)
     and, for a corrected-PAM ``table`` (4^tk entries, float32-pattern units; tk > 0),
-    before it one variant per table row i, Bp[., p, i, k, :] = that + table[i, j(b)], their lane masks Bm (bit set where b is normal;
+    before it one variant per table row i, Bp[., p, i, k, :] = that + table[i, j(b)];
+    their lane masks Bm (bit set where b is normal;
     filled only for k groups that hold zeros, the only ones a kernel reads), and the
     statistics per (column block of NB, k group)."""
     nbt, K, N = B.shape
@@ -613,22 +614,14 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
     @register_jitable
     def mode_of(sa, sb, fc, mp):
         """The block's mode for this kernel's product."""
-        c32 = np.int64(mp.c32)
         if prod == FMUL:
             return GENERAL if sa[1] >= S.INF32 or sb[1] >= S.INF32 else CLEAN
-        if prod == FMUL_ROUND:
-            m = tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc, 0)
-            if m == CLEAN or m == MASKED:
-                if sa[1] + sb[1] - S.ONE32 + (1 << 23) > min(fc.max32, top):
-                    return GENERAL
-            return m
-        if variants:
-            m = tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc, c32 + mp.table.min())
-            if m == CLEAN or m == MASKED:
-                if sa[1] + sb[1] - S.ONE32 + c32 + mp.table.max() > fc.max32:
-                    return GENERAL
-            return m
-        return tile_mode(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc, c32)
+        lo = hi = np.int64(mp.c32)
+        if prod == FMUL_ROUND:      # the product is at least PAM's, below twice it
+            lo, hi = 0, (1 << 23) + max(0, fc.max32 - top)
+        elif variants:
+            lo, hi = lo + mp.table.min(), hi + mp.table.max()
+        return tile_mode_range(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc, lo, hi)
 
     @register_jitable
     def general(acc, a, b, fc, c32, fx):

@@ -31,6 +31,13 @@ def tile_mode(amn, amx, az, bmn, bmx, bz, fc, c32):
     """Mode of an (A tile, B tile) pair from their statistics: min normal |x| (INF32 if
     none), max |x|, and a zero/subnormal flag for each; ``c32``: the constant of the
     pattern sum (0 for PAM; emu/_scalar_mul.py), a + b - ONE32 + c32 being the product."""
+    return tile_mode_range(amn, amx, az, bmn, bmx, bz, fc, c32, c32)
+
+
+@register_jitable
+def tile_mode_range(amn, amx, az, bmn, bmx, bz, fc, lo, hi):
+    """:func:`tile_mode` for a product between the pattern sums with the constants ``lo``
+    and ``hi`` (lo <= hi): a table of corrections, or a bound on a rounded product."""
     amn = np.int64(amn)
     amx = np.int64(amx)
     bmn = np.int64(bmn)
@@ -39,8 +46,8 @@ def tile_mode(amn, amx, az, bmn, bmx, bz, fc, c32):
         return GENERAL
     if amn > fc.max32 or bmn > fc.max32:        # a tile without normal operands
         return SKIP
-    one = S.ONE32 - np.int64(c32)
-    if amn + bmn - one >= fc.minnorm32 and amx + bmx - one <= fc.max32:
+    if (amn + bmn - S.ONE32 + np.int64(lo) >= fc.minnorm32
+            and amx + bmx - S.ONE32 + np.int64(hi) <= fc.max32):
         if az != 0 or bz != 0:
             return MASKED
         return CLEAN

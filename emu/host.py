@@ -198,7 +198,7 @@ class HostBackend:
                                  fmt.consts, acc.consts, sticky, c32=c32)
         else:
             K.matmul_fmtacc(a3, b3, ia, ib, c.view(np.int32), fmt.consts, acc.consts,
-                            SM.MulParams(SM.SUM, c32, _NO_TABLE, 0))
+                            SM.MulParams(SM.SUM, c32, K.NO_TABLE, 0))
         return c.reshape(plan.out)
 
     @staticmethod
@@ -284,8 +284,6 @@ def host_fold(x: np.ndarray, plan) -> np.ndarray:
         KR.FOLD_SUM[par and plan.outer > 1](x3, out)
     return out.reshape(plan.out)
 
-
-_NO_TABLE = np.zeros(1, np.int64)
 
 #: the one CPU backend (it has no state)
 HOST = HostBackend()
