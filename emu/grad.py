@@ -147,14 +147,13 @@ def matmul(A, B, dY, fmt: Format | str = float32, acc: Format | str = float32,
     The exact derivative is PAM's only so far (ValueError for another multiplier)."""
     m = multiplier(mul)
     kind = _kind(kind)
-    if m == MULTIPLIERS["pam"]:
-        return pam_matmul(A, B, dY, fmt, acc, kind, need)
-    if kind == "exact":
+    pam = m == MULTIPLIERS["pam"]
+    if kind == "exact" and not pam:
         raise ValueError(f"kind='exact' with mul={str(m)!r}: only PAM's exact derivative is "
                          "implemented; use kind='approx'")
     fmt = format(fmt, argname="fmt").arithmetic()
     acc = format(acc, argname="acc").arithmetic("acc")
-    mp = m.params(fmt)
+    mp = None if pam else m.params(fmt)         # None: the backends' PAM
     gpu = cuda_backend.prepare(None, A=A, B=B, dY=dY)
     if gpu is not None:
         return gpu.matmul_grad(A, B, dY, fmt, acc, kind, need, mp)
@@ -174,14 +173,7 @@ def pam_matmul(A, B, dY, fmt: Format | str = float32, acc: Format | str = float3
     gets one fold over (those batch indices in C order, then the contracted index).
     ``need``: which of (δA, δB) to compute; the other is None.
     """
-    fmt = format(fmt, argname="fmt").arithmetic()
-    acc = format(acc, argname="acc").arithmetic("acc")
-    kind = _kind(kind)
-    gpu = cuda_backend.prepare(None, A=A, B=B, dY=dY)
-    if gpu is not None:
-        return gpu.matmul_grad(A, B, dY, fmt, acc, kind, need)
-    return host_matmul_grad(as_float32(A, "A"), as_float32(B, "B"), as_float32(dY, "dY"),
-                            fmt, acc, kind, need)
+    return matmul(A, B, dY, fmt, acc, kind, need)
 
 
 def host_matmul_grad(a, b, g, fmt: Format, acc: Format, kind: str, need=(True, True),

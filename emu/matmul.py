@@ -20,7 +20,7 @@ from . import sizes
 from .backend import backend_for
 from .formats import Format, format, float32
 from .host import HOST
-from .multipliers import multiplier
+from .multipliers import MULTIPLIERS, multiplier
 from .shapes import matmul_shapes
 
 __all__ = ["matmul", "pam_matmul"]
@@ -40,7 +40,8 @@ def matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *, mu
     """
     fmt = format(fmt, argname="fmt").arithmetic()
     acc = format(acc, argname="acc").arithmetic("acc")
-    mp = multiplier(mul).params(fmt)
+    m = multiplier(mul)
+    mp = None if m == MULTIPLIERS["pam"] else m.params(fmt)     # None: the backends' PAM
     backend, (a, b) = backend_for(stream, {"A": A, "B": B})
     return backend.matmul(matmul_shapes(a.shape, b.shape), a, b, fmt, acc, mp)
 
@@ -48,10 +49,7 @@ def matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *, mu
 def pam_matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *,
                stream=None):
     """:func:`matmul` with PAM, ``emu.pam_mul``'s products."""
-    fmt = format(fmt, argname="fmt").arithmetic()
-    acc = format(acc, argname="acc").arithmetic("acc")
-    backend, (a, b) = backend_for(stream, {"A": A, "B": B})
-    return backend.matmul(matmul_shapes(a.shape, b.shape), a, b, fmt, acc)
+    return matmul(A, B, fmt, acc, stream=stream)
 
 
 def host_matmul(a, b, fmt: Format, acc: Format, mp=None):
