@@ -32,6 +32,7 @@ from . import _kernels as K
 from . import _kernels_acc as KA
 from . import _scalar as S
 from . import _scalar_grad as G
+from . import _scalar_mul as SM
 from . import _scalar_approx as A
 from ._kernels import as_f32
 from ._numba_cache import drop_stale, njit_variant
@@ -212,6 +213,31 @@ def _matmul_grad_fmtacc(g, x, w, ix, iw, fc, fca):
             d = g[bo, p, r]
             for c in range(C):
                 acc[c] = S.fp_add(acc[c], G.pam_mul_da(x[bx, p, c], w[bw, r, c], d, fc), fca)
+        for c in range(C):
+            out[bo, p, c] = np.int32(np.uint32(acc[c]))
+    return out.view(np.float32)
+
+
+@njit(parallel=True, cache=True)
+def matmul_grad_mul(g, x, w, ix, iw, fc, fca, mp, own_first):
+    """The exact fold for a multiplier other than PAM (``mp``, kind SUM): each term the
+    slope of the product with respect to x applied to g (SM.product_da, or product_db
+    where x is the product's second operand: ``own_first`` False), each step one
+    fp_add into ``fca`` (float32's consts for the float32 accumulator)."""
+    nout, P, R = g.shape
+    C = x.shape[2]
+    out = np.empty((nout, P, C), np.int32)
+    for t in prange(nout * P):
+        bo, p, bx, bw = _output_row(t, P, ix, iw)
+        acc = np.zeros(C, np.int64)
+        for r in range(R):
+            d = np.int64(g[bo, p, r]) & 0xFFFFFFFF
+            for c in range(C):
+                xv = np.int64(x[bx, p, c]) & 0xFFFFFFFF
+                wv = np.int64(w[bw, r, c]) & 0xFFFFFFFF
+                y = SM.product_da(xv, wv, d, fc, mp) if own_first else \
+                    SM.product_db(wv, xv, d, fc, mp)
+                acc[c] = S.fp_add(acc[c], y, fca)
         for c in range(C):
             out[bo, p, c] = np.int32(np.uint32(acc[c]))
     return out.view(np.float32)

@@ -1,6 +1,6 @@
-"""CPU kernels of the multipliers: ``emu.mul`` (every multiplier's scalar definition,
-emu/_scalar_mul.py, on each element, operands rounded into the format first; a parallel
-and a serial twin), and when the float32 product is the ``exact`` multiplier's step."""
+"""CPU kernels of the multipliers: ``emu.mul`` and the exact ``emu.grad.mul`` (every
+multiplier's scalar definitions, emu/_scalar_mul.py, on each element, operands rounded
+into the format first; a parallel and a serial twin), and when the float32 product is the ``exact`` multiplier's step."""
 import numpy as np
 from numba import njit, prange
 
@@ -18,6 +18,17 @@ def _mul(x, y, out, fc, mp):
 
 
 MUL = twins("mul", _mul)
+
+
+def _mul_grad(x, y, d, outa, outb, fc, mp):
+    for i in prange(x.size):
+        a, b, g = S.operand(x[i], fc), S.operand(y[i], fc), S.operand(d[i], fc)
+        outa[i] = SM.product_da(a, b, g, fc, mp)
+        outb[i] = SM.product_db(a, b, g, fc, mp)
+
+
+#: the exact derivatives of every multiplier (emu.grad.mul)
+MUL_GRAD = twins("mul_grad", _mul_grad)
 
 
 def exact_ok(a, b, fmt) -> bool:

@@ -109,6 +109,14 @@ def combine(k1, s1, e1, k2, s2, e2):
 @register_jitable
 def slope_mul(own, other, fc):
     """∂(own ·̂ other)/∂own = sign(other) 2^(E_other + 1{M_own + M_other >= 1}) (Table 1)."""
+    return slope_sum(own, other, fc, 0)
+
+
+@register_jitable
+def slope_sum(own, other, fc, c):
+    """The same for a pattern sum with the constant ``c`` (float32-pattern units,
+    S.pam_sum): sign(other) 2^(E_other + floor(M_own + M_other + c 2^-23)), the carry
+    (or borrow, for c < 0) of the sum's mantissa into the exponent."""
     own = np.int64(own)
     other = np.int64(other)
     uo = own & S.ABS32
@@ -120,7 +128,7 @@ def slope_mul(own, other, fc):
         return ZERO, st, np.int64(0)
     if ut == S.INF32:
         return INF, st, np.int64(0)
-    carry = (_man(uo, fc) + (ut & MAN32)) >> 23
+    carry = (_man(uo, fc) + (ut & MAN32) + c) >> 23        # floor, also for a borrow
     return POW2, st, _exp(ut) + carry
 
 

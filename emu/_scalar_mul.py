@@ -10,6 +10,12 @@ values held in int64.  A multiplier reaches a kernel as :class:`MulParams`
 * ``EXACT``: ``S.fp_mul`` with subnormals (``emu.mul``); in a matmul the step is the fused
   ``S.fp_fma`` into the accumulator;
 * ``FLOAT``: ``S.fp_mul`` without subnormals, the RTL float MAC's product.
+
+Exact derivatives (:func:`product_da`, :func:`product_db`): a pattern sum is piecewise
+affine, so its slope is a signed power of two as PAM's (Table 1), with the constant in
+the mantissa carry; ``EXACT`` and ``FLOAT`` take the derivative of the real product
+(``∂(ab)/∂a = b``: the rounding's own derivative, zero almost everywhere, is passed
+straight through), ``δ_A = RN(b δ_Y)``.
 """
 from typing import NamedTuple
 
@@ -17,6 +23,7 @@ import numpy as np
 from numba.extending import register_jitable
 
 from . import _scalar as S
+from . import _scalar_grad as G
 
 SUM = 0
 EXACT = 1
@@ -65,3 +72,32 @@ def mac(s, a, b, fc, fca, mp):
     if mp.kind == EXACT:
         return S.fp_fma(s, a, b, fca)
     return S.fp_add(s, product(a, b, fc, mp), fca)
+
+
+@register_jitable
+def _piece(u, fc):
+    """An operand as the slope reads its mantissa: zero, subnormal (DAZ) and infinite
+    operands sit at the piece of mantissa 0 (emu/_scalar_grad.py's convention)."""
+    v = np.int64(u) & S.ABS32
+    return np.int64(u) if fc.minnorm32 <= v < S.INF32 else np.int64(0)
+
+
+@register_jitable
+def product_da(a, b, d, fc, mp):
+    """δ_A of ``Y = product(A, B)``: the exact derivative applied to ``d`` (a pattern of
+    a value of the format)."""
+    if mp.kind != SUM:
+        return S.fp_mul(b, d, fc, True)
+    c = constant(_piece(a, fc), b, mp.c32, mp.table, mp.k)
+    kind, sgn, k = G.slope_sum(a, b, fc, c)
+    return G.apply_slope(d, kind, sgn, k, fc)
+
+
+@register_jitable
+def product_db(a, b, d, fc, mp):
+    """δ_B of ``Y = product(A, B)`` (the table's index keeps A's bits first)."""
+    if mp.kind != SUM:
+        return S.fp_mul(a, d, fc, True)
+    c = constant(a, _piece(b, fc), mp.c32, mp.table, mp.k)
+    kind, sgn, k = G.slope_sum(b, a, fc, c)
+    return G.apply_slope(d, kind, sgn, k, fc)

@@ -23,13 +23,14 @@ from __future__ import annotations
 import numpy as np
 
 from . import _kernels_grad as KG
+from . import _scalar_mul as SM
 from . import cuda_backend
 from . import ops as ops_module
 from .backend import backend_for
 from .formats import Format, float32, format
 from .host import as_float32
 from .matmul import host_matmul as _pam_matmul
-from .multipliers import MULTIPLIERS, multiplier
+from .multipliers import MULTIPLIERS, _product, _product_grad, multiplier
 from .ops import quantize
 from .registry import ln2, ops
 from .shapes import batch_index, contract_layout, elementwise, matmul_grad_shapes
@@ -98,9 +99,30 @@ for _op in ops(differentiable=True):
 del _op
 
 
+def mul(a, b, dy, fmt: Format | str = float32, kind: str = "exact", mul="pam"):
+    """(δA, δB) of ``Y = emu.mul(A, B, fmt, mul=mul)``, host operands broadcast together.
+
+    ``kind='exact'``: the multiplier's own derivative (emu/_scalar_mul.product_da): for a
+    pattern sum a signed power of two with the constant in the mantissa carry, for
+    ``exact`` and ``float`` the real product's (``RN(B δY)``).  ``'approx'``: the
+    multiplier itself, ``δA = mul(δY, B)``, ``δB = mul(δY, A)`` (δY first, as in
+    :func:`matmul`).  ``mul="pam"`` is :func:`pam_mul`."""
+    m = multiplier(mul)
+    kind = _kind(kind)
+    if m == MULTIPLIERS["pam"]:
+        return pam_mul(a, b, dy, fmt, kind)     # noqa: F821 (made from the registry above)
+    fmt = format(fmt)
+    if kind == "exact":
+        return _product_grad(a, b, dy, fmt, m)
+    return _product(dy, b, fmt, m), _product(dy, a, fmt, m)
+
+
+__all__.append("mul")
+
+
 # --- PAM matmul ----------------------------------------------------------------------
 
-def _contract(g, x, w, kind, fmt, acc, mp=None):
+def _contract(g, x, w, kind, fmt, acc, mp=None, own_first=True):
     """out[kept..., p, c] = fold over (reduced batch indices in C order, then r) of
     acc ⊕ term(g[..., p, r], x[..., p, c], w[..., r, c]), shaped like x.
 
@@ -108,7 +130,8 @@ def _contract(g, x, w, kind, fmt, acc, mp=None):
     the operand whose gradient this is; ``w``: (wbatch..., R, C), the other operand
     (transposed as needed).  Batch dimensions x was broadcast over are reduced by
     folding them into the contraction, in C order before r.  term = ``w ·̂ g``
-    (approx) or the exact slope of ``x ·̂ w`` with respect to x applied to g.
+    (approx) or the exact slope of ``x ·̂ w`` (``own_first`` False: ``w ·̂ x``) with
+    respect to x applied to g.
     """
     gperm, gshape, wperm, wshape, xshape = contract_layout(g.shape, x.shape)
     if gperm is not None:
@@ -118,11 +141,11 @@ def _contract(g, x, w, kind, fmt, acc, mp=None):
     if kind == "approx":
         out = _pam_matmul(g, w, fmt, acc, mp)
     else:
-        out = _exact_contract(g, x, w, fmt, acc)
+        out = _exact_contract(g, x, w, fmt, acc, mp, own_first)
     return out.reshape(x.shape)
 
 
-def _exact_contract(g, x, w, fmt, acc):
+def _exact_contract(g, x, w, fmt, acc, mp=None, own_first=True):
     batch = g.shape[:-2]
     P, R = g.shape[-2:]
     C = x.shape[-1]
@@ -133,8 +156,12 @@ def _exact_contract(g, x, w, fmt, acc):
         return quantize(v, fmt).view(np.int32).reshape(int(np.prod(v.shape[:-2])), rows, cols)
     ix = batch_index(x.shape[:-2], batch)
     iw = batch_index(w.shape[:-2], batch)
-    out = KG.matmul_grad(flat(g, P, R), flat(x, P, C), flat(w, R, C), ix, iw, fmt.consts,
-                         None if acc == float32 else acc.consts)
+    if mp is None:
+        out = KG.matmul_grad(flat(g, P, R), flat(x, P, C), flat(w, R, C), ix, iw, fmt.consts,
+                             None if acc == float32 else acc.consts)
+    else:
+        out = KG.matmul_grad_mul(flat(g, P, R), flat(x, P, C), flat(w, R, C), ix, iw,
+                                 fmt.consts, acc.consts, mp, own_first)
     return out.reshape(batch + (P, C))
 
 
@@ -144,18 +171,24 @@ def matmul(A, B, dY, fmt: Format | str = float32, acc: Format | str = float32,
     with the multiplier ``mul`` in every product of the approximate derivative
     (``δA = matmul(δY, Bᵀ)``, ``δBᵀ = matmul(δYᵀ, A)``: δY is the first operand of
     every product, which matters for a multiplier that does not commute).
-    The exact derivative is PAM's only so far (ValueError for another multiplier)."""
+    ``kind='exact'``: each term is the multiplier's exact derivative (:func:`mul`)
+    times δY, folded as PAM's; for ``exact`` and ``float`` that term is ``B δY``
+    unrounded, so the fold is the approximate one with the ``exact`` multiplier (one
+    fused step per term).  The exact fold of a pattern sum other than PAM runs on the
+    CPU only, one scalar step per term (a slow path: no fast kernel yet)."""
     m = multiplier(mul)
     kind = _kind(kind)
     pam = m == MULTIPLIERS["pam"]
-    if kind == "exact" and not pam:
-        raise ValueError(f"kind='exact' with mul={str(m)!r}: only PAM's exact derivative is "
-                         "implemented; use kind='approx'")
     fmt = format(fmt, argname="fmt").arithmetic()
     acc = format(acc, argname="acc").arithmetic("acc")
     mp = None if pam else m.params(fmt)         # None: the backends' PAM
+    if kind == "exact" and mp is not None and mp.kind != SM.SUM:
+        kind, mp = "approx", MULTIPLIERS["exact"].params(fmt)
     gpu = cuda_backend.prepare(None, A=A, B=B, dY=dY)
     if gpu is not None:
+        if kind == "exact" and mp is not None:
+            raise ValueError(f"kind='exact' with mul={str(m)!r} on CUDA operands: that fold "
+                             "runs on the CPU only so far; use kind='approx' or host operands")
         return gpu.matmul_grad(A, B, dY, fmt, acc, kind, need, mp)
     return host_matmul_grad(as_float32(A, "A"), as_float32(B, "B"), as_float32(dY, "dY"),
                             fmt, acc, kind, need, mp)
@@ -213,6 +246,6 @@ def host_matmul_grad(a, b, g, fmt: Format, acc: Format, kind: str, need=(True, T
                 db = _pam_matmul(g_2d.T, a_2d, fmt, acc, mp).T
         else:
             db = np.swapaxes(_contract(np.swapaxes(g, -1, -2), np.swapaxes(b2, -1, -2), a2,
-                                       kind, fmt, acc, mp), -1, -2)
+                                       kind, fmt, acc, mp, own_first=False), -1, -2)
         db = db.reshape(b.shape)
     return da, db

@@ -173,6 +173,19 @@ def _product(a, b, fmt, m: Multiplier):
     return finish(out, plan.shape, plan.scalar)
 
 
+def _product_grad(a, b, dy, fmt, m: Multiplier):
+    """The exact (δA, δB) of ``mul(a, b, fmt, m)`` at δY = ``dy`` (emu.grad.mul)."""
+    mp = m.params(fmt)
+    fc = format(fmt).consts
+    ops = {n: HostBackend.operand(v, n) for n, v in (("a", a), ("b", b), ("dy", dy))}
+    plan = elementwise("mul", fc, **ops)
+    outs = [alloc("mul", plan.shape).reshape(-1) for _ in range(2)]
+    from ._kernels_mul import MUL_GRAD      # compiled on first use
+    _pick(MUL_GRAD[True], MUL_GRAD[False], outs[0])(
+        *(flat_u32(v, plan.shape) for v in ops.values()), *outs, fc, mp)
+    return tuple(finish(o, plan.shape, plan.scalar) for o in outs)
+
+
 # --- corrected PAM tables: exhaustive search over integer corrections -------------------
 
 def _rel_error(i, j, c, man_bits):

@@ -83,8 +83,9 @@ def _apply_ieee(slope, d: float, fmt) -> float:
     return _pa_range(s, slope[2] * abs(Fraction(d)), fmt)
 
 
-def _slope_mul(own: float, other: float, fmt):
-    """∂(own ·̂ other)/∂own = sign(other) paexp2'(z) palog2'(|own|), z = l_own + l_other."""
+def _slope_mul(own: float, other: float, fmt, constant=Fraction(0)):
+    """∂(own ·̂ other)/∂own = sign(other) paexp2'(z) palog2'(|own|), z = l_own + l_other
+    (+ ``constant``: a pattern-sum multiplier's, emu/reference_mul.py)."""
     if math.isnan(own) or math.isnan(other):
         return ("nan",)
     so = _sign(other)
@@ -93,7 +94,7 @@ def _slope_mul(own: float, other: float, fmt):
     if math.isinf(other):
         return ("inf", so)
     lo = _log_arg(own, fmt)
-    z = lo + _log_arg(other, fmt)
+    z = lo + _log_arg(other, fmt) + constant
     return ("pow2", so, _pow2(math.floor(z) - math.floor(lo)))
 
 

@@ -4,7 +4,8 @@ Like emu/reference.py (whose ``pam_sum`` it uses): values are Fractions, no bit
 patterns.  A pattern-sum multiplier is ``reference.pam_sum``:
 ``±paexp2(palog2|a| + palog2|b| + C)`` with its constant ``C`` (a Fraction), then PAM's
 specials and range rules; ``exact`` and ``float`` are
-``reference.fp_mul`` with and without subnormals.
+``reference.fp_mul`` with and without subnormals.  :func:`grad` gives their exact
+derivatives, with emu/reference_grad.py's slope rules.
 """
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import math
 from fractions import Fraction
 
 from . import reference as R
+from . import reference_grad as RG
 from .formats import format
 from .multipliers import Multiplier, cpam_table, multiplier
 
-__all__ = ["mul", "lmul_constant", "fma", "matmul"]
+__all__ = ["mul", "grad", "lmul_constant", "fma", "matmul"]
 
 
 def lmul_constant(man_bits: int) -> Fraction:
@@ -24,22 +26,48 @@ def lmul_constant(man_bits: int) -> Fraction:
     return Fraction(1, 2 ** level)
 
 
+def _constant(m: Multiplier, fmt):
+    """A pattern-sum multiplier's constant C(M_a, M_b) in ``fmt`` (a Fraction)."""
+    ulp = Fraction(1, 2 ** fmt.man_bits)
+    if m.kind == "pam":
+        return lambda ma, mb: m.offset * ulp
+    if m.kind == "lmul":
+        return lambda ma, mb: lmul_constant(fmt.man_bits) + m.offset * ulp
+    table = m.table if isinstance(m.table, tuple) else cpam_table(fmt.man_bits, m.k, m.table)
+    rows = 2 ** m.k
+    return lambda ma, mb: table[math.floor(ma * rows) * rows + math.floor(mb * rows)] * ulp
+
+
 def mul(a: float, b: float, fmt="float32", mul="pam") -> float:
     """The product of the multiplier ``mul`` (a name or an emu.Multiplier)."""
     m: Multiplier = multiplier(mul)
     fmt = format(fmt)
-    ulp = Fraction(1, 2 ** fmt.man_bits)
-    if m.kind == "pam":
-        return R.pam_sum(a, b, fmt, lambda ma, mb: m.offset * ulp)
-    if m.kind == "lmul":
-        return R.pam_sum(a, b, fmt,
-                         lambda ma, mb: lmul_constant(fmt.man_bits) + m.offset * ulp)
-    if m.kind == "cpam":
-        table = m.table if isinstance(m.table, tuple) else cpam_table(fmt.man_bits, m.k, m.table)
-        rows = 2 ** m.k
-        return R.pam_sum(a, b, fmt, lambda ma, mb: table[math.floor(ma * rows) * rows
-                                                         + math.floor(mb * rows)] * ulp)
-    return R.fp_mul(a, b, fmt, subnormals=m.kind == "exact")
+    if m.kind in ("exact", "float"):
+        return R.fp_mul(a, b, fmt, subnormals=m.kind == "exact")
+    return R.pam_sum(a, b, fmt, _constant(m, fmt))
+
+
+def grad(a: float, b: float, dy: float, fmt="float32", mul="pam", kind="exact"):
+    """(δ_A, δ_B) of ``mul(a, b)`` at δ_Y = ``dy`` (operands rounded into ``fmt``):
+    ``exact``: a pattern sum's slope ``sign(B) 2^(floor(l_A + l_B + C) - E_A)`` (the
+    constant C at the operands' mantissas, a zero, subnormal or infinite operand at
+    mantissa 0) times δ_Y as emu/reference_grad.py places it; for ``exact`` and
+    ``float`` the real product's, ``RN(B δ_Y)``.  ``approx``: ``mul(δ_Y, B)``,
+    ``mul(δ_Y, A)``."""
+    m: Multiplier = multiplier(mul)
+    fmt = format(fmt)
+    a, b, dy = (R.quantize(float(x), fmt) for x in (a, b, dy))
+    if kind == "approx":
+        return _product(dy, b, fmt, m), _product(dy, a, fmt, m)
+    if m.kind in ("exact", "float"):
+        return R.fp_mul(b, dy, fmt, subnormals=True), R.fp_mul(a, dy, fmt, subnormals=True)
+
+    def man(v):
+        return Fraction(0) if R._is_zero_class(v, fmt) or math.isinf(v) or math.isnan(v) \
+            else R._mantissa(v)
+    c = _constant(m, fmt)(man(a), man(b))
+    return (RG._apply(RG._slope_mul(a, b, fmt, c), dy, fmt),
+            RG._apply(RG._slope_mul(b, a, fmt, c), dy, fmt))
 
 
 _product = mul          # matmul's argument ``mul`` shadows the function
