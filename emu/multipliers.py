@@ -28,6 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import _scalar_mul as SM
+from . import cuda_backend
 from .formats import Format, float32, format
 from .host import HostBackend, _pick, alloc, finish, flat_u32
 from .shapes import elementwise
@@ -161,7 +162,15 @@ def mul(a, b, fmt: Format | str = float32, mul="pam"):
     return _product(a, b, fmt, multiplier(mul))
 
 
+def _host_only(**operands):
+    """ValueError for CUDA operands: emu.mul and its derivative have CPU kernels only."""
+    if cuda_backend.prepare(None, **operands) is not None:
+        raise ValueError("emu.mul and emu.grad.mul take host (numpy) operands only so far: "
+                         "copy CUDA operands to the host, or use mul='pam' (emu.pam_mul)")
+
+
 def _product(a, b, fmt, m: Multiplier):
+    _host_only(a=a, b=b)
     mp = m.params(fmt)
     fc = format(fmt).consts
     av, bv = HostBackend.operand(a, "a"), HostBackend.operand(b, "b")
@@ -175,6 +184,7 @@ def _product(a, b, fmt, m: Multiplier):
 
 def _product_grad(a, b, dy, fmt, m: Multiplier):
     """The exact (δA, δB) of ``mul(a, b, fmt, m)`` at δY = ``dy`` (emu.grad.mul)."""
+    _host_only(a=a, b=b, dy=dy)
     mp = m.params(fmt)
     fc = format(fmt).consts
     ops = {n: HostBackend.operand(v, n) for n, v in (("a", a), ("b", b), ("dy", dy))}

@@ -170,6 +170,7 @@ def test_adamw_updates_in_place_with_the_sequences_bits():
 # --- the fused composites against their graphs ------------------------------------------------
 
 from torch_bridge import _compose                    # noqa: E402
+from torch_bridge.config import check_numerics      # noqa: E402
 from torch_bridge import elementwise as PE            # noqa: E402
 from torch_bridge import losses as PL                 # noqa: E402
 from torch_bridge import norms as PN                  # noqa: E402
@@ -276,10 +277,14 @@ def test_fused_composites_under_pam_mode():
 def test_fused_takes_the_graph_where_it_cannot_run():
     """Stochastic rounding, bf16 tensors and a disabled switch run the graph."""
     x = specials((3, 5), 1)
-    assert _compose.fusable("nearest_even", x) and not _compose.fusable("stochastic", x)
-    assert not _compose.fusable("nearest_even", x.bfloat16())
+    ne, sr = (check_numerics("bf16", "approx", r) for r in ("nearest_even", "stochastic"))
+    assert _compose.fusable(ne, x) and not _compose.fusable(sr, x)
+    assert not _compose.fusable(ne, x.bfloat16())
     with _compose.use(False):
-        assert not _compose.fusable("nearest_even", x)
+        assert not _compose.fusable(ne, x)
+    # the composites' kernels are PAM's: another multiplier runs the graph
+    lmul = check_numerics("bf16", "approx", "nearest_even", mul="lmul")
+    assert _compose.composite(ne, x) and not _compose.composite(lmul, x)
     y = PE.pa_gelu(x.bfloat16().requires_grad_())
     assert y.dtype == torch.bfloat16 and y.grad_fn.name() != "FusedBackward"
     # beyond FUSED_MAX elements the graph's vectorised kernels are faster

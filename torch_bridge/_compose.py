@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from numba.extending import register_jitable
 
+import emu
 from emu import lowlevel as L
 
 from . import _nodes as N
@@ -76,21 +77,27 @@ def use(on: bool):
         _ENABLED = old
 
 
-def fusable(rounding: str, *tensors) -> bool:
-    """Whether the fast paths run: enabled, deterministic rounding, float32 CPU tensors
-    (None entries are absent optional operands)."""
-    if not _ENABLED or rounding == "stochastic" or cuda_backend_active():
+#: PAM as Numerics (None) and as PAMConfig hold it
+_PAM = (None, emu.MULTIPLIERS["pam"])
+
+
+def fusable(nm, *tensors) -> bool:
+    """Whether the fast paths run under ``nm`` (a Numerics or a PAMConfig): enabled,
+    deterministic rounding, float32 CPU tensors (None entries are absent optional
+    operands)."""
+    if not _ENABLED or nm.rounding == "stochastic" or cuda_backend_active():
         return False
     return all(t is None or (isinstance(t, torch.Tensor) and t.dtype == torch.float32
                              and t.device.type == "cpu") for t in tensors)
 
 
-def composite(rounding: str, x, *tensors) -> bool:
-    """Whether a composite of ``x`` (and further operands) runs fused: :func:`fusable`,
-    and ``x`` has at least one and at most sizes.FUSED_MAX elements (the per-element code
+def composite(nm, x, *tensors) -> bool:
+    """Whether a composite of ``x`` (and further operands) runs fused: PAM products (the
+    generated kernels' only multiplier), :func:`fusable`, and ``x`` has at least one and at most sizes.FUSED_MAX elements (the per-element code
     is the scalar definitions in one long chain that LLVM does not vectorise: beyond
     that the graph's vectorised kernels are faster)."""
-    return fusable(rounding, x, *tensors) and 0 < x.numel() <= L.sizes.FUSED_MAX
+    return (nm.mul in _PAM and fusable(nm, x, *tensors)
+            and 0 < x.numel() <= L.sizes.FUSED_MAX)
 
 
 # --- the description's values ---------------------------------------------------------

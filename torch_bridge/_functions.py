@@ -131,15 +131,18 @@ class PABinary(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b, op, nm):
         fmt, rounding = nm.fmt, nm.rounding
-        ctx.lean = lean(rounding, a, b, limit=sizes.LEAN_ELEMENTWISE)
+        # another multiplier's products: emu.mul and emu.grad.mul (no lean kernels)
+        other = op == "pam_mul" and nm.mul is not None
+        ctx.lean = not other and lean(rounding, a, b, limit=sizes.LEAN_ELEMENTWISE)
         if ctx.lean:
             A, B = rounded_lean(ctx, (a, b), fmt, rounding)
             y = binary_kernel(op, A, B, kernel_consts(fmt, rounding))
         else:
             with emu_threads(max(a.numel(), b.numel())):
                 A, B = _rounded(ctx, (a, b), fmt, rounding)
-                y = emu_call(getattr(emu, op), A, B, fmt)
-        ctx.op, ctx.nm = op, nm
+                y = emu_call(emu.mul, A, B, fmt, nm.mul) if other else \
+                    emu_call(getattr(emu, op), A, B, fmt)
+        ctx.op, ctx.nm, ctx.other = op, nm, other
         return y.to(torch.promote_types(a.dtype, b.dtype))
 
     @staticmethod
@@ -147,7 +150,11 @@ class PABinary(torch.autograd.Function):
         op, nm = ctx.op, ctx.nm
         fmt, kind, rounding = nm.fmt, nm.backward, nm.rounding
         a, b = ctx.saved_tensors
-        if ctx.lean and lean(rounding, dy, limit=sizes.LEAN_ELEMENTWISE):
+        if ctx.other:
+            with emu_threads(dy.numel()):
+                da, db = emu_call(G.mul, a, b, round_to(as_float32(dy), fmt, rounding), fmt,
+                                  kind, nm.mul)
+        elif ctx.lean and lean(rounding, dy, limit=sizes.LEAN_ELEMENTWISE):
             g = round_lean(as_float32(dy), fmt, rounding)
             da, db = binary_grad_kernel(op, kind, as_float32(a), as_float32(b), g,
                                         kernel_consts(fmt, rounding))
@@ -230,9 +237,11 @@ CONSTANT = {op: _constant_kernels(op) for op in ("pam_mul", "pa_div")}
 _CONSTANT_PATTERNS: dict = {}
 
 
-def constant_ok(rounding, x) -> bool:
-    """Whether ``x op number`` takes :class:`Constant`: fusable and small."""
-    return fusable(rounding, x) and x.numel() <= sizes.LEAN_ELEMENTWISE
+def constant_ok(op, nm, x) -> bool:
+    """Whether ``x op number`` takes :class:`Constant` under the Numerics ``nm``: PAM's
+    or PA division's kernels, fusable and small."""
+    return ((op == "pa_div" or nm.mul is None) and fusable(nm, x)
+            and x.numel() <= sizes.LEAN_ELEMENTWISE)
 
 
 def _constant(v, fmt, rounding) -> int:

@@ -62,13 +62,17 @@ class PAMConfig:
     pa_fmt: format of the elementwise PA operations inside softmax, layer norm,
         loss and optimizer.  float32 by default, like the paper's Table 3 (its
         narrow-mantissa study, Appendix D, narrows only the matmul inputs).
-    mul: the multiplier of the matmul group (a name of ``emu.MULTIPLIERS`` such as
-        ``"lmul"``, ``"exact"``, ``"cpam2-unbiased"``, a spelling such as ``"pam+2"``, or
-        an ``emu.Multiplier``), forward and approximate backward; ``"pam"`` by default.
-        So far another multiplier runs the matmuls only: it needs ``ops=("matmul",)``,
-        an element format (not MX) and the approximate matmul derivative (ValueError
-        otherwise), since the PA softmax, norms, losses, optimizers and elementwise
-        products still multiply with PAM.
+    mul: the multiplier (a name of ``emu.MULTIPLIERS`` such as ``"lmul"``, ``"exact"``,
+        ``"cpam2-unbiased"``, a spelling such as ``"pam+2"``, or an ``emu.Multiplier``)
+        of every product the enabled groups make: the matmuls (in ``fmt``), and the
+        elementwise products of softmax, norms, losses, optimizers and the elementwise
+        group (in ``pa_fmt``), forward and backward (``exact``: the multiplier's own
+        derivative).  PA division, exp, log and sqrt stay as defined.  ``"pam"`` by
+        default.  Another multiplier needs an element ``fmt`` (MX matmuls take PAM
+        only so far) and must be defined in each format it runs in (ValueError).
+        Its products bypass the fused PAM kernels of the composites and the optimizer
+        (the same bits as their graphs, slower), and its elementwise products run on
+        CPU tensors only so far.
     """
     fmt: object = "bf16"
     backward: object = field(default="approx", compare=False)
@@ -126,18 +130,19 @@ class PAMConfig:
     def _check_mul(self):
         """What a multiplier other than PAM supports so far (the class docstring)."""
         name = str(self.mul)
-        others = sorted((self.ops if self.fmt is not None else set()) - {"matmul"})
-        if others:
-            raise ValueError(f"mul={name!r} runs the matmul group only so far; ops={others} "
-                             "would still multiply with PAM: pass ops=('matmul',)")
-        if isinstance(self.fmt, emu.mx.MXFormat):
+        if self.fmt is None:
+            return
+        if isinstance(self.fmt, emu.mx.MXFormat) and "matmul" in self.ops:
             raise ValueError(f"mul={name!r} with fmt={self.fmt.name}: MX formats take PAM only "
                              "so far")
-        if self.kind("matmul") == "exact":
-            raise ValueError(f"mul={name!r} with the exact matmul derivative: only PAM's is "
-                             "implemented; use backward='approx'")
-        if self.fmt is not None:
-            self.mul.params(self.fmt)      # ValueError if a table does not fit the format
+        # ValueError where the multiplier is not defined in a format it would run in
+        for fmt, argname, on in ((self.fmt, "fmt", "matmul" in self.ops),
+                                 (self.pa_fmt, "pa_fmt", bool(self.ops - {"matmul"}))):
+            try:
+                if on:
+                    self.mul.params(fmt)
+            except ValueError as exc:
+                raise ValueError(f"{argname}={fmt.name}: {exc}") from None
 
     def enabled(self, op: str) -> bool:
         """Whether op group ``op`` runs piecewise affine under this config."""
@@ -194,11 +199,11 @@ class Numerics(NamedTuple):
     backward: str       #: derivative kind: 'approx' or 'exact'
     rounding: str       #: a canonical rounding name (emu.lowlevel.ROUNDING)
     acc: object         #: matmul accumulator format
-    mul: object = None  #: the matmul's emu.Multiplier; None for PAM
+    mul: object = None  #: the products' emu.Multiplier; None for PAM
 
 
 def check_numerics(fmt, backward, rounding, acc=None, mul=None) -> Numerics:
-    """``fmt``, ``backward``, ``rounding``, ``acc`` (None: float32) and the matmul's
+    """``fmt``, ``backward``, ``rounding``, ``acc`` (None: float32) and the products'
     ``mul`` (None: PAM) validated through PAMConfig's checks, ValueError naming the bad
     one (remembered per argument tuple: every PA call of a model asks again with the
     same few)."""
@@ -210,7 +215,7 @@ def check_numerics(fmt, backward, rounding, acc=None, mul=None) -> Numerics:
     if backward not in _KINDS:
         raise ValueError(f"backward={backward!r}; expected one of {_KINDS}")
     cfg = PAMConfig(fmt=fmt, rounding=rounding, acc=emu.float32 if acc is None else acc,
-                    **({} if mul is None else dict(mul=mul, ops=("matmul",), backward=backward)))
+                    **({} if mul is None else dict(mul=mul, ops=("matmul",))))
     if cfg.fmt is None:
         raise ValueError("fmt=None; the PA primitives need a format (use the dispatchers "
                          "with config=None for native torch)")

@@ -132,7 +132,7 @@ def _pool_operand(op, x, nd):
 
 def pa_avg_pool(x, kernel_size, stride=None, padding=0, ceil_mode=False,
                 count_include_pad=True, divisor_override=None, fmt="float32", *,
-                backward="approx", rounding="nearest_even"):
+                backward="approx", rounding="nearest_even", mul="pam"):
     """F.avg_pool1d/2d/3d (the dimension follows ``kernel_size``'s length; an int means
     2-D): each window's float32 sum ÷̂ its size — torch's window size (padding counted
     when ``count_include_pad``, never the ceil_mode overhang) or ``divisor_override``."""
@@ -162,10 +162,11 @@ def pa_avg_pool(x, kernel_size, stride=None, padding=0, ceil_mode=False,
         sizes.append([min(a + kk, n + pp) - a for a in starts] if count_include_pad else
                      [min(a + kk, n) - max(a, 0) for a in starts])
         bounds.append([(max(a, 0), min(a + kk, n)) for a in starts])
-    return _pool_divide(x, bounds, sizes, divisor_override, unbatched, fmt, backward, rounding)
+    return _pool_divide(x, bounds, sizes, divisor_override, unbatched, fmt, backward, rounding,
+                        mul)
 
 
-def _pool_divide(x, bounds, sizes, divisor, unbatched, fmt, backward, rounding):
+def _pool_divide(x, bounds, sizes, divisor, unbatched, fmt, backward, rounding, mul):
     total = _pool_sum(x, bounds)
     if divisor is None:                 # the window sizes: host integers
         div = np.ones(())
@@ -173,12 +174,12 @@ def _pool_divide(x, bounds, sizes, divisor, unbatched, fmt, backward, rounding):
             div = np.multiply.outer(div, sz)
         divisor = float(div.flat[0]) if (div == div.flat[0]).all() else \
             torch.tensor(div, dtype=total.dtype, device=total.device)
-    y = pa_div(total, divisor, fmt, backward=backward, rounding=rounding).to(x.dtype)
+    y = pa_div(total, divisor, fmt, backward=backward, rounding=rounding, mul=mul).to(x.dtype)
     return y.squeeze(0) if unbatched else y
 
 
 def pa_adaptive_avg_pool(x, output_size, fmt="float32", *, backward="approx",
-                         rounding="nearest_even"):
+                         rounding="nearest_even", mul="pam"):
     """F.adaptive_avg_pool1d/2d/3d (the dimension follows ``output_size``'s length; an
     int means 2-D, None keeps a size): output ``i`` averages input entries
     ``[floor(i·n/m), ceil((i+1)·n/m))`` as a float32 sum ÷̂ their count."""
@@ -192,4 +193,4 @@ def pa_adaptive_avg_pool(x, output_size, fmt="float32", *, backward="approx",
     bounds = [[(i * n // m, -(-(i + 1) * n // m)) for i in range(m)]
               for n, m in zip(sizes_in, outs)]
     sizes = [[b - a for a, b in win] for win in bounds]
-    return _pool_divide(x, bounds, sizes, None, unbatched, fmt, backward, rounding)
+    return _pool_divide(x, bounds, sizes, None, unbatched, fmt, backward, rounding, mul)

@@ -20,31 +20,31 @@ from . import composites as D
 from ._sums import expand, fold_sum
 from ._tensors import broadcast_shape
 from .config import check_numerics
-from .functional import PRIMS, div, exp2, log2, mul, sqrt
+from .functional import PRIMS, div, exp2, log2, mul as times, sqrt
 
 __all__ = ["pa_reciprocal", "pa_rsqrt", "pa_pow", "pa_mean", "pa_vector_norm", "pa_sigmoid",
            "pa_tanh", "pa_silu", "pa_gelu", "pa_softplus", "pa_rms_norm", "pa_cosine_similarity",
            "pa_pairwise_distance", "pa_abs"]
 
-def pa_reciprocal(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
+def pa_reciprocal(x, fmt="float32", *, backward="approx", rounding="nearest_even", mul="pam"):
     """``1 ÷̂ x`` (eqs. 14-17)."""
-    return div(1.0, x, check_numerics(fmt, backward, rounding))
+    return div(1.0, x, check_numerics(fmt, backward, rounding, mul=mul))
 
 
-def pa_rsqrt(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
+def pa_rsqrt(x, fmt="float32", *, backward="approx", rounding="nearest_even", mul="pam"):
     """``1 ÷̂ pasqrt(x)`` (eqs. 14-17, 20)."""
-    nm = check_numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
     return div(1.0, sqrt(x, nm), nm)
 
 
-def pa_pow(x, exponent, fmt="float32", *, backward="approx", rounding="nearest_even"):
+def pa_pow(x, exponent, fmt="float32", *, backward="approx", rounding="nearest_even", mul="pam"):
     """``x ** exponent`` for a number ``exponent``: an integer power is a left fold of
     PAMs ``((x ·̂ x) ·̂ x) ...`` (a negative one its PA reciprocal), ``0.5`` is
     ``pasqrt``, ``-0.5`` ``1 ÷̂ pasqrt``, any other ``paexp2(e ·̂ palog2(x))``
     (NaN for x < 0, as torch for a non-integer exponent)."""
     if isinstance(exponent, bool) or not isinstance(exponent, (int, float)):
         raise TypeError(f"exponent must be a number, got {type(exponent).__name__}")
-    nm = check_numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
     e = float(exponent)
     if e == 0.5:
         return sqrt(x, nm)
@@ -56,16 +56,16 @@ def pa_pow(x, exponent, fmt="float32", *, backward="approx", rounding="nearest_e
             return torch.ones_like(x)
         y = x
         for _ in range(n - 1):
-            y = mul(y, x, nm)
+            y = times(y, x, nm)
         return y if e > 0 else div(1.0, y, nm)
-    return exp2(mul(log2(x, nm), e, nm), nm)
+    return exp2(times(log2(x, nm), e, nm), nm)
 
 
 def pa_mean(x, dim=None, keepdim=False, fmt="float32", *, backward="approx",
-            rounding="nearest_even"):
+            rounding="nearest_even", mul="pam"):
     """``Σx ÷̂ n`` over ``dim`` (all dimensions if None); the sum is float32 in
     emu.fold_sum's order."""
-    nm = check_numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
     if dim is None:
         return div(fold_sum(x, None, keepdim=False), float(x.numel()), nm)
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
@@ -74,11 +74,11 @@ def pa_mean(x, dim=None, keepdim=False, fmt="float32", *, backward="approx",
 
 
 def pa_vector_norm(x, dim=None, keepdim=False, fmt="float32", *, backward="approx",
-                   rounding="nearest_even"):
+                   rounding="nearest_even", mul="pam"):
     """The 2-norm ``pasqrt(Σ x ·̂ x)`` over ``dim`` (all dimensions if None); the sum
     in emu.fold_sum's order."""
-    nm = check_numerics(fmt, backward, rounding)
-    sq = mul(x, x, nm)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
+    sq = times(x, x, nm)
     return sqrt(fold_sum(sq, dim, keepdim=keepdim and dim is not None), nm)
 
 
@@ -86,26 +86,26 @@ def _elementwise(desc, x, nm, params=None, **flags):
     """The elementwise composite ``desc`` (torch_bridge/composites.py) of ``x``: its fused
     kernels for a small float32 CPU tensor, else its graph (the same bits)."""
     params = params or {}
-    if _compose.composite(nm.rounding, x):
+    if _compose.composite(nm, x):
         p = _compose.plan(desc, (("x", "e"),), tuple(params), **flags)
         return _compose.run(p, [x], x.numel(), nm, params)
     return desc(_compose.GraphOps(PRIMS, nm), x=x, **params, **flags)
 
 
-def pa_sigmoid(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
+def pa_sigmoid(x, fmt="float32", *, backward="approx", rounding="nearest_even", mul="pam"):
     """``1 ÷̂ (1 + paexp(-x))`` (-x clamped at 88)."""
-    return _elementwise(D.sigmoid, x, check_numerics(fmt, backward, rounding))
+    return _elementwise(D.sigmoid, x, check_numerics(fmt, backward, rounding, mul=mul))
 
 
-def pa_tanh(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
+def pa_tanh(x, fmt="float32", *, backward="approx", rounding="nearest_even", mul="pam"):
     """``2σ(2x) - 1`` as ``s + s - 1`` with ``s = pa_sigmoid(x + x)``: no multiply,
     and ±1 (not NaN) where paexp overflows."""
-    return _elementwise(D.tanh, x, check_numerics(fmt, backward, rounding))
+    return _elementwise(D.tanh, x, check_numerics(fmt, backward, rounding, mul=mul))
 
 
-def pa_silu(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
+def pa_silu(x, fmt="float32", *, backward="approx", rounding="nearest_even", mul="pam"):
     """``x ÷̂ (1 + paexp(-x))`` (x·σ(x) with one PA division; -x clamped at 88)."""
-    return _elementwise(D.silu, x, check_numerics(fmt, backward, rounding))
+    return _elementwise(D.silu, x, check_numerics(fmt, backward, rounding, mul=mul))
 
 
 def pa_abs(x):
@@ -115,30 +115,30 @@ def pa_abs(x):
 
 
 def pa_gelu(x, approximate="none", fmt="float32", *, backward="approx",
-            rounding="nearest_even"):
+            rounding="nearest_even", mul="pam"):
     """GELU ``x ·̂ Φ(x)``: ``approximate='none'`` the erf form (Abramowitz & Stegun 7.1.26,
     composites.gelu_erf), ``'tanh'`` the tanh form (composites.gelu_tanh)."""
     if approximate not in ("none", "tanh"):
         raise ValueError(f"approximate={approximate!r}; expected 'none' or 'tanh'")
-    nm = check_numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
     return _elementwise(D.gelu_tanh if approximate == "tanh" else D.gelu_erf, x, nm)
 
 
 def pa_softplus(x, beta=1.0, threshold=20.0, fmt="float32", *, backward="approx",
-                rounding="nearest_even"):
+                rounding="nearest_even", mul="pam"):
     """``palog(1 + paexp(β ·̂ x)) ÷̂ β``, and ``x`` where ``β·x > threshold`` (torch's
     definition; the PA branch sees the input clamped there, so no inf reaches it)."""
-    nm = check_numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
     return _elementwise(D.softplus, x, nm, {"beta": float(beta), "threshold": float(threshold)},
                         unit=beta == 1)
 
 
 def pa_rms_norm(x, normalized_shape, weight=None, eps=None, fmt="float32", *,
-                backward="approx", rounding="nearest_even"):
+                backward="approx", rounding="nearest_even", mul="pam"):
     """RMS norm (F.rms_norm): ``x ÷̂ pasqrt(Σ (x ·̂ x) ÷̂ n + eps)`` over the trailing
     ``normalized_shape`` (the sum in emu.fold_sum's order), then a PAM gain;
     ``eps=None``: the dtype's machine epsilon, as torch."""
-    nm = check_numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if len(shape) > x.dim() or tuple(x.shape[x.dim() - len(shape):]) != shape:
         raise ValueError(f"rms_norm: normalized_shape={shape} does not match the trailing "
@@ -147,7 +147,7 @@ def pa_rms_norm(x, normalized_shape, weight=None, eps=None, fmt="float32", *,
         eps = torch.finfo(x.dtype).eps
     n = math.prod(shape)
     params = {"n": float(n), "eps": float(eps)}
-    if _compose.composite(nm.rounding, x, weight) and (weight is None or weight.shape == shape):
+    if _compose.composite(nm, x, weight) and (weight is None or weight.shape == shape):
         inputs = (("x", "e"),) + ((("weight", "c"),) if weight is not None else ())
         p = _compose.plan(D.rms_norm, inputs, ("n", "eps"),
                           **({} if weight is not None else {"weight": None}))
@@ -157,15 +157,15 @@ def pa_rms_norm(x, normalized_shape, weight=None, eps=None, fmt="float32", *,
 
 
 def pa_cosine_similarity(x1, x2, dim=1, eps=1e-8, fmt="float32", *, backward="approx",
-                         rounding="nearest_even"):
+                         rounding="nearest_even", mul="pam"):
     """F.cosine_similarity in torch's order: ``Σ (x1 ÷̂ n1) ·̂ (x2 ÷̂ n2)`` over ``dim``
     with ``n = max(pa_vector_norm(x, dim), eps)`` (operands broadcast first); sums, and
     a broadcast operand's gradient, in emu.fold_sum's order."""
-    nm = check_numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
     x1, x2 = _broadcast(x1, x2)
-    n1, n2 = (pa_vector_norm(t, dim, True, fmt, backward=backward,
-                             rounding=rounding).clamp_min(eps) for t in (x1, x2))
-    return fold_sum(mul(div(x1, n1, nm), div(x2, n2, nm), nm), dim,
+    n1, n2 = (pa_vector_norm(t, dim, True, fmt, backward=backward, rounding=rounding,
+                             mul=mul).clamp_min(eps) for t in (x1, x2))
+    return fold_sum(times(div(x1, n1, nm), div(x2, n2, nm), nm), dim,
                     keepdim=False)
 
 
@@ -179,9 +179,9 @@ def _broadcast(a, b):
 
 
 def pa_pairwise_distance(x1, x2, eps=1e-6, keepdim=False, fmt="float32", *,
-                         backward="approx", rounding="nearest_even"):
+                         backward="approx", rounding="nearest_even", mul="pam"):
     """F.pairwise_distance with p=2: ``pa_vector_norm(x1 - x2 + eps)`` over the last
     dimension (operands broadcast as in :func:`pa_cosine_similarity`)."""
     x1, x2 = _broadcast(x1, x2)
     return pa_vector_norm(x1 - x2 + eps, -1, keepdim, fmt, backward=backward,
-                          rounding=rounding)
+                          rounding=rounding, mul=mul)

@@ -73,7 +73,7 @@ def pam_linear(x, weight, bias=None, fmt="float32", *, acc="float32", mul="pam",
                          f"{tuple(weight.shape)} (expected (..., {weight.shape[-1]}) and a "
                          f"2-D weight)")
     nm = check_numerics(fmt, backward, rounding, acc, mul)
-    if (_compose.fusable(nm.rounding, x, weight, bias) and not isinstance(nm.fmt, emu.mx.MXFormat)
+    if (_compose.fusable(nm, x, weight, bias) and not isinstance(nm.fmt, emu.mx.MXFormat)
             and x.numel() * weight.shape[0] <= sizes.SERIAL_WORK and x.numel()):
         return LinearFunction.apply(x, weight, bias, nm)     # the graph below, fused
     x2 = x.reshape(-1, x.shape[-1])
@@ -309,16 +309,16 @@ def _number(v) -> bool:
 def _binary(op, doc):
     def on(a, b, nm: Numerics):
         # a float32 CPU tensor and a number: the same ops without a tensor of the number
-        if _number(b) and isinstance(a, torch.Tensor) and constant_ok(nm.rounding, a):
+        if _number(b) and isinstance(a, torch.Tensor) and constant_ok(op, nm, a):
             return Constant.apply(a, b, False, op, nm.fmt, nm.backward, nm.rounding)
-        if _number(a) and isinstance(b, torch.Tensor) and constant_ok(nm.rounding, b):
+        if _number(a) and isinstance(b, torch.Tensor) and constant_ok(op, nm, b):
             return Constant.apply(b, a, True, op, nm.fmt, nm.backward, nm.rounding)
         a = _operand(a, "a", b)
         b = _operand(b, "b", a)
         return PABinary.apply(a, b, op, nm)
 
-    def f(a, b, fmt="float32", *, backward="approx", rounding="nearest_even"):
-        return on(a, b, check_numerics(fmt, backward, rounding))
+    def f(a, b, fmt="float32", *, backward="approx", rounding="nearest_even", mul="pam"):
+        return on(a, b, check_numerics(fmt, backward, rounding, mul=mul))
     f.__name__ = f.__qualname__ = op
     f.__doc__ = doc + ("\n\n    Elementwise with torch broadcasting; operands (tensors or "
                        "numbers) are rounded into ``fmt``; ``backward`` is 'approx' or "
@@ -330,11 +330,13 @@ def _unary(op, doc):
     def on(x, nm: Numerics):
         return PAUnary.apply(check_tensor(x, "x"), op, nm)
 
-    def f(x, fmt="float32", *, backward="approx", rounding="nearest_even"):
-        return on(x, check_numerics(fmt, backward, rounding))
+    def f(x, fmt="float32", *, backward="approx", rounding="nearest_even", mul="pam"):
+        return on(x, check_numerics(fmt, backward, rounding, mul=mul))
     f.__name__ = f.__qualname__ = op
     f.__doc__ = doc + ("\n\n    Elementwise; ``x`` is rounded into ``fmt``; ``backward`` "
-                       "is 'approx' or 'exact' (Table 1, computed by emu.grad).")
+                       "is 'approx' or 'exact' (Table 1, computed by emu.grad).  ``mul`` "
+                       "is checked and passed along as by every PA call; a constant "
+                       "factor inside the definition (paexp's log2(e)) is PAM's.")
     return f, on
 
 
@@ -369,7 +371,7 @@ def along(desc, x, dim, nm: Numerics):
     ``x`` along ``dim``: its fused kernels for a small float32 CPU tensor (``dim`` moved
     last), else its graph; the same bits."""
     params = row_params(nm.fmt, x.dtype)
-    if x.dim() and _compose.composite(nm.rounding, x):
+    if x.dim() and _compose.composite(nm, x):
         last = dim % x.dim() == x.dim() - 1
         xm = x if last else x.movedim(dim, -1)
         y = _compose.run(_compose.plan(desc, (("x", "e"),), tuple(params)), [xm], xm.shape[-1],
@@ -378,33 +380,33 @@ def along(desc, x, dim, nm: Numerics):
     return desc(_compose.GraphOps(PRIMS, nm, dim), x=x, **params)
 
 
-def pa_softmax(x, dim=-1, fmt="float32", *, backward="approx", rounding="nearest_even"):
+def pa_softmax(x, dim=-1, fmt="float32", *, backward="approx", rounding="nearest_even", mul="pam"):
     """Softmax with PA operations (section 2.3): ``e ÷̂ Σ e`` with
     ``e = paexp2(x ·̂ log2e - k)``, ``k = floor(max(x ·̂ log2e))`` a constant (eq. 18
     with the overflow shift as a power of two; composites.softmax); the sum is float32
     in emu.fold_sum's order.  Rows that are entirely -inf give NaN, as torch.softmax."""
     check_tensor(x, "input")
-    nm = check_numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
     if x.numel() == 0:
         return x.clone()
     return along(D.softmax, x, dim, nm)
 
 
 def pa_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, fmt="float32", *,
-                  backward="approx", rounding="nearest_even"):
+                  backward="approx", rounding="nearest_even", mul="pam"):
     """Layer norm with PA operations (section 2.3): mean ``Σx ÷̂ n``, variance
     ``Σ (x-μ) ·̂ (x-μ) ÷̂ n``, ``(x-μ) ÷̂ pasqrt(var + eps)``, PAM gain, float32 bias; the
     sums, and the gain's and bias's gradients, in emu.fold_sum's order.  Float32 CPU
     tensors take the fused kernels."""
     check_tensor(x, "input")
-    nm = check_numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if len(shape) > x.dim() or tuple(x.shape[x.dim() - len(shape):]) != shape:
         raise ValueError(f"layer_norm: normalized_shape={shape} does not match the trailing "
                          f"dimensions of input.shape={tuple(x.shape)}")
     n = math.prod(shape)
     params = {"n": float(n), "eps": float(eps)}
-    if (_compose.composite(nm.rounding, x, weight, bias)
+    if (_compose.composite(nm, x, weight, bias)
             and all(t is None or t.shape == shape for t in (weight, bias))):
         given = {k: t for k, t in (("weight", weight), ("bias", bias)) if t is not None}
         p = _compose.plan(D.layer_norm, (("x", "e"),) + tuple((k, "c") for k in given),
@@ -416,7 +418,7 @@ def pa_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, fmt="fl
 
 def pa_cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean",
                      label_smoothing=0.0, fmt="float32", *, backward="approx",
-                     rounding="nearest_even"):
+                     rounding="nearest_even", mul="pam"):
     """Cross-entropy with label smoothing, every multiply/divide/exp/log PA.
 
     ``-log p = (palog2(Σ e) - t) ÷̂ log2e`` with ``t = z ·̂ log2e - k``, ``e = paexp2(t)``
@@ -430,7 +432,7 @@ def pa_cross_entropy(input, target, weight=None, ignore_index=-100, reduction="m
     targets or the class weights there).
     """
     check_tensor(input, "input")
-    nm = check_numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction={reduction!r}; expected 'mean', 'sum' or 'none'")
     if not 0.0 <= label_smoothing <= 1.0:
@@ -473,7 +475,7 @@ def pa_cross_entropy(input, target, weight=None, ignore_index=-100, reduction="m
     params = row_params(nm.fmt, z.dtype)
     if smooth:
         params.update(keep=1.0 - eps, smooth_c=eps_c)
-    if (_compose.composite(nm.rounding, z, weight, q if probs else None)
+    if (_compose.composite(nm, z, weight, q if probs else None)
             and not (weight is not None and weight.requires_grad)
             and not (probs and q.requires_grad)):
         # the targets and class weights take no gradient here
@@ -514,7 +516,8 @@ def _mm_kw(config):
 
 
 def _pa_kw(config, op):
-    return dict(fmt=config.pa_fmt, backward=config.kind(op), rounding=config.rounding)
+    return dict(fmt=config.pa_fmt, backward=config.kind(op), rounding=config.rounding,
+                mul=config.mul)
 
 
 def autocast_operands(*ts):

@@ -14,7 +14,7 @@ from . import composites as D
 from ._sums import fold_sum
 from .elementwise import pa_abs
 from .config import check_numerics
-from .functional import along, div, exp, log, mul
+from .functional import along, div, exp, log, mul as times
 
 __all__ = ["pa_log_softmax", "pa_nll_loss", "pa_mse_loss", "pa_l1_loss", "pa_huber_loss",
            "pa_smooth_l1_loss", "pa_binary_cross_entropy", "pa_binary_cross_entropy_with_logits",
@@ -25,32 +25,32 @@ _REDUCTIONS = ("mean", "sum", "none")
 _LOG_MIN = -100.0
 
 
-def pa_log_softmax(x, dim=-1, fmt="float32", *, backward="approx", rounding="nearest_even"):
+def pa_log_softmax(x, dim=-1, fmt="float32", *, backward="approx", rounding="nearest_even", mul="pam"):
     """``(t - palog2(Σ paexp2(t))) ÷̂ log2e`` along ``dim``, with ``t = x ·̂ log2e - k`` and
     the constant shift ``k = floor(max(x ·̂ log2e))``, as :func:`pa_cross_entropy`
     (eqs. 10, 18, 19; docs/semantics.md section 7; composites.log_softmax); the sum in
     emu.fold_sum's order."""
-    nm = check_numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
     if x.numel() == 0:
         return x.clone()
     return along(D.log_softmax, x, dim, nm)
 
 
 def pa_nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean",
-                fmt="float32", *, backward="approx", rounding="nearest_even"):
+                fmt="float32", *, backward="approx", rounding="nearest_even", mul="pam"):
     """F.nll_loss: ``-w_t ·̂ input[t]`` per sample (no PAM without weights), 'mean'
     divided ÷̂ by the summed weights of the non-ignored targets; sums in emu.fold_sum's
     order."""
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduction={reduction!r}; expected one of {_REDUCTIONS}")
-    nm = check_numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
     z = input.unsqueeze(0) if input.dim() == 1 else input.movedim(1, -1)
     t = target.reshape(-1).long()
     z = z.reshape(-1, z.shape[-1])
     valid = t != ignore_index
     picked = -z.gather(-1, torch.where(valid, t, 0)[:, None]).squeeze(-1)
     w = None if weight is None else weight.to(z.dtype)[torch.where(valid, t, 0)]
-    loss = picked if w is None else mul(picked, w, nm)
+    loss = picked if w is None else times(picked, w, nm)
     loss = torch.where(valid, loss, 0.0)
     if reduction == "none":
         return loss.reshape(target.shape)
@@ -71,7 +71,7 @@ def _reduce(loss, reduction, nm, weight=None, by_weight=False):
     """``loss ·̂ weight`` (if given), then 'none', 'sum' or 'mean': ``Σ ÷̂ n``, or
     ``Σ ÷̂ Σ weight`` with ``by_weight`` (torch's weighted mse and l1)."""
     if weight is not None:
-        loss = mul(loss, weight, nm)
+        loss = times(loss, weight, nm)
     if reduction == "none":
         return loss
     if reduction == "sum":
@@ -82,40 +82,40 @@ def _reduce(loss, reduction, nm, weight=None, by_weight=False):
 
 
 def pa_mse_loss(input, target, reduction="mean", fmt="float32", *, backward="approx",
-                rounding="nearest_even", weight=None):
+                rounding="nearest_even", weight=None, mul="pam"):
     """F.mse_loss: ``d ·̂ d`` with ``d = input - target`` (``·̂ weight``), 'mean'
     ``Σ ÷̂ n`` (with a weight ``Σ ÷̂ Σ weight``, as torch)."""
     _check_reduction(reduction)
-    nm = check_numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
     d = input - target
-    return _reduce(mul(d, d, nm), reduction, nm, weight, by_weight=True)
+    return _reduce(times(d, d, nm), reduction, nm, weight, by_weight=True)
 
 
 def pa_l1_loss(input, target, reduction="mean", fmt="float32", *, backward="approx",
-               rounding="nearest_even", weight=None):
+               rounding="nearest_even", weight=None, mul="pam"):
     """F.l1_loss: ``|input - target|`` (``·̂ weight``), 'mean' ``Σ ÷̂ n`` (with a
     weight ``Σ ÷̂ Σ weight``, as torch)."""
     _check_reduction(reduction)
-    return _reduce(pa_abs(input - target), reduction, check_numerics(fmt, backward, rounding),
+    return _reduce(pa_abs(input - target), reduction, check_numerics(fmt, backward, rounding, mul=mul),
                    weight, by_weight=True)
 
 
 def pa_huber_loss(input, target, reduction="mean", delta=1.0, fmt="float32", *,
-                  backward="approx", rounding="nearest_even", weight=None):
+                  backward="approx", rounding="nearest_even", weight=None, mul="pam"):
     """F.huber_loss in torch's order: ``(0.5 ·̂ z) ·̂ z`` where ``z = |input - target| <
     δ``, else ``δ ·̂ (z - δ/2)``; then ``·̂ weight``, 'mean' ``Σ ÷̂ n``."""
     _check_reduction(reduction)
     if not delta > 0:
         raise ValueError(f"huber_loss: delta={delta!r} must be positive")
-    nm = check_numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
     z = pa_abs(input - target)
-    loss = torch.where(z < delta, mul(mul(z, 0.5, nm), z, nm),
-                       mul(z - 0.5 * delta, float(delta), nm))
+    loss = torch.where(z < delta, times(times(z, 0.5, nm), z, nm),
+                       times(z - 0.5 * delta, float(delta), nm))
     return _reduce(loss, reduction, nm, weight)
 
 
 def pa_smooth_l1_loss(input, target, reduction="mean", beta=1.0, fmt="float32", *,
-                      backward="approx", rounding="nearest_even"):
+                      backward="approx", rounding="nearest_even", mul="pam"):
     """F.smooth_l1_loss in torch's order: ``((0.5 ·̂ z) ·̂ z) ÷̂ β`` where ``z =
     |input - target| < β``, else ``z - β/2``; ``β = 0`` is the L1 loss, as torch."""
     _check_reduction(reduction)
@@ -123,54 +123,54 @@ def pa_smooth_l1_loss(input, target, reduction="mean", beta=1.0, fmt="float32", 
         raise ValueError(f"smooth_l1_loss: beta={beta!r} must be >= 0")
     if beta == 0:
         return pa_l1_loss(input, target, reduction, fmt, backward=backward, rounding=rounding)
-    nm = check_numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
     z = pa_abs(input - target)
-    loss = torch.where(z < beta, div(mul(mul(z, 0.5, nm), z, nm), float(beta),
+    loss = torch.where(z < beta, div(times(times(z, 0.5, nm), z, nm), float(beta),
                                         nm), z - 0.5 * beta)
     return _reduce(loss, reduction, nm)
 
 
 def pa_binary_cross_entropy(input, target, weight=None, reduction="mean", fmt="float32", *,
-                            backward="approx", rounding="nearest_even"):
+                            backward="approx", rounding="nearest_even", mul="pam"):
     """F.binary_cross_entropy: ``-(t ·̂ max(palog(x), -100) + (1 - t) ·̂ max(palog(1 - x),
     -100))``, then ``·̂ weight``, 'mean' ``Σ ÷̂ n``."""
     _check_reduction(reduction)
-    nm = check_numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
     log_x = log(input, nm).clamp(min=_LOG_MIN)
     log_1mx = log(1.0 - input, nm).clamp(min=_LOG_MIN)
-    loss = -(mul(target, log_x, nm) + mul(1.0 - target, log_1mx, nm))
+    loss = -(times(target, log_x, nm) + times(1.0 - target, log_1mx, nm))
     return _reduce(loss, reduction, nm, weight)
 
 
 def pa_binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean",
                                         pos_weight=None, fmt="float32", *, backward="approx",
-                                        rounding="nearest_even"):
+                                        rounding="nearest_even", mul="pam"):
     """F.binary_cross_entropy_with_logits, stable as torch's: ``(1 - t) ·̂ x + l ·̂ sp``
     with ``sp = softplus(-x) = max(-x, 0) + palog(1 + paexp(-|x|))`` and ``l = 1 +
     (pos_weight - 1) ·̂ t`` (``l = 1``, no PAM, without pos_weight); then ``·̂ weight``,
     'mean' ``Σ ÷̂ n``."""
     _check_reduction(reduction)
-    nm = check_numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
     sp = (-input).clamp(min=0) + log(1.0 + exp(-pa_abs(input), nm), nm)
     if pos_weight is not None:
-        sp = mul(1.0 + mul(pos_weight - 1.0, target, nm), sp, nm)
-    loss = mul(1.0 - target, input, nm) + sp
+        sp = times(1.0 + times(pos_weight - 1.0, target, nm), sp, nm)
+    loss = times(1.0 - target, input, nm) + sp
     return _reduce(loss, reduction, nm, weight)
 
 
 def pa_kl_div(input, target, reduction="mean", log_target=False, fmt="float32", *,
-              backward="approx", rounding="nearest_even"):
+              backward="approx", rounding="nearest_even", mul="pam"):
     """F.kl_div (``input`` holds log-probabilities): ``t ·̂ palog(t) - t ·̂ input`` (0
     where t = 0, palog never seeing a zero), or with ``log_target``
     ``paexp(t) ·̂ (t - input)``; 'batchmean' ``Σ ÷̂ input.shape[0]``, 'mean' ``Σ ÷̂ n``."""
     _check_reduction(reduction, _REDUCTIONS + ("batchmean",))
-    nm = check_numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
     if log_target:
-        loss = mul(exp(target, nm), target - input, nm)
+        loss = times(exp(target, nm), target - input, nm)
     else:
         pos = target > 0
-        xlogx = mul(target, log(torch.where(pos, target, 1.0), nm), nm)
-        loss = torch.where(pos, xlogx, 0.0) - mul(target, input, nm)
+        xlogx = times(target, log(torch.where(pos, target, 1.0), nm), nm)
+        loss = torch.where(pos, xlogx, 0.0) - times(target, input, nm)
     if reduction == "batchmean" and input.dim() > 0:
         return div(fold_sum(loss, None, keepdim=False), float(input.shape[0]), nm)
     return _reduce(loss, "sum" if reduction == "batchmean" else reduction, nm)

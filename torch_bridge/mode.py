@@ -65,7 +65,7 @@ from ._sums import add
 from ._tensors import FLOATS
 from .compiling import eager_under_compile
 from .config import PAMConfig, check_config
-from .functional import _mm_kw
+from .functional import _mm_kw, _pa_kw
 
 __all__ = ["pam_mode"]
 
@@ -79,8 +79,7 @@ def _scaled(x, factor, cfg):
     """``factor * x`` as a PAM by a constant (addmm/baddbmm alpha, beta)."""
     if factor == 1:
         return x
-    return PF.pam_mul(x, float(factor), cfg.pa_fmt, backward=cfg.kind("matmul"),
-                      rounding=cfg.rounding)
+    return PF.pam_mul(x, float(factor), **_pa_kw(cfg, "matmul"))
 
 
 _T = torch.Tensor
@@ -219,8 +218,7 @@ def _softmax_impl(cfg, x, dim, dtype):
         return NotImplemented
     if dtype is not None:
         x = x.to(dtype)
-    return PF.pa_softmax(x, dim, cfg.pa_fmt, backward=cfg.kind("softmax"),
-                         rounding=cfg.rounding)
+    return PF.pa_softmax(x, dim, **_pa_kw(cfg, "softmax"))
 
 
 def _f_softmax(cfg, x, dim=None, _stacklevel=3, dtype=None):
@@ -284,7 +282,7 @@ def _mha(cfg, *args, **kwargs):
 # activations, through the PA primitives and the composites of torch_bridge.elementwise
 
 def _ew(cfg):
-    return dict(fmt=cfg.pa_fmt, backward=cfg.kind("elementwise"), rounding=cfg.rounding)
+    return _pa_kw(cfg, "elementwise")
 
 
 def _real(v):
@@ -390,7 +388,7 @@ def _rms_norm(cfg, x, normalized_shape, weight=None, eps=None):
 
 
 def _norm_kw(cfg):
-    return dict(fmt=cfg.pa_fmt, backward=cfg.kind("layernorm"), rounding=cfg.rounding)
+    return _pa_kw(cfg, "layernorm")
 
 
 def _batch_norm(cfg, x, running_mean, running_var, weight=None, bias=None, training=False,
@@ -443,12 +441,11 @@ def _log_softmax(cfg, x, dim=None, _stacklevel=3, dtype=None):
         dim = F._get_softmax_dim("log_softmax", x.dim(), _stacklevel)
     if dtype is not None:
         x = x.to(dtype)
-    return PL.pa_log_softmax(x, dim, fmt=cfg.pa_fmt, backward=cfg.kind("softmax"),
-                             rounding=cfg.rounding)
+    return PL.pa_log_softmax(x, dim, **_pa_kw(cfg, "softmax"))
 
 
 def _loss_kw(cfg):
-    return dict(fmt=cfg.pa_fmt, backward=cfg.kind("loss"), rounding=cfg.rounding)
+    return _pa_kw(cfg, "loss")
 
 
 def _bad_weight(input, weight):

@@ -12,25 +12,25 @@ import torch
 
 from ._sums import add, expand, fold_sum
 from .config import check_numerics
-from .functional import div, mul, pa_layer_norm, sqrt
+from .functional import div, mul as times, pa_layer_norm, sqrt
 
 __all__ = ["pa_batch_norm", "pa_group_norm"]
 
 
 def _affine(y, weight, bias, shape, nm):
     if weight is not None:
-        y = mul(y, weight.reshape(shape), nm)
+        y = times(y, weight.reshape(shape), nm)
     return y if bias is None else add(y, bias.reshape(shape))
 
 
 def pa_batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None,
                   training=False, momentum=0.1, eps=1e-5, fmt="float32", *,
-                  backward="approx", rounding="nearest_even"):
+                  backward="approx", rounding="nearest_even", mul="pam"):
     """F.batch_norm: statistics per channel (dim 1) over the batch and spatial dims in
     training (or without running statistics), else the running ones.  Training also
     updates the running statistics in place, in increment form as the PA optimizers
     (``r += m ·̂ (stat - r)``), the variance's unbiased ``Σ (x-μ)² ÷̂ (n-1)``."""
-    nm = check_numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
     if x.dim() < 2:
         raise ValueError(f"batch_norm: input.shape={tuple(x.shape)} needs a channel dim 1")
     shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
@@ -45,27 +45,27 @@ def pa_batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None
                          f"training, got input.shape={tuple(x.shape)}")
     mu = div(fold_sum(x, dims), float(n), nm)
     xc = x - expand(mu, x.shape)
-    ss = fold_sum(mul(xc, xc, nm), dims)
+    ss = fold_sum(times(xc, xc, nm), dims)
     y = div(xc, sqrt(div(ss, float(n), nm) + eps, nm), nm)
     if training and running_mean is not None and running_var is not None:
         with torch.no_grad():
             unbiased = div(ss.reshape(-1), float(n - 1), nm)
-            running_mean += mul(mu.reshape(-1).to(running_mean.dtype) - running_mean,
+            running_mean += times(mu.reshape(-1).to(running_mean.dtype) - running_mean,
                                     float(momentum), nm)
-            running_var += mul(unbiased.to(running_var.dtype) - running_var,
+            running_var += times(unbiased.to(running_var.dtype) - running_var,
                                    float(momentum), nm)
     return _affine(y, weight, bias, shape, nm)
 
 
 def pa_group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, fmt="float32", *,
-                  backward="approx", rounding="nearest_even"):
+                  backward="approx", rounding="nearest_even", mul="pam"):
     """F.group_norm: :func:`pa_layer_norm` over each group's (channels, spatial) entries,
     then a per-channel PAM gain and float32 bias.  Instance norm is ``num_groups = C``."""
-    nm = check_numerics(fmt, backward, rounding)
+    nm = check_numerics(fmt, backward, rounding, mul=mul)
     if x.dim() < 2 or x.shape[1] % num_groups:
         raise ValueError(f"group_norm: input.shape={tuple(x.shape)} does not split into "
                          f"num_groups={num_groups}")
     g = x.reshape(x.shape[0], num_groups, -1)
     y = pa_layer_norm(g, (g.shape[-1],), None, None, eps, fmt, backward=backward,
-                      rounding=rounding).reshape(x.shape)
+                      rounding=rounding, mul=mul).reshape(x.shape)
     return _affine(y, weight, bias, [1, x.shape[1]] + [1] * (x.dim() - 2), nm)

@@ -6,8 +6,9 @@ update is torch's, written so that PAMs act on *increments* — ``m += (1-β1) �
 error off the long-lived state (a PAM of a moment by β2 = 0.999 would change its decay
 rate by up to 2x).  Per-step scalars (bias corrections, step size, lr·wd) are host
 arithmetic in Python floats, as in torch; they are not datapath operations.
-Elementwise operations use ``config.pa_fmt`` and ``config.rounding``; additions are
-float32.  With ``config=None`` or 'optimizer' not enabled these *are* torch's AdamW /
+Elementwise operations use ``config.pa_fmt``, ``config.rounding`` and ``config.mul`` (the
+fused CPU kernel is PAM's; another multiplier takes the sequence of emu calls); additions
+are float32.  With ``config=None`` or 'optimizer' not enabled these *are* torch's AdamW /
 SGD (their ``step`` runs unchanged).  State keys match torch's, so state dicts move
 between the native and PA versions.
 """
@@ -33,12 +34,14 @@ __all__ = ["PAAdamW", "PASGD", "make_optimizer"]
 
 
 class _PAOps:
-    """PAM / PA division / PA sqrt on float32 tensors (on any device) and numbers,
-    operands rounded per the config."""
+    """The config's multiplier (PAM: on any device; another: CPU tensors), PA division
+    and PA sqrt on float32 tensors and numbers, operands rounded per the config."""
 
     def __init__(self, config: PAMConfig):
         self.fmt = config.pa_fmt
         self.rounding = config.rounding
+        self.multiplier = config.mul
+        self.pam = config.mul == emu.MULTIPLIERS["pam"]
 
     def _r(self, x):
         if isinstance(x, torch.Tensor):
@@ -46,7 +49,9 @@ class _PAOps:
         return round_scalar(x, self.fmt, self.rounding)
 
     def mul(self, a, b):
-        return emu_call(emu.pam_mul, self._r(a), self._r(b), self.fmt)
+        if self.pam:
+            return emu_call(emu.pam_mul, self._r(a), self._r(b), self.fmt)
+        return emu_call(emu.mul, self._r(a), self._r(b), self.fmt, self.multiplier)
 
     def div(self, a, b):
         return emu_call(emu.pa_div, self._r(a), self._r(b), self.fmt)
@@ -178,7 +183,7 @@ class PAAdamW(_PAStep, torch.optim.AdamW):
                                                            memory_format=torch.preserve_format)
                 state["step"] += 1
                 t = float(state["step"])
-                if _fusable(p, state):
+                if ops.pam and _fusable(p, state):
                     with emu_threads(p.numel()):
                         ops.fused_adamw((p, p.grad, state["exp_avg"], state["exp_avg_sq"]),
                                         lr, wd, b1, b2, eps, t, group["maximize"])

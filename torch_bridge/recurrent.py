@@ -41,7 +41,8 @@ class _Ops:
     def __init__(self, config):
         self.config = config
         self.pa = config.enabled("elementwise")
-        self.nm = check_numerics(config.pa_fmt, config.kind("elementwise"), config.rounding)
+        self.nm = check_numerics(config.pa_fmt, config.kind("elementwise"), config.rounding,
+                                 mul=config.mul if self.pa else None)
 
     def linear(self, x, w, b):
         return PF.linear(x, w, b, self.config)
@@ -63,7 +64,7 @@ class _Ops:
                 cfg.mul != emu.MULTIPLIERS["pam"] or \
                 isinstance(cfg.fmt, emu.mx.MXFormat) or h.dim() != 2:
             return None
-        if not _compose.fusable(cfg.rounding, gi, h, c, w_hh, b_hh) or \
+        if not _compose.fusable(cfg, gi, h, c, w_hh, b_hh) or \
                 h.shape[0] * w_hh.numel() > sizes.SMALL or not gi.numel() or \
                 gi[0].numel() > sizes.FUSED_MAX:
             return None
@@ -78,7 +79,7 @@ def _pa_cell(mode, nm, gi, gh, state):
     k = 3 if mode == "gru" else 4
     tensors = [*gi.chunk(k, -1), *gh.chunk(k, -1), state]
     desc, names = (D.gru_cell if mode == "gru" else D.lstm_cell), CELL_INPUTS[mode]
-    if _compose.composite(nm.rounding, gi, gh, state) and all(
+    if _compose.composite(nm, gi, gh, state) and all(
             t.dim() == 2 for t in (gi, gh, state)):
         return _compose.run(_compose.plan(desc, names), tensors, state.shape[-1], nm, {})
     return desc(_compose.GraphOps(PF.PRIMS, nm), **{n: t for (n, _), t in zip(names, tensors)})
