@@ -5,7 +5,7 @@ piecewise affine operations of Kosson & Jaggi (PAM multiply, PA division,
 paexp2/palog2/paexp/palog/pasqrt), IEEE addition/multiplication into any format,
 and matmul (``matmul``, with any multiplier; ``pam_matmul``) with a defined
 accumulation order; OCP MX block formats
-(:mod:`emu.mx`: ``mx_quantize``, ``mx_dequantize``, ``mx_pam_matmul``); multipliers as
+(:mod:`emu.mx`: ``mx_quantize``, ``mx_dequantize``, ``mx_matmul``, ``mx_pam_matmul``); multipliers as
 data (:mod:`emu.multipliers`: ``multiplier``, ``MULTIPLIERS``, ``mul``).  Each
 operation has one scalar definition on bit patterns (``emu._scalar``) compiled by Numba into CPU kernels,
 and an independent exact oracle in :mod:`emu.reference`.  The rules are written
@@ -19,7 +19,7 @@ from .formats import (FORMATS, Format, bfloat16, float4_e2m1fn, float6_e2m3fn, f
                       float32, format)
 from .matmul import matmul, pam_matmul
 from .multipliers import MULTIPLIERS, Multiplier, mul, multiplier
-from .mx import MX_TYPES, mx_dequantize, mx_pam_matmul, mx_quantize
+from .mx import MX_TYPES, mx_dequantize, mx_matmul, mx_pam_matmul, mx_quantize
 from .ops import *  # noqa: F403 -- quantize, to_bits, from_bits, one function per registry op
 from .reduce import fold_sum
 from .registry import OPS
@@ -28,5 +28,5 @@ __all__ = ["FORMATS", "Format", "format", "float32", "bfloat16", "float16", "flo
            "float8_e5m2fnuz", "float8_e4m3", "float8_e4m3fn", "float8_e4m3fnuz",
            "float8_e4m3b11fnuz", "float8_e3m4", "float8_e8m0fnu", "float6_e3m2fn",
            "float6_e2m3fn", "float4_e2m1fn", "MX_TYPES", "mx_quantize", "mx_dequantize",
-           "mx_pam_matmul", *_ops.__all__, "matmul", "pam_matmul", "fold_sum", "OPS", "Multiplier",
+           "mx_matmul", "mx_pam_matmul", *_ops.__all__, "matmul", "pam_matmul", "fold_sum", "OPS", "Multiplier",
            "MULTIPLIERS", "multiplier", "mul"]

@@ -30,6 +30,7 @@ from .backend import backend_for
 from .formats import Format, float32, format
 from .host import as_float32
 from .matmul import host_matmul as _pam_matmul
+from .matmul import params_of
 from .multipliers import MULTIPLIERS, _product, _product_grad, multiplier
 from .ops import quantize
 from .registry import ln2, ops
@@ -166,7 +167,7 @@ def _exact_contract(g, x, w, fmt, acc, mp=None, own_first=True):
 
 
 def matmul(A, B, dY, fmt: Format | str = float32, acc: Format | str = float32,
-           kind: str = "approx", need=(True, True), *, mul="pam"):
+           kind: str = "approx", need=(True, True), *, mul="pam", mul_fmt=None):
     """(δA, δB) of ``Y = emu.matmul(A, B, fmt, acc, mul=mul)``: :func:`pam_matmul`'s rules
     with the multiplier ``mul`` in every product of the approximate derivative
     (``δA = matmul(δY, Bᵀ)``, ``δBᵀ = matmul(δYᵀ, A)``: δY is the first operand of
@@ -175,13 +176,13 @@ def matmul(A, B, dY, fmt: Format | str = float32, acc: Format | str = float32,
     times δY, folded as PAM's; for ``exact`` and ``float`` that term is ``B δY``
     unrounded, so the fold is the approximate one with the ``exact`` multiplier (one
     fused step per term).  The exact fold of a pattern sum other than PAM runs on the
-    CPU only, one scalar step per term (a slow path: no fast kernel yet)."""
+    CPU only, one scalar step per term (a slow path: no fast kernel yet).  ``mul_fmt``:
+    as for emu.matmul."""
     m = multiplier(mul)
     kind = _kind(kind)
-    pam = m == MULTIPLIERS["pam"]
     fmt = format(fmt, argname="fmt").arithmetic()
     acc = format(acc, argname="acc").arithmetic("acc")
-    mp = None if pam else m.params(fmt)         # None: the backends' PAM
+    mp = params_of(m, fmt if mul_fmt is None else mul_fmt)     # None: the backends' PAM
     if kind == "exact" and mp is not None and mp.kind != SM.SUM:
         kind, mp = "approx", MULTIPLIERS["exact"].params(fmt)
     gpu = cuda_backend.prepare(None, A=A, B=B, dY=dY)

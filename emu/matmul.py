@@ -27,7 +27,7 @@ __all__ = ["matmul", "pam_matmul"]
 
 
 def matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *, mul="pam",
-           stream=None):
+           mul_fmt=None, stream=None):
     """Matmul with ``np.matmul``'s shape and broadcasting rules (2-D, batched, 1-D) by
     the multiplier ``mul`` (a name of ``emu.MULTIPLIERS``, a parseable spelling such as
     ``"lmul+2"``, or an ``emu.Multiplier``).
@@ -37,13 +37,20 @@ def matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *, mu
     ``acc``.  K = 0 gives zeros.  Returns a float32 array; every NaN in it is the
     canonical NaN.  CUDA operands (read in place, transposed views included) give a
     device array of the same kind, computed on the caller's stream or on ``stream``.
+    ``mul_fmt``: the format whose rule of ``mul`` the products follow (default ``fmt``;
+    emu.mx_matmul: the element format, on float32 values of MX blocks).
     """
     fmt = format(fmt, argname="fmt").arithmetic()
     acc = format(acc, argname="acc").arithmetic("acc")
-    m = multiplier(mul)
-    mp = None if m == MULTIPLIERS["pam"] else m.params(fmt)     # None: the backends' PAM
+    mp = params_of(mul, fmt if mul_fmt is None else mul_fmt)
     backend, (a, b) = backend_for(stream, {"A": A, "B": B})
     return backend.matmul(matmul_shapes(a.shape, b.shape), a, b, fmt, acc, mp)
+
+
+def params_of(mul, fmt):
+    """``multiplier(mul).params(fmt)``, None for PAM (the backends' own PAM paths)."""
+    m = multiplier(mul)
+    return None if m == MULTIPLIERS["pam"] else m.params(fmt)
 
 
 def pam_matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *,

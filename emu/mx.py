@@ -28,14 +28,15 @@ from typing import NamedTuple
 import numpy as np
 
 from .backend import backend_for, backend_of
-from .formats import (Format, float4_e2m1fn, float6_e2m3fn, float6_e3m2fn, float8_e4m3fn,
+from .formats import (Format, float4_e2m1fn, float32, float6_e2m3fn, float6_e3m2fn, float8_e4m3fn,
                       float8_e5m2, format)
-from .matmul import pam_matmul
+from .matmul import matmul
+from .multipliers import MULTIPLIERS, multiplier
 from .shapes import matmul_shapes
 from ._scalar_mx import E8M0_NAN  # noqa: F401 (the NaN code of E8M0, a NaN block's scale)
 
 __all__ = ["MX_TYPES", "MXFormat", "mx_format", "mx_type", "mx_quantize", "mx_dequantize",
-           "mx_pam_matmul"]
+           "mx_matmul", "mx_pam_matmul", "mx_element_multiplier"]
 
 #: MX type name -> element: a Format, or "int8" (two's complement, implicit scale 2^-6)
 MX_TYPES: dict[str, Format | str] = {
@@ -220,17 +221,39 @@ def mx_format(spec, *, argname: str = "fmt") -> MXFormat:
                      "'/<block>' (default 32)")
 
 
-def mx_pam_matmul(a, b, elem, block: int = 32, acc="float32", *, stream=None):
-    """PAM matmul on MX operands: ``a`` blocked along its last axis (K), ``b`` along
-    its second-to-last (K; a 1-D ``b`` along its only axis), each product the PAM of
-    the elements with the two scales' exponents added, folded over k in increasing
-    order into ``acc`` from +0 (docs/semantics.md, "MX block formats").  It is
-    :meth:`MXFormat.round` of each operand and ``pam_matmul`` in float32 on the
-    results, so CUDA operands stay on the device."""
+def mx_element_multiplier(mx: "MXFormat", mul):
+    """``(multiplier, the format of its rule)`` for the products of ``mx``'s values:
+    any multiplier but ``float`` by the element format's rule (PAM: float32's, the
+    same bits); ValueError for ``float`` (its product is rounded into the element
+    format, which a scaled value does not fit) and for another multiplier of mxint8."""
+    m = multiplier(mul)
+    elem = MX_TYPES[mx.mx]
+    if m == MULTIPLIERS["pam"]:
+        return m, float32
+    if m.kind == "float" or not isinstance(elem, Format):
+        raise ValueError(f"mul={str(m)!r} with {mx.name}: MX products take every multiplier "
+                         "but 'float', on float elements (mxint8 takes PAM only)")
+    return m, elem
+
+
+def mx_matmul(a, b, elem, block: int = 32, acc="float32", *, mul="pam", stream=None):
+    """Matmul on MX operands: ``a`` blocked along its last axis (K), ``b`` along its
+    second-to-last (K; a 1-D ``b`` along its only axis), each product the multiplier's
+    (``mul``, by the element format's rule) of the elements with the two scales'
+    exponents added, folded over k in increasing order into ``acc`` from +0
+    (docs/semantics.md, "MX block formats").  It is :meth:`MXFormat.round` of each
+    operand and ``emu.matmul`` in float32 on the results, so CUDA operands stay on
+    the device."""
     mx = MXFormat(elem, block)
+    m, mul_fmt = mx_element_multiplier(mx, mul)
     acc = format(acc, argname="acc").arithmetic("acc")
     _, (av, bv) = backend_for(stream, {"a": a, "b": b})       # checked before any kernel
-    matmul_shapes(av.shape, bv.shape, "mx_pam_matmul")
-    return pam_matmul(mx.round(a, -1, stream=stream),
-                      mx.round(b, -2 if len(bv.shape) >= 2 else -1, stream=stream),
-                      "float32", acc, stream=stream)
+    matmul_shapes(av.shape, bv.shape, "mx_matmul")
+    return matmul(mx.round(a, -1, stream=stream),
+                  mx.round(b, -2 if len(bv.shape) >= 2 else -1, stream=stream),
+                  "float32", acc, mul=m, mul_fmt=mul_fmt, stream=stream)
+
+
+def mx_pam_matmul(a, b, elem, block: int = 32, acc="float32", *, stream=None):
+    """:func:`mx_matmul` with PAM."""
+    return mx_matmul(a, b, elem, block, acc, stream=stream)

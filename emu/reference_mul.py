@@ -17,7 +17,7 @@ from . import reference_grad as RG
 from .formats import format
 from .multipliers import Multiplier, cpam_table, multiplier
 
-__all__ = ["mul", "grad", "lmul_constant", "fma", "matmul"]
+__all__ = ["mul", "grad", "lmul_constant", "fma", "matmul", "mx_matmul"]
 
 
 def lmul_constant(man_bits: int) -> Fraction:
@@ -108,6 +108,29 @@ def matmul(A, B, fmt="float32", acc="float32", mul="pam"):
                     s = fma(s, a, b, acc)
                 else:
                     s = R._add_exact(s, _product(a, b, fmt, m), acc)
+            out_row.append(s)
+        out.append(out_row)
+    return out
+
+
+def mx_matmul(A, B, mx: str, block: int = 32, acc="float32", mul="pam"):
+    """Nested lists: rows of A and columns of B MX-quantized along K and dequantized
+    (emu/reference.py), then the fold of :func:`matmul` on those float32 values with
+    the products of ``mul`` by the element format's rule (``exact``: fused)."""
+    from .mx import MX_TYPES
+    m, elem, acc = multiplier(mul), format(MX_TYPES[mx]), format(acc)
+    rows = [R.mx_dequantize(*R.mx_quantize(row, mx, block), block) for row in A]
+    cols = [R.mx_dequantize(*R.mx_quantize(list(col), mx, block), block) for col in zip(*B)]
+    out = []
+    for row in rows:
+        out_row = []
+        for col in cols:
+            s = 0.0
+            for a, b in zip(row, col):
+                if m.kind == "exact":
+                    s = fma(s, a, b, acc)
+                else:
+                    s = R._add_exact(s, R.pam_sum(a, b, "float32", _constant(m, elem)), acc)
             out_row.append(s)
         out.append(out_row)
     return out

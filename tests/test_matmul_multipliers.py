@@ -180,3 +180,24 @@ def test_bad_multiplier_is_rejected_before_any_work():
         emu.matmul(A, A, mul="bogus")
     with pytest.raises(ValueError, match="cpam4"):
         emu.matmul(A, A, "float8_e4m3fn", mul="cpam4-unbiased")
+
+
+@pytest.mark.parametrize("mx,mul,acc", [("mxfp8_e4m3", "lmul", "float32"),
+                                        ("mxfp4_e2m1", "cpam1:0,1,1,-1", "float32"),
+                                        ("mxfp8_e5m2", "pam-2", "bfloat16"),
+                                        ("mxfp6_e2m3", "exact", "float16")])
+def test_mx_matmul_with_a_multiplier_matches_oracle(mx, mul, acc, rng):
+    """MX operands, each product the multiplier's by the element format's rule on the
+    scaled values (emu.mx_matmul), against the oracle's fold."""
+    a = (rng.standard_normal((3, 40)) * 2.0 ** rng.integers(-8, 8, (3, 1))).astype(np.float32)
+    b = (rng.standard_normal((40, 4)) * 2.0 ** rng.integers(-8, 8, (1, 4))).astype(np.float32)
+    got = emu.mx_matmul(a, b, mx, acc=acc, mul=mul)
+    assert_bits_equal(got, RM.mx_matmul(a.tolist(), b.tolist(), mx, acc=acc, mul=mul),
+                      what=f"{mx} {mul} {acc}")
+    assert not np.array_equal(got, emu.mx_pam_matmul(a, b, mx, acc=acc))
+
+
+@pytest.mark.parametrize("mx,mul", [("mxfp8_e4m3", "float"), ("mxint8", "lmul")])
+def test_mx_matmul_refuses_what_it_cannot_define(mx, mul):
+    with pytest.raises(ValueError, match=f"mul='{mul}' with {mx}"):
+        emu.mx_matmul(np.ones((2, 32), np.float32), np.ones((32, 2), np.float32), mx, mul=mul)

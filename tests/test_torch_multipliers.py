@@ -86,7 +86,7 @@ def test_the_multiplier_changes_the_result_and_pam_is_the_default(rng):
 
 @pytest.mark.parametrize("kw,match", [
     (dict(mul="cpam2-unbiased"), "pa_fmt=float32: cpam2-unbiased: tables are shipped for mantissa widths"),
-    (dict(mul="lmul", ops=("matmul",), fmt="mxfp8_e4m3"), "MX formats"),
+    (dict(mul="float", ops=("matmul",), fmt="mxfp8_e4m3"), "fmt=mxfp8_e4m3: mul=.float. with"),
     (dict(mul="cpam4-unbiased", ops=("matmul",), fmt="e4m3fn"), "indexes 4 mantissa bits"),
     (dict(mul="lmull", ops=("matmul",)), "mul='lmull' is not a multiplier"),
 ])
@@ -204,3 +204,20 @@ def test_audit_counts_another_multiplier_as_emulated(rng):
     rep = tb.audit(net, (x,), cfg, loss_fn=lambda z: torch.nn.functional.cross_entropy(z, y))
     native = tb.audit(net, (x,), None, loss_fn=lambda z: torch.nn.functional.cross_entropy(z, y))
     assert rep.escaped == 0 and native.escaped > 0
+
+
+@pytest.mark.parametrize("mul", ["lmul", "exact"])
+def test_mx_matmul_follows_the_multiplier(mul, rng):
+    """PAMConfig(fmt=MX, mul=...): emu.mx_matmul forward; backward emu.grad.matmul of the
+    MX values by the element format's rule."""
+    a = torch.tensor(rng.standard_normal((4, 64)), dtype=torch.float32, requires_grad=True)
+    b = torch.tensor(rng.standard_normal((64, 3)), dtype=torch.float32, requires_grad=True)
+    c = PF.pam_matmul(a, b, "mxfp8_e4m3", mul=mul)
+    assert_bits_equal(_np(c), emu.mx_matmul(_np(a), _np(b), "mxfp8_e4m3", mul=mul))
+    c.backward(torch.ones_like(c))
+    mx = emu.mx.mx_format("mxfp8_e4m3")
+    ra, rb = mx.round(_np(a), -1), mx.round(_np(b), -2)
+    da, db = emu.grad.matmul(ra, rb, mx.round(np.ones((4, 3), np.float32), -1), "float32",
+                             mul=mul, mul_fmt="float8_e4m3fn")
+    assert_bits_equal(a.grad.numpy(), da, what="dA")
+    assert_bits_equal(b.grad.numpy(), db, what="dB")

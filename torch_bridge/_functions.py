@@ -76,10 +76,20 @@ def _matmul_work(a, b) -> int:
 
 def _mm_args(nm):
     """(fmt, acc, multiplier params) for emu's matmul kernels: PAM runs E = 8 formats as
-    float32 (kernel_fmt); another multiplier's products depend on the format itself."""
+    float32 (kernel_fmt); another multiplier's products depend on the format itself
+    (MX values: float32 by the element format's rule, emu.mx_matmul)."""
     if nm.mul is None:
         return kernel_fmt(nm.fmt), nm.acc, None
-    return nm.fmt, nm.acc, nm.mul.params(nm.fmt)
+    return kernel_fmt(nm.fmt) if _mx(nm) else nm.fmt, nm.acc, nm.mul.params(_mul_fmt(nm))
+
+
+def _mx(nm) -> bool:
+    return isinstance(nm.fmt, emu.mx.MXFormat)
+
+
+def _mul_fmt(nm):
+    """The format whose rule of the multiplier the products follow."""
+    return emu.mx.mx_element_multiplier(nm.fmt, nm.mul)[1] if _mx(nm) else nm.fmt
 
 
 class PAMMatmul(torch.autograd.Function):
@@ -100,7 +110,8 @@ class PAMMatmul(torch.autograd.Function):
             else:
                 # MX blocks run along the contraction axis of each operand
                 A, B = _rounded(ctx, (a, b), fmt, rounding, (-1, -2 if b.dim() > 1 else -1))
-                C = emu_call(emu.matmul, A, B, *_mm_args(nm)[:2], mul=nm.mul or "pam")
+                C = emu_call(emu.matmul, A, B, *_mm_args(nm)[:2], mul=nm.mul or "pam",
+                             mul_fmt=_mul_fmt(nm) if nm.mul else None)
         ctx.nm, ctx.work = nm, work
         return C.to(torch.promote_types(a.dtype, b.dtype))
 
@@ -119,7 +130,8 @@ class PAMMatmul(torch.autograd.Function):
                     kfmt, acc, kind, need, mp))
             else:
                 dA, dB = emu_call(G.matmul, a, b, round_to(as_float32(dc), fmt, rounding),
-                                  kfmt, acc, kind, need=need, mul=nm.mul or "pam")
+                                  kfmt, acc, kind, need=need, mul=nm.mul or "pam",
+                                  mul_fmt=_mul_fmt(nm) if nm.mul else None)
         return (_grad_out(dA, ctx.operands[0]) if need[0] else None,
                 _grad_out(dB, ctx.operands[1]) if need[1] else None, None)
 

@@ -68,8 +68,9 @@ class PAMConfig:
         elementwise products of softmax, norms, losses, optimizers and the elementwise
         group (in ``pa_fmt``), forward and backward (``exact``: the multiplier's own
         derivative).  PA division, exp, log and sqrt stay as defined.  ``"pam"`` by
-        default.  Another multiplier needs an element ``fmt`` (MX matmuls take PAM
-        only so far) and must be defined in each format it runs in (ValueError).
+        default.  With an MX ``fmt`` the products follow the element format's rule
+        (emu.mx_matmul; not ``float``, and mxint8 takes PAM only).  A multiplier must be
+        defined in each format it runs in (ValueError).
         Its products bypass the fused PAM kernels of the composites and the optimizer
         (the same bits as their graphs, slower), and its elementwise products run on
         CPU tensors only so far.
@@ -129,14 +130,16 @@ class PAMConfig:
 
     def _check_mul(self):
         """What a multiplier other than PAM supports so far (the class docstring)."""
-        name = str(self.mul)
         if self.fmt is None:
             return
+        mm_fmt = self.fmt
         if isinstance(self.fmt, emu.mx.MXFormat) and "matmul" in self.ops:
-            raise ValueError(f"mul={name!r} with fmt={self.fmt.name}: MX formats take PAM only "
-                             "so far")
+            try:
+                mm_fmt = emu.mx.mx_element_multiplier(self.fmt, self.mul)[1]
+            except ValueError as exc:
+                raise ValueError(f"fmt={self.fmt.name}: {exc}") from None
         # ValueError where the multiplier is not defined in a format it would run in
-        for fmt, argname, on in ((self.fmt, "fmt", "matmul" in self.ops),
+        for fmt, argname, on in ((mm_fmt, "fmt", "matmul" in self.ops),
                                  (self.pa_fmt, "pa_fmt", bool(self.ops - {"matmul"}))):
             try:
                 if on:
