@@ -18,7 +18,7 @@ from .formats import (FORMATS, Format, bfloat16, float4_e2m1fn, float6_e2m3fn, f
                       float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, float8_e8m0fnu, float16,
                       float32, format)
 from .matmul import matmul, pam_matmul
-from .multipliers import MULTIPLIERS, Multiplier, mul, multiplier
+from .multipliers import MULTIPLIERS, Multiplier, mul, multiplier, table_multiplier
 from .mx import MX_TYPES, mx_dequantize, mx_matmul, mx_pam_matmul, mx_quantize
 from .ops import *  # noqa: F403 -- quantize, to_bits, from_bits, one function per registry op
 from .reduce import fold_sum
@@ -28,5 +28,5 @@ __all__ = ["FORMATS", "Format", "format", "float32", "bfloat16", "float16", "flo
            "float8_e5m2fnuz", "float8_e4m3", "float8_e4m3fn", "float8_e4m3fnuz",
            "float8_e4m3b11fnuz", "float8_e3m4", "float8_e8m0fnu", "float6_e3m2fn",
            "float6_e2m3fn", "float4_e2m1fn", "MX_TYPES", "mx_quantize", "mx_dequantize",
-           "mx_matmul", "mx_pam_matmul", *_ops.__all__, "matmul", "pam_matmul", "fold_sum", "OPS", "Multiplier",
+           "mx_matmul", "mx_pam_matmul", *_ops.__all__, "matmul", "pam_matmul", "fold_sum", "OPS", "Multiplier", "table_multiplier",
            "MULTIPLIERS", "multiplier", "mul"]

@@ -59,3 +59,42 @@ def _abs_range(x):
             mn = min(mn, f)
             mx = max(mx, f)
     return mn, mx
+
+
+@njit(parallel=True, cache=True)
+def _encode(x, fc):
+    """The format encodings of the patterns ``x`` (values of the format)."""
+    out = np.empty(x.shape, np.int32)
+    flat, o = x.reshape(-1), out.reshape(-1)
+    for i in prange(flat.size):
+        o[i] = S.f32_to_bits(flat[i], fc)
+    return out
+
+
+@njit(parallel=True, cache=True)
+def _table_f32acc(ea, eb, ia, ib, values, w, c):
+    """c[t] = ea[ia[t]] x eb[ib[t]] by the table ``values`` (float32, row e_a of 2^w),
+    each column's sum in float32 in increasing k from +0 (numpy ``+``: fp_add into
+    float32), NaNs canonical."""
+    nout, m, n = c.shape
+    k = ea.shape[2]
+    for t in prange(nout * m):
+        bo, i = t // m, t % m
+        arow = ea[ia[bo], i]
+        bmat = eb[ib[bo]]
+        acc = np.zeros(n, np.float32)
+        for kk in range(k):
+            row = values[arow[kk] << w:(arow[kk] + 1) << w]
+            ebk = bmat[kk]
+            for j in range(n):
+                acc[j] += row[ebk[j]]
+        for j in range(n):
+            c[bo, i, j] = acc[j] if acc[j] == acc[j] else np.float32(np.nan)
+
+
+def table_matmul_f32acc(a3, b3, ia, ib, c, fc, mp):
+    """emu.matmul of a table multiplier with a float32 accumulator: operands encoded
+    once, each product a lookup in the table's row of a's encoding (the fold of SM.mac,
+    tests/test_table_multipliers.py)."""
+    values = mp.table.astype(np.uint32).view(np.float32)
+    _table_f32acc(_encode(a3, fc), _encode(b3, fc), ia, ib, values, int(mp.k), c)

@@ -105,9 +105,10 @@ def mul(a, b, dy, fmt: Format | str = float32, kind: str = "exact", mul="pam"):
 
     ``kind='exact'``: the multiplier's own derivative (emu/_scalar_mul.product_da): for a
     pattern sum a signed power of two with the constant in the mantissa carry, for
-    ``exact`` and ``float`` the real product's (``RN(B δY)``).  ``'approx'``: the
-    multiplier itself, ``δA = mul(δY, B)``, ``δB = mul(δY, A)`` (δY first, as in
-    :func:`matmul`).  ``mul="pam"`` is :func:`pam_mul`."""
+    ``exact`` and ``float`` the real product's (``RN(B δY)``), for a table the secant
+    to the operand's neighbouring encoding.  ``'approx'``: the multiplier itself,
+    ``δA = mul(δY, B)``, ``δB = mul(δY, A)`` (δY first, as in :func:`matmul`; a table's
+    is the ``exact`` multiplier's).  ``mul="pam"`` is :func:`pam_mul`."""
     m = multiplier(mul)
     kind = _kind(kind)
     if m == MULTIPLIERS["pam"]:
@@ -115,6 +116,8 @@ def mul(a, b, dy, fmt: Format | str = float32, kind: str = "exact", mul="pam"):
     fmt = format(fmt)
     if kind == "exact":
         return _product_grad(a, b, dy, fmt, m)
+    if m.kind == "table":
+        m = MULTIPLIERS["exact"]
     return _product(dy, b, fmt, m), _product(dy, a, fmt, m)
 
 
@@ -183,7 +186,9 @@ def matmul(A, B, dY, fmt: Format | str = float32, acc: Format | str = float32,
     fmt = format(fmt, argname="fmt").arithmetic()
     acc = format(acc, argname="acc").arithmetic("acc")
     mp = params_of(m, fmt if mul_fmt is None else mul_fmt)     # None: the backends' PAM
-    if kind == "exact" and mp is not None and mp.kind != SM.SUM:
+    if mp is not None and mp.kind == SM.TABLE and kind == "approx":
+        mp = MULTIPLIERS["exact"].params(fmt)       # a table's approximate rule: the product's
+    elif kind == "exact" and mp is not None and mp.kind in (SM.EXACT, SM.FLOAT):
         kind, mp = "approx", MULTIPLIERS["exact"].params(fmt)
     gpu = cuda_backend.prepare(None, A=A, B=B, dY=dY)
     if gpu is not None:

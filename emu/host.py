@@ -203,10 +203,13 @@ class HostBackend:
 
     @staticmethod
     def _matmul_other(a3, b3, ia, ib, c, fmt, acc, mp):
-        """matmul's multipliers that are not one constant (corrected PAM, exact, float):
-        with a float32 accumulator the register-blocked kernel with their product
+        """matmul's multipliers that are not one constant (corrected PAM, exact, float,
+        tables): with a float32 accumulator the register-blocked kernel with their product
         (K.matmul_blocked: ``exact`` where every product is exact in float32, ``float``
-        for M <= 11), else the fold of SM.mac."""
+        for M <= 11) or a table's lookups, else the fold of SM.mac."""
+        if mp.kind == SM.TABLE and acc == float32:
+            KMul.table_matmul_f32acc(a3, b3, ia, ib, c, fmt.consts, mp)
+            return
         prod = {SM.EXACT: K.FMUL, SM.FLOAT: K.FMUL_ROUND}.get(mp.kind, K.ADD)
         # corrected PAM: the kernel reads c32 + T back as a 32-bit difference
         wide = prod == K.ADD and max(abs(int(mp.c32) + int(t)) for t in mp.table) >= 1 << 31

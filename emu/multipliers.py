@@ -10,7 +10,10 @@ Names (the grammar of :func:`multiplier`):
   of mantissa width M (``cpam_table``); ``cpam1:0,1,1,0``: a table given as data,
   4^k integers in ULPs, row-major (row: the first operand's top k mantissa bits);
 * ``exact``: the product rounded (RNE) into the format, subnormals kept (``fp_mul``);
-* ``float``: ``fp_mul(..., subnormals=False)``, the RTL float MAC's product.
+* ``float``: ``fp_mul(..., subnormals=False)``, the RTL float MAC's product;
+* ``table:NAME``: any function of two operands of a format of at most 8 bits, as the
+  table of its products (:func:`table_multiplier` registers NAME; ``table:PATH.npy``
+  reads a float table from a file).
 
 :data:`MULTIPLIERS` holds the named members.  :func:`mul` is ``emu.mul``;
 :func:`error_stats` the bias, maximum and RMS relative error of a multiplier in a format.
@@ -18,6 +21,7 @@ Names (the grammar of :func:`multiplier`):
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import re
@@ -33,11 +37,15 @@ from .formats import Format, float32, format
 from .host import HostBackend, _pick, alloc, finish, flat_u32
 from .shapes import elementwise
 
-__all__ = ["Multiplier", "MULTIPLIERS", "multiplier", "mul", "cpam_table", "search_cpam_table",
+__all__ = ["Multiplier", "MULTIPLIERS", "multiplier", "mul", "table_multiplier", "Table",
+           "TABLE_MAX_WIDTH", "TABLE_OUT_FORMATS", "cpam_table", "search_cpam_table",
            "ErrorStats", "error_stats", "KINDS", "CPAM_GOALS", "CPAM_MAX_MAN_BITS"]
 
 #: the kinds of multiplier
-KINDS = ("pam", "lmul", "cpam", "exact", "float")
+KINDS = ("pam", "lmul", "cpam", "exact", "float", "table")
+#: table multipliers: operand formats up to this width, results in these formats
+TABLE_MAX_WIDTH = 8
+TABLE_OUT_FORMATS = ("bfloat16", "float16", "float32")
 #: the shipped corrected-PAM tables: zero mean per cell, or smallest maximum per cell
 CPAM_GOALS = ("unbiased", "minimax")
 #: shipped tables exist for mantissa widths 1..CPAM_MAX_MAN_BITS (exhaustive search)
@@ -66,6 +74,11 @@ class Multiplier:
             raise ValueError(f"offset={self.offset!r}: expected an int of magnitude below 2^23")
         if self.offset and self.kind not in ("pam", "lmul"):
             raise ValueError(f"offset={self.offset!r}: only pam and lmul take an offset")
+        if self.kind == "table":
+            if self.k or not isinstance(self.table, str) or not self.table:
+                raise ValueError(f"k={self.k!r}, table={self.table!r}: a table multiplier "
+                                 "takes its registered name (or a .npy path) as table")
+            return
         if self.kind != "cpam":
             if self.k or self.table != "":
                 raise ValueError(f"k={self.k!r}, table={self.table!r}: only cpam takes a table")
@@ -84,6 +97,8 @@ class Multiplier:
                              f"tuple of {4 ** self.k} ints of magnitude below 2^23")
 
     def __str__(self) -> str:
+        if self.kind == "table":
+            return f"table:{self.table}"
         if self.kind == "cpam":
             if isinstance(self.table, str):
                 return f"cpam{self.k}-{self.table}"
@@ -94,6 +109,8 @@ class Multiplier:
         """The multiplier in ``fmt`` as the kernels take it (emu/_scalar_mul.py's
         ``MulParams``); ValueError if it has no table for ``fmt``."""
         fmt = format(fmt).arithmetic()
+        if self.kind == "table":
+            return _table(self.table).params(fmt, str(self))
         ulp = 1 << (23 - fmt.man_bits)      # one ULP of fmt in float32-pattern units
         table = np.zeros(1, np.int64)
         if self.kind == "cpam":
@@ -119,7 +136,8 @@ def lmul_level(man_bits: int) -> int:
 
 
 _NAME = re.compile(r"(?P<kind>pam|lmul)(?P<off>[+-][1-9]\d*)?|exact|float"
-                   r"|cpam(?P<k>\d+)(?:-(?P<goal>\w+)|:(?P<table>-?\d+(?:,-?\d+)*))")
+                   r"|cpam(?P<k>\d+)(?:-(?P<goal>\w+)|:(?P<table>-?\d+(?:,-?\d+)*))"
+                   r"|table:(?P<tname>.+)")
 
 
 def multiplier(spec) -> Multiplier:
@@ -130,7 +148,11 @@ def multiplier(spec) -> Multiplier:
     if m is None:
         raise ValueError(f"mul={spec!r} is not a multiplier; expected one of "
                          f"{list(MULTIPLIERS)}, pam/lmul with an offset in ULPs ('lmul+3', "
-                         "'pam-2') or cpamK:T (4^K integers, e.g. 'cpam1:0,1,1,0')")
+                         "'pam-2'), cpamK:T (4^K integers, e.g. 'cpam1:0,1,1,0') or "
+                         "table:NAME (emu.table_multiplier) / table:PATH.npy")
+    if m["tname"]:
+        _table(m["tname"])          # ValueError if it is neither registered nor a file
+        return Multiplier("table", table=m["tname"])
     if m["kind"]:
         try:
             return Multiplier(m["kind"], int(m["off"] or 0))
@@ -152,6 +174,103 @@ def multiplier(spec) -> Multiplier:
 MULTIPLIERS = {str(m): m for m in (
     Multiplier("pam"), Multiplier("lmul"), Multiplier("exact"), Multiplier("float"),
     *(Multiplier("cpam", k=k, table=g) for k in range(1, CPAM_MAX_K + 1) for g in CPAM_GOALS))}
+
+
+# --- table multipliers ---------------------------------------------------------------
+
+class Table(NamedTuple):
+    """A table multiplier's data: ``values[e_a, e_b]`` the float32 product of the
+    operands encoded ``e_a``, ``e_b`` (NaNs canonical) in ``fmt`` (None: any format of
+    the table's width, for a table read from a file), with its source and SHA-256."""
+    fmt: Format | None
+    values: np.ndarray
+    source: str
+    sha256: str
+
+    def params(self, fmt: Format, name: str) -> SM.MulParams:
+        w = fmt.width
+        if w > TABLE_MAX_WIDTH or self.values.shape != (1 << w, 1 << w):
+            raise ValueError(f"mul={name!r} is a {self.values.shape[0]}x{self.values.shape[1]} "
+                             f"table; fmt={fmt.name} ({w} bits) needs {1 << w}x{1 << w} (table "
+                             f"multipliers take formats of at most {TABLE_MAX_WIDTH} bits)")
+        if self.fmt is not None and self.fmt != fmt:
+            raise ValueError(f"mul={name!r} is a table of {self.fmt.name} operands, not of "
+                             f"fmt={fmt.name}")
+        pat = self.values.reshape(-1).view(np.uint32).astype(np.int64)
+        return SM.MulParams(SM.TABLE, 0, pat, w)
+
+
+_TABLES: dict[str, Table] = {}
+
+
+def _canonical(values) -> np.ndarray:
+    v = np.ascontiguousarray(values, np.float32).copy()
+    v[np.isnan(v)] = np.float32(np.nan)                 # the canonical NaN
+    return v
+
+
+def _table(name: str) -> Table:
+    """The registered table ``name``, else the .npy file of that path (read once)."""
+    if name in _TABLES:
+        return _TABLES[name]
+    path = Path(name)
+    if path.suffix != ".npy" or not path.is_file():
+        raise ValueError(f"mul='table:{name}': no table multiplier of that name is registered "
+                         "(emu.table_multiplier) and it is not a .npy file")
+    values = np.load(path, allow_pickle=False)
+    if values.dtype.kind != "f" or values.ndim != 2:
+        raise ValueError(f"mul='table:{name}': the file holds a {values.dtype} array of shape "
+                         f"{values.shape}; expected a 2-D float array of products")
+    v = _canonical(values)
+    _TABLES[name] = Table(None, v, str(path), hashlib.sha256(v.tobytes()).hexdigest())
+    return _TABLES[name]
+
+
+def table_multiplier(source, fmt, out_fmt="float32", *, name: str | None = None) -> Multiplier:
+    """A table multiplier for operands of ``fmt`` (at most 8 bits), registered as
+    ``table:NAME`` (``name``, default the first 12 hex digits of the table's SHA-256).
+
+    ``source``: a 2^w x 2^w array (integers: encodings in ``out_fmt``; floats: values,
+    rounded RNE into ``out_fmt``), the path of a ``.npy`` file of one, or a function of
+    two floats (every pair of values of ``fmt``, rounded into ``out_fmt``).  Row: the
+    first operand's encoding; column: the second's.  ``out_fmt``: one of
+    :data:`TABLE_OUT_FORMATS`."""
+    from .ops import from_bits, quantize        # emu.ops imports emu.mx, which imports this
+    fmt = format(fmt, argname="fmt").arithmetic()
+    out = format(out_fmt, argname="out_fmt")
+    if out.name not in TABLE_OUT_FORMATS:
+        raise ValueError(f"out_fmt={out.name!r}; expected one of {list(TABLE_OUT_FORMATS)}")
+    w = fmt.width
+    if w > TABLE_MAX_WIDTH:
+        raise ValueError(f"fmt={fmt.name} has {w} bits; table multipliers take formats of at "
+                         f"most {TABLE_MAX_WIDTH} bits (the table has 4^w entries)")
+    src = str(source) if isinstance(source, (str, Path)) else type(source).__name__
+    if isinstance(source, (str, Path)):
+        source = np.load(source, allow_pickle=False)
+    if callable(source):
+        vals = from_bits(np.arange(1 << w, dtype=np.uint32), fmt).astype(np.float64)
+        table = np.array([[source(float(x), float(y)) for y in vals] for x in vals], np.float64)
+    else:
+        table = np.asarray(source)
+    if table.shape != (1 << w, 1 << w) or table.dtype.kind not in "fiu":
+        raise ValueError(f"source: a {table.dtype} array of shape {table.shape}; expected "
+                         f"{1 << w}x{1 << w} numbers for fmt={fmt.name}")
+    if table.dtype.kind in "iu":
+        if table.min() < 0 or table.max() >= 1 << out.width:
+            raise ValueError(f"source: encodings must lie in [0, 2^{out.width}) for "
+                             f"out_fmt={out.name}")
+        values = from_bits(table.astype(np.uint32), out)
+    else:
+        values = quantize(table.astype(np.float32) if table.dtype == np.float32 else table,
+                          out)
+    v = _canonical(values)
+    sha = hashlib.sha256(v.tobytes()).hexdigest()
+    name = sha[:12] if name is None else name
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.+-]+", name) \
+            or name.endswith(".npy"):
+        raise ValueError(f"name={name!r}: expected letters, digits and _.+- (not a .npy path)")
+    _TABLES[name] = Table(fmt, v, src, sha)
+    return Multiplier("table", table=name)
 
 
 def mul(a, b, fmt: Format | str = float32, mul="pam"):
@@ -309,11 +428,25 @@ def error_stats(mul, fmt: Format | str = float32, samples: int = 1 << 20,
     ``fmt`` (operands in [1, 2)) where there are at most 2^20 pairs (every format of up to
     16 bits), else over ``samples`` random pairs (``seed``).  Away from the ends of the
     range a product's relative error depends only on the operands' mantissas, so these
-    are the statistics over every pair of normal operands whose product stays normal."""
+    are the statistics over every pair of normal operands whose product stays normal.
+    A table multiplier has no such invariance: its statistics are over every pair of
+    normal operands whose exact product is a normal value of ``fmt``."""
     m = multiplier(mul)
     fmt = format(fmt).arithmetic()
     n = 1 << fmt.man_bits
     exhaustive = n * n <= 1 << 20
+    if m.kind == "table":       # no scale invariance: every pair of normal operands
+        from .ops import from_bits              # emu.ops imports emu.mx, which imports this
+        v = from_bits(np.arange(1 << fmt.width, dtype=np.uint32), fmt)
+        v = v[np.isfinite(v) & (np.abs(v) >= fmt.smallest_normal)]
+        a, b = (x.ravel() for x in np.meshgrid(v, v, indexing="ij"))
+        exact = a.astype(np.float64) * b
+        keep = (np.abs(exact) >= fmt.smallest_normal) & (np.abs(exact) <= fmt.max)
+        a, b, exact = a[keep], b[keep], exact[keep]
+        err = np.asarray(_product(a, b, fmt, m), np.float64) / exact - 1
+        return ErrorStats(str(m), fmt.name, int(err.size), True, float(err.mean()),
+                          float(err.min()), float(err.max()), float(np.abs(err).max()),
+                          float(math.sqrt((err ** 2).mean())))
     if exhaustive:
         i, j = (v.ravel() for v in np.meshgrid(np.arange(n), np.arange(n), indexing="ij"))
     else:

@@ -9,9 +9,13 @@ derivatives, with emu/reference_grad.py's slope rules.
 """
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 
+import numpy as np
+
+from . import multipliers as EM
 from . import reference as R
 from . import reference_grad as RG
 from .formats import format
@@ -38,13 +42,62 @@ def _constant(m: Multiplier, fmt):
     return lambda ma, mb: table[math.floor(ma * rows) * rows + math.floor(mb * rows)] * ulp
 
 
+@functools.lru_cache(maxsize=None)
+def _decoded(name: str) -> tuple:
+    """Every encoding of the format ``name`` (<= 8 bits, an ml_dtypes type) decoded by
+    ml_dtypes, independently of emu's kernels."""
+    import ml_dtypes
+    return tuple(float(v) for v in np.arange(1 << format(name).width, dtype=np.uint8).view(
+        getattr(ml_dtypes, name)))
+
+
+@functools.lru_cache(maxsize=None)
+def _code_map(name: str) -> dict:
+    return {(math.copysign(1.0, v), v): e for e, v in enumerate(_decoded(name))
+            if not math.isnan(v)}
+
+
+def _codes(fmt) -> dict:
+    """A table's index of each value of ``fmt``: encoding by (sign, value)."""
+    return _code_map(fmt.name)
+
+
+def _table_entry(m: Multiplier, fmt, a: float, b: float) -> float:
+    codes = _codes(fmt)
+    values = EM._table(m.table).values
+    ea, eb = (codes[(math.copysign(1.0, x), x)] for x in (a, b))
+    return float(values[ea, eb])
+
+
 def mul(a: float, b: float, fmt="float32", mul="pam") -> float:
     """The product of the multiplier ``mul`` (a name or an emu.Multiplier)."""
     m: Multiplier = multiplier(mul)
     fmt = format(fmt)
+    if m.kind == "table":       # formats with ml_dtypes twins, finite operands
+        return _table_entry(m, fmt, R.quantize(a, fmt), R.quantize(b, fmt))
     if m.kind in ("exact", "float"):
         return R.fp_mul(a, b, fmt, subnormals=m.kind == "exact")
     return R.pam_sum(a, b, fmt, _constant(m, fmt))
+
+
+def _secant(m: Multiplier, fmt, own: float, other: float, dy: float, own_first: bool):
+    """A table's exact derivative: the secant from ``own`` to the next value up in
+    magnitude (down at the top of the range), in float64 arithmetic, times δ_Y, rounded
+    once into ``fmt`` (finite operands of formats with ml_dtypes twins)."""
+    codes = _codes(fmt)
+    vals = _decoded(fmt.name)
+    e0 = codes[(math.copysign(1.0, own), own)]
+    e1 = e0 + 1
+    if e1 >= len(vals) or not math.isfinite(float(vals[e1])) \
+            or math.copysign(1.0, float(vals[e1])) != math.copysign(1.0, own):
+        e1 = e0 - 1
+    t = EM._table(m.table).values
+    eo = codes[(math.copysign(1.0, other), other)]
+    t0, t1 = (float(t[e, eo] if own_first else t[eo, e]) for e in (e0, e1))
+    if not (math.isfinite(t0) and math.isfinite(t1)):
+        return math.nan
+    slope = (t1 - t0) / (float(vals[e1]) - own)         # Python floats: IEEE float64
+    return R.quantize(slope * dy, fmt)
 
 
 def grad(a: float, b: float, dy: float, fmt="float32", mul="pam", kind="exact"):
@@ -58,7 +111,10 @@ def grad(a: float, b: float, dy: float, fmt="float32", mul="pam", kind="exact"):
     fmt = format(fmt)
     a, b, dy = (R.quantize(float(x), fmt) for x in (a, b, dy))
     if kind == "approx":
-        return _product(dy, b, fmt, m), _product(dy, a, fmt, m)
+        e = multiplier("exact") if m.kind == "table" else m
+        return _product(dy, b, fmt, e), _product(dy, a, fmt, e)
+    if m.kind == "table":
+        return _secant(m, fmt, a, b, dy, True), _secant(m, fmt, b, a, dy, False)
     if m.kind in ("exact", "float"):
         return R.fp_mul(b, dy, fmt, subnormals=True), R.fp_mul(a, dy, fmt, subnormals=True)
 
