@@ -24,6 +24,7 @@ import functools
 import hashlib
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from .host import HostBackend, _pick, alloc, finish, flat_u32
 from .shapes import elementwise
 
 __all__ = ["Multiplier", "MULTIPLIERS", "multiplier", "mul", "table_multiplier", "Table",
+           "save_table", "table_dir",
            "TABLE_MAX_WIDTH", "TABLE_OUT_FORMATS", "cpam_table", "search_cpam_table",
            "ErrorStats", "error_stats", "KINDS", "CPAM_GOALS", "CPAM_MAX_MAN_BITS"]
 
@@ -201,6 +203,7 @@ class Table(NamedTuple):
 
 
 _TABLES: dict[str, Table] = {}
+_TABLE_NAME = r"[A-Za-z0-9_.+-]+"
 
 
 def _canonical(values) -> np.ndarray:
@@ -209,9 +212,38 @@ def _canonical(values) -> np.ndarray:
     return v
 
 
+def table_dir() -> Path:
+    """Where saved table multipliers live (:func:`save_table`): ``$PAMSIM_MULTIPLIERS``,
+    else ``~/.pamsim/multipliers``."""
+    return Path(os.environ.get("PAMSIM_MULTIPLIERS", "~/.pamsim/multipliers")).expanduser()
+
+
+def save_table(m: Multiplier, **meta) -> Path:
+    """Keep the registered table multiplier ``m`` under :func:`table_dir` (its values,
+    operand format, source, SHA-256 and ``meta``, e.g. the hash of the Verilog it came
+    from), so that ``table:NAME`` finds it in every later process."""
+    t = _table(multiplier(m).table)
+    if t.fmt is None:
+        raise ValueError(f"mul={str(m)!r} is a file table without an operand format; "
+                         "register it with emu.table_multiplier first")
+    path = table_dir() / f"{m.table}.npz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    info = dict(meta, fmt=t.fmt.name, source=t.source, sha256=t.sha256)
+    np.savez(path, values=t.values, info=np.array(json.dumps(info)))
+    return path
+
+
 def _table(name: str) -> Table:
-    """The registered table ``name``, else the .npy file of that path (read once)."""
+    """The registered table ``name``, else one saved under :func:`table_dir`, else the
+    .npy file of that path (each read once)."""
     if name in _TABLES:
+        return _TABLES[name]
+    saved = table_dir() / f"{name}.npz"
+    if re.fullmatch(_TABLE_NAME, name) and saved.is_file():
+        with np.load(saved, allow_pickle=False) as z:
+            info = json.loads(str(z["info"]))
+            v = _canonical(z["values"])
+        _TABLES[name] = Table(format(info["fmt"]), v, info["source"], info["sha256"])
         return _TABLES[name]
     path = Path(name)
     if path.suffix != ".npy" or not path.is_file():
@@ -266,7 +298,7 @@ def table_multiplier(source, fmt, out_fmt="float32", *, name: str | None = None)
     v = _canonical(values)
     sha = hashlib.sha256(v.tobytes()).hexdigest()
     name = sha[:12] if name is None else name
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.+-]+", name) \
+    if not isinstance(name, str) or not re.fullmatch(_TABLE_NAME, name) \
             or name.endswith(".npy"):
         raise ValueError(f"name={name!r}: expected letters, digits and _.+- (not a .npy path)")
     _TABLES[name] = Table(fmt, v, src, sha)

@@ -223,16 +223,17 @@ def mx_format(spec, *, argname: str = "fmt") -> MXFormat:
 
 def mx_element_multiplier(mx: "MXFormat", mul):
     """``(multiplier, the format of its rule)`` for the products of ``mx``'s values:
-    any multiplier but ``float`` by the element format's rule (PAM: float32's, the
-    same bits); ValueError for ``float`` (its product is rounded into the element
-    format, which a scaled value does not fit) and for another multiplier of mxint8."""
+    any multiplier but ``float`` and tables by the element format's rule (PAM: float32's,
+    the same bits); ValueError for ``float`` (its product is rounded into the element
+    format, which a scaled value does not fit), for a table (indexed by encodings, which
+    scaled values do not have) and for another multiplier of mxint8."""
     m = multiplier(mul)
     elem = MX_TYPES[mx.mx]
     if m == MULTIPLIERS["pam"]:
         return m, float32
-    if m.kind == "float" or not isinstance(elem, Format):
+    if m.kind in ("float", "table") or not isinstance(elem, Format):
         raise ValueError(f"mul={str(m)!r} with {mx.name}: MX products take every multiplier "
-                         "but 'float', on float elements (mxint8 takes PAM only)")
+                         "but 'float' and tables, on float elements (mxint8 takes PAM only)")
     return m, elem
 
 
