@@ -94,7 +94,7 @@ def shown(values) -> str:
 def number(text: str) -> float | None:
     """A printed value as a number ('65,536', '1.72x', '97.21 %'), else None."""
     try:
-        return float(text.replace(",", "").rstrip("x×% "))
+        return float(text.replace(",", "").replace("−", "-").rstrip("x×% "))
     except ValueError:
         return None
 
@@ -113,12 +113,14 @@ def agrees(fig: Figure, doc: str, now: str) -> bool:
 
 
 def run_command(command: str, workdir: Path) -> tuple[int, str, float]:
-    argv = shlex.split(command)
+    # the repository's shipped examples are read in place; everything is written to workdir
+    argv = [str(ROOT / a) if a.startswith("examples/") else a for a in shlex.split(command)]
     if argv[0] == "pamsim":
         argv = [sys.executable, "-m", "sim.cli", *argv[1:]]
     elif argv[0] == "python":
         argv[0] = sys.executable
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1",
+               PAMSIM_MULTIPLIERS=str(workdir / "multipliers"))
     start = time.perf_counter()
     proc = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True)
     return proc.returncode, proc.stdout + proc.stderr, time.perf_counter() - start
