@@ -106,7 +106,8 @@ def agrees(fig: Figure, doc: str, now: str) -> bool:
     if fig.rel is not None:
         return abs(b - a) <= fig.rel * abs(a)
     if fig.tol is None:
-        tol = 0.5 * 10.0 ** Decimal(doc.replace(",", "").rstrip("x×% ")).as_tuple().exponent
+        digits = doc.replace(",", "").replace("−", "-").rstrip("x×% ")
+        tol = 0.5 * 10.0 ** Decimal(digits).as_tuple().exponent
     else:
         tol = fig.tol
     return abs(b - a) <= tol * (1 + 1e-9)
