@@ -39,7 +39,7 @@ from .host import HostBackend, _pick, alloc, finish, flat_u32
 from .shapes import elementwise
 
 __all__ = ["Multiplier", "MULTIPLIERS", "multiplier", "mul", "table_multiplier", "Table",
-           "save_table", "table_dir",
+           "save_table", "table_dir", "lmul_level",
            "TABLE_MAX_WIDTH", "TABLE_OUT_FORMATS", "cpam_table", "search_cpam_table",
            "ErrorStats", "error_stats", "KINDS", "CPAM_GOALS", "CPAM_MAX_MAN_BITS"]
 
@@ -202,6 +202,15 @@ class Table(NamedTuple):
         return SM.MulParams(SM.TABLE, 0, pat, w)
 
 
+def check_out_format(fmt: Format, out_fmt) -> Format:
+    """A table multiplier's result format: one of :data:`TABLE_OUT_FORMATS` or ``fmt``."""
+    out = format(out_fmt, argname="out_fmt")
+    if out.name not in TABLE_OUT_FORMATS and out != fmt:
+        raise ValueError(f"out_fmt={out.name!r}; expected one of {list(TABLE_OUT_FORMATS)} "
+                         f"or the operand format {fmt.name!r}")
+    return out
+
+
 _TABLES: dict[str, Table] = {}
 _TABLE_NAME = r"[A-Za-z0-9_.+-]+"
 
@@ -266,12 +275,11 @@ def table_multiplier(source, fmt, out_fmt="float32", *, name: str | None = None)
     rounded RNE into ``out_fmt``), the path of a ``.npy`` file of one, or a function of
     two floats (every pair of values of ``fmt``, rounded into ``out_fmt``).  Row: the
     first operand's encoding; column: the second's.  ``out_fmt``: one of
-    :data:`TABLE_OUT_FORMATS`."""
+    :data:`TABLE_OUT_FORMATS` or ``fmt`` itself (a multiplier whose products are
+    operands again, as pamsim's own RTL multipliers)."""
     from .ops import from_bits, quantize        # emu.ops imports emu.mx, which imports this
     fmt = format(fmt, argname="fmt").arithmetic()
-    out = format(out_fmt, argname="out_fmt")
-    if out.name not in TABLE_OUT_FORMATS:
-        raise ValueError(f"out_fmt={out.name!r}; expected one of {list(TABLE_OUT_FORMATS)}")
+    out = check_out_format(fmt, out_fmt)
     w = fmt.width
     if w > TABLE_MAX_WIDTH:
         raise ValueError(f"fmt={fmt.name} has {w} bits; table multipliers take formats of at "

@@ -4,7 +4,7 @@
 for bit (verified by the cocotb benches in sim/tb against emu, see docs/rtl.md):
 
 * :class:`PAMMultiplier`, :class:`PADivider`, :class:`PASqrt` — ``emu.pam_mul`` /
-  ``emu.pa_div`` / ``emu.pa_sqrt``;
+  ``emu.pa_div`` / ``emu.pa_sqrt``; :class:`LMulMultiplier` — ``emu.mul(..., mul="lmul")``;
 * :class:`FloatAdder` — IEEE RNE addition with subnormals (``emu.fp_add``);
 * :class:`FloatMultiplier` — IEEE RNE multiplication, subnormals flushed
   (``emu.fp_mul(..., subnormals=False)``), the baseline PAM is compared to;
@@ -22,8 +22,8 @@ from ._float import FloatLayout, as_format
 from .emit import make_unit, verilog
 from .ieee import FloatAdder, FloatMultiplier
 from .mac import PAMDotArray, PAMMac
-from .pa import PADivider, PAMMultiplier, PASqrt
+from .pa import LMulMultiplier, PADivider, PAMMultiplier, PASqrt
 from .registry import UNITS, Unit
 
-__all__ = ["FloatLayout", "as_format", "PAMMultiplier", "PADivider", "PASqrt", "FloatAdder",
+__all__ = ["FloatLayout", "as_format", "PAMMultiplier", "LMulMultiplier", "PADivider", "PASqrt", "FloatAdder",
            "FloatMultiplier", "PAMMac", "PAMDotArray", "UNITS", "Unit", "make_unit", "verilog"]

@@ -12,13 +12,20 @@ from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal
 
+from emu.multipliers import lmul_level
+
 from ._float import BinaryOp, Decoded, UnaryOp, invalid_encoding, pa_overflow, signed_zero
 
-__all__ = ["PAMMultiplier", "PADivider", "PASqrt"]
+__all__ = ["PAMMultiplier", "LMulMultiplier", "PADivider", "PASqrt"]
 
 
 class _PABinary(BinaryOp):
     """The shared flush/overflow/packing of the PA multiplier and divider."""
+
+    def constant_ulps(self) -> int:
+        """ULPs of the format added to the encoding sum (a pattern-sum multiplier's
+        constant, emu.Multiplier.params): none for PAM and PA division."""
+        return 0
 
     def _start(self, sign_b: int):
         """Module, format, decoded operands, result sign (a XOR b), the integer result
@@ -27,7 +34,8 @@ class _PABinary(BinaryOp):
         m = Module()
         f = self.fmt
         a, b, s = self._operands(m)
-        off = -sign_b * (f.bias << f.man_bits)            # any bias, also 0 or negative
+        # any bias, also 0 or negative; a multiplier's constant (L-Mul) in the same adder
+        off = -sign_b * (f.bias << f.man_bits) + self.constant_ulps()
         top = (1 << (f.width - 1)) - 1                    # largest magnitude encoding
         r = Signal(range(min(0, -top) + min(0, off), 2 * top + max(0, off) + 1))
         m.d.comb += r.eq((a.mag + b.mag if sign_b > 0 else a.mag - b.mag) + off)
@@ -68,6 +76,18 @@ class PAMMultiplier(_PABinary):
         with m.Else():
             self._pack(m, r, s, y)
         return m
+
+
+class LMulMultiplier(PAMMultiplier):
+    """L-Mul (Luo & Sun 2024): PAM with ``2^-l(M)`` added to the mantissa sum, one more
+    constant in the same adder; exactly ``emu.mul(a, b, fmt, mul="lmul")`` (a positive
+    constant can carry into the exponent and overflow where PAM does not)."""
+
+    kind = "lmul"
+
+    def constant_ulps(self) -> int:
+        f = self.fmt
+        return 1 << (f.man_bits - lmul_level(f.man_bits))
 
 
 class PADivider(_PABinary):

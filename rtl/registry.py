@@ -15,7 +15,7 @@ import emu
 from . import vectors as V
 from .ieee import FloatAdder, FloatMultiplier
 from .mac import PAMDotArray, PAMMac
-from .pa import PADivider, PAMMultiplier, PASqrt
+from .pa import LMulMultiplier, PADivider, PAMMultiplier, PASqrt
 
 __all__ = ["Unit", "UNITS", "OPERANDS", "COMB_BENCH", "comb_units", "comb_kinds", "comb_operands"]
 
@@ -84,6 +84,8 @@ def _array(fmt, rows, cols, acc, stages):
 UNITS: dict[str, Unit] = {u.name: u for u in (
     Unit("mul", PAMMultiplier, "PAM multiplier (combinational)", "comb", 2,
          emu.pam_mul, partial(V.pam_boundary_pairs, op="mul")),
+    Unit("lmul", LMulMultiplier, "L-Mul multiplier: PAM plus 2^-l(M) (combinational)", "comb",
+         2, partial(emu.mul, mul="lmul"), partial(V.pam_boundary_pairs, op="mul")),
     Unit("div", PADivider, "PA divider (combinational)", "comb", 2,
          emu.pa_div, partial(V.pam_boundary_pairs, op="div")),
     Unit("sqrt", PASqrt, "PA square root (combinational)", "comb", 1,

@@ -114,12 +114,10 @@ def import_multiplier(verilog, top: str, fmt, out_fmt, name: str) -> Imported:
     if not verilog.is_file():
         raise ValueError(f"verilog={str(verilog)!r} is not a file")
     fmt = emu.format(fmt, argname="fmt").arithmetic()
-    out = emu.format(out_fmt, argname="out_fmt")
     if fmt.width > EM.TABLE_MAX_WIDTH:
         raise ValueError(f"fmt={fmt.name} has {fmt.width} bits; table multipliers take "
                          f"formats of at most {EM.TABLE_MAX_WIDTH} bits")
-    if out.name not in EM.TABLE_OUT_FORMATS:
-        raise ValueError(f"out_fmt={out.name!r}; expected one of {list(EM.TABLE_OUT_FORMATS)}")
+    out = EM.check_out_format(fmt, out_fmt)
     EM.table_multiplier(np.zeros((1 << fmt.width,) * 2), fmt, out, name=name)   # name check
     check_module(verilog, top, fmt.width, out.width)
     codes = simulate(verilog, top, fmt.width)

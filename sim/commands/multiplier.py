@@ -22,7 +22,7 @@ def register(sub):
     q.add_argument("--fmt", type=format_arg, required=True,
                    help="operand format, at most 8 bits (e4m3fn, e5m2, e2m1fn, ...)")
     q.add_argument("--out-fmt", type=format_arg, default=emu.bfloat16,
-                   help="format of y: bfloat16, float16 or float32")
+                   help="format of y: bfloat16, float16, float32 or the operand format")
     q.add_argument("--name", required=True, help="the name to register (table:NAME)")
     q.set_defaults(run=run)
     p.set_defaults(run=run)
