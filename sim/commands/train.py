@@ -255,18 +255,21 @@ def _job(spec, configs, names, cache_dir, progress):
 def run(args) -> int:
     import os
 
+    from sim import train as T
     from sim import train_distributed as TD
     nproc = TD.torchrun_world_size() or args.nproc
     try:
         spec = spec_from_args(args)
         configs = [config_from_args(args, m) for m in args.mul]
         config = configs[0]
+        # several: each beside its error statistics and cost per MAC, known before training
+        facts = None if len(configs) == 1 else [
+            T.multiplier_facts(m, config.fmt, config.acc) for m in (None, *args.mul)]
         if not 1 <= nproc <= spec.batch_size:
             raise ValueError(f"nproc must lie in [1, batch_size={spec.batch_size}], got {nproc}")
     except ValueError as exc:
         return fail(args, exc)
     set_threads(args)
-    from sim import train as T
     out = Path(args.out)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     if rank0:
@@ -283,11 +286,9 @@ def run(args) -> int:
                                 backend="nccl" if spec.device == "cuda" else "gloo")
     if not rank0:
         return 0
-    facts = None
-    if len(runs) == 1:
+    if facts is None:
         print(T.comparison_table(spec, [base, *runs]))
     else:
-        facts = [T.multiplier_facts(m, config.fmt, config.acc) for m in (None, *args.mul)]
         print(T.multiplier_table(spec, [base, *runs], facts))
     note = still_learning(spec, base)
     if note:
