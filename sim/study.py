@@ -186,9 +186,10 @@ def plot_quality_vs_cost(key: str, label: str, panels: list, path: Path, title: 
             if i == 0:
                 continue
             v = values(key, runs) - np.nanmean(base)
+            # PAM and L-Mul cost the same: markers tell overlapping points apart
             ax.errorbar([100 * f["energy_ratio"]], [np.nanmean(v)],
-                        [np.nanstd(v, ddof=1) if len(v) > 1 else 0], fmt="o",
-                        color=f"C{i - 1}", capsize=4, label=name)
+                        [np.nanstd(v, ddof=1) if len(v) > 1 else 0], fmt="osD^v"[(i - 1) % 5],
+                        color=f"C{i - 1}", capsize=4, label=name, mfc="none" if i % 2 else None)
         ax.set_title(ptitle, fontsize=9)
         ax.set_xlabel("energy per MAC, % of the float-multiplier MAC (45 nm model)")
         ax.set_ylabel(f"change from native {label}{unit}")
