@@ -29,7 +29,7 @@ from importlib import resources
 
 import emu
 
-__all__ = ["Cost", "int_add", "int_mul", "fp_add", "fp_mul", "pam_mul", "pa_div", "mac",
+__all__ = ["Cost", "int_add", "int_mul", "fp_add", "fp_mul", "pam_mul", "pa_div", "mul_cost", "mac",
            "PAM_RULES", "table_rows", "memory_pj_per_byte", "MEMORY_LEVELS",
            "scaling_laws", "appendix_b", "Comparison", "savings_rows"]
 
@@ -200,15 +200,54 @@ def pa_div(fmt, rule: str = "paper") -> Cost:
     return pam_mul(fmt, rule)
 
 
-def mac(fmt, acc, mul: str = "float", rule: str = "paper") -> Cost:
-    """One multiply-accumulate: a ``mul`` ("float" or "pam") in ``fmt`` + an add in ``acc``."""
-    if mul == "float":
-        m = fp_mul(fmt)
-    elif mul == "pam":
-        m = pam_mul(fmt, rule)
-    else:
-        raise ValueError(f"mul={mul!r}; expected 'float' or 'pam'")
-    return m + fp_add(emu.format(acc, argname="acc"))
+def _rom(words: int, bits: int) -> Cost:
+    """A ROM of ``words`` entries of ``bits`` bits, modelled as its mux tree: (words - 1)
+    2:1 multiplexers per bit, each priced as one bit of the int32 adder
+    (int_add(32) / 32).  The data have no ROM or mux figure: Horowitz's smallest memory
+    (an 8 KB SRAM, 10 pJ per 64-bit access) prices decoders and bit lines of arrays
+    thousands of times larger than a 16-word table."""
+    return int_add(32) * ((words - 1) * bits / 32)
+
+
+def _word_bits(values) -> int:
+    """Bits of a two's-complement word holding every integer in ``values`` (at least 1)."""
+    lo, hi = min(values), max(values)
+    bits = max(int(hi).bit_length(), int(-lo - 1).bit_length() if lo < 0 else 0)
+    return bits + (lo < 0) if bits or lo < 0 else 1
+
+
+def mul_cost(mul, fmt, rule: str = "paper") -> Cost:
+    """The multiplier ``mul`` (an ``emu.multiplier`` name or an ``emu.Multiplier``) in
+    ``fmt``:
+
+    * a pattern sum with one constant (``pam``, ``lmul``, ``pam+3``, ...): PAM's datapath
+      (:func:`pam_mul`); the constant is folded into the adder's carry-in and constant
+      operand bits, so it costs nothing more;
+    * corrected PAM (``cpamK-...``): PAM's datapath, plus a ROM of 2^(2K) corrections
+      (each as wide as the table's largest entry in ULPs of ``fmt``, :func:`_rom`),
+      plus a second add of the correction into the pattern sum (int_add(E+M), carrying
+      into the exponent);
+    * ``exact`` and ``float``: the IEEE multiplier :func:`fp_mul` (``exact`` fuses its add
+      into the accumulator's: the MAC prices that add apart, as for ``float``).
+
+    ValueError for a corrected PAM whose table does not fit ``fmt``."""
+    m = emu.multiplier(mul)
+    fmt = emu.format(fmt)
+    if m.kind in ("exact", "float"):
+        return fp_mul(fmt)
+    cost = pam_mul(fmt, rule)
+    if m.kind != "cpam":
+        return cost
+    ulp = 1 << (23 - fmt.arithmetic().man_bits)
+    table = [int(t) // ulp for t in m.params(fmt).table]
+    return cost + _rom(4 ** m.k, _word_bits(table)) + int_add(fmt.exp_bits + fmt.man_bits)
+
+
+def mac(fmt, acc, mul="float", rule: str = "paper") -> Cost:
+    """One multiply-accumulate: the multiplier ``mul`` in ``fmt`` (:func:`mul_cost`; an
+    ``emu.multiplier`` name such as "float", "pam", "lmul", "cpam2-unbiased", or an
+    ``emu.Multiplier``) plus an add in ``acc``."""
+    return mul_cost(mul, fmt, rule) + fp_add(emu.format(acc, argname="acc"))
 
 
 def scaling_laws() -> list[dict]:

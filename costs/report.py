@@ -5,7 +5,7 @@ import emu
 
 from . import analytic as A
 
-__all__ = ["op_table", "format_table", "step_table", "plot_step", "compare_table",
+__all__ = ["op_table", "format_table", "multiplier_table", "step_table", "plot_step", "compare_table",
            "TABLE_FORMATS"]
 
 #: Formats of the all-formats table (plus the requested one if it is not among them).
@@ -71,6 +71,29 @@ def format_table(acc, rule: str = "paper", extra=None) -> str:
                    f"{s['fp_mul'].area_um2:10.0f}{s['pam_mul'].area_um2:9.0f}"
                    f" | {_pct(s['mul_ratio'][0]):>15}{_pct(s['mul_ratio'][1]):>9}"
                    f" | {_pct(s['mac_ratio'][0]):>14}{_pct(s['mac_ratio'][1]):>9}")
+    return "\n".join(out)
+
+
+def multiplier_table(fmt, acc, muls, rule: str = "paper") -> str:
+    """The multiply and the MAC of each multiplier in ``muls`` (emu.multiplier names or
+    objects) in ``fmt``, accumulating in ``acc``, against the float multiplier's MAC; a
+    corrected PAM without a table for ``fmt`` gets a line saying so."""
+    fmt = emu.format(fmt)
+    acc = emu.format(acc, argname="acc")
+    base = A.mac(fmt, acc, "float", rule)
+    head = (f"{'multiplier':<16}{'mul pJ':>8}{'mul um2':>9}{'MAC pJ':>8}{'MAC um2':>9}"
+            f" | {'MAC energy':>10}{'area':>9}")
+    out = [f"Per MAC by multiplier: {fmt.name} operands, {acc.name} accumulator, against the "
+           f"float multiplier's MAC (PAM rule '{rule}'; docs/costs.md)", head, "-" * len(head)]
+    for m in muls:
+        try:
+            c, mc = A.mul_cost(m, fmt, rule), A.mac(fmt, acc, m, rule)
+        except ValueError as exc:
+            out.append(f"{str(m):<16}n/a: {exc}")
+            continue
+        e, a = mc.ratio(base)
+        out.append(f"{str(m):<16}{c.energy_pj:8.4f}{c.area_um2:9.1f}{mc.energy_pj:8.4f}"
+                   f"{mc.area_um2:9.1f} | {_pct(e):>10}{_pct(a):>9}")
     return "\n".join(out)
 
 

@@ -31,12 +31,16 @@ class Row:
 
 
 _CASES: list[tuple[str, Callable]] = []
+#: case function -> the options (``pamsim bench`` arguments) it takes as keywords
+OPTIONS: dict[Callable, tuple] = {}
 
 
-def case(name: str):
-    """Register a benchmark case: a function ``(quick: bool) -> list[Row]``."""
+def case(name: str, options: tuple = ()):
+    """Register a benchmark case: a function ``(quick: bool, **options) -> list[Row]``;
+    ``options``: the keyword arguments of :func:`run` it takes (e.g. ``("mul",)``)."""
     def deco(fn):
         _CASES.append((name, fn))
+        OPTIONS[fn] = tuple(options)
         return fn
     return deco
 
@@ -88,18 +92,33 @@ def load_cases() -> list[str]:
     return [name for name, _ in _CASES]
 
 
-def run(quick: bool = False, only: list[str] | None = None,
-        skip: list[str] | None = None) -> list[Row]:
-    """Rows of every case group, or of the groups in ``only``, minus those in ``skip``."""
+def selected(only: list[str] | None = None, skip: list[str] | None = None) -> list[str]:
+    """The groups :func:`run` runs with ``only`` and ``skip``; ValueError naming an
+    unknown one."""
     names = load_cases()
     unknown = (set(only or ()) | set(skip or ())) - set(names)
     if unknown:
         raise ValueError(f"unknown bench case group(s) {sorted(unknown)}; available: {names}")
+    return [n for n in dict.fromkeys(names)
+            if not (only and n not in only) and not (skip and n in skip)]
+
+
+def run(quick: bool = False, only: list[str] | None = None,
+        skip: list[str] | None = None, **options) -> list[Row]:
+    """Rows of every case group, or of the groups in ``only``, minus those in ``skip``;
+    ``options`` (None: not given) go to the groups that take them (:func:`case`), and one
+    that no selected group takes is a ValueError."""
+    groups = selected(only, skip)
+    given = {k: v for k, v in options.items() if v is not None}
+    for k in given:
+        if not any(k in OPTIONS[fn] for name, fn in _CASES if name in groups):
+            takes = sorted({name for name, fn in _CASES if k in OPTIONS[fn]})
+            raise ValueError(f"{k}={given[k]!r} is taken by the group(s) {takes}, which "
+                             f"this run leaves out (groups: {groups})")
     rows = []
     for name, fn in _CASES:
-        if (only and name not in only) or (skip and name in skip):
-            continue
-        rows += fn(quick)
+        if name in groups:
+            rows += fn(quick, **{k: v for k, v in given.items() if k in OPTIONS[fn]})
     return rows
 
 

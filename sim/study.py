@@ -57,33 +57,57 @@ class Runs:
         return out
 
 
-def table3(runs, fmt=emu.float32, key="acc") -> tuple[dict, dict, dict]:
+def table3(runs, fmt=emu.float32, key="acc", mul="pam") -> tuple[dict, dict, dict]:
     """Table 3's rows through ``runs(name, config)``: returns (name -> runs, the better
     kind per group, group -> name of its cumulative row).  'better' compares the mean
-    of ``key`` over seeds (higher is better for accuracy, lower for bits per char)."""
+    of ``key`` over seeds (higher is better for accuracy, lower for bits per char).
+    ``mul``: the multiplier of every config (:func:`table3_configs` checks them all)."""
     import torch_bridge as tb
     up = T.higher_is_better(key)
     out = {"baseline": runs("baseline", None)}
     best = {}
     for op in GROUPS:
         for kind in ("exact", "approx"):
-            out[f"{op} {kind}"] = runs(f"{op} {kind}",
-                                       tb.PAMConfig(fmt, ops={op}, backward={op: kind}))
+            out[f"{op} {kind}"] = runs(f"{op} {kind}", tb.PAMConfig(
+                fmt, ops={op}, backward={op: kind}, mul=mul))
         ex, ap = (np.mean(values(key, out[f"{op} {k}"])) for k in ("exact", "approx"))
         best[op] = "exact" if (ex > ap if up else ex < ap) else "approx"   # NaN: approx
-    out["optimizer"] = runs("optimizer", tb.PAMConfig(fmt, ops={"optimizer"}))
-    order = (*GROUPS, "optimizer")
+    out["optimizer"] = runs("optimizer", tb.PAMConfig(fmt, ops={"optimizer"}, mul=mul))
     cumulative = {}
-    for i, op in enumerate(order):
+    for i, op in enumerate(_ORDER):
         name = f"cumulative up to {op}"
         if i == 0:
             out[name] = out[f"matmul {best['matmul']}"]
         else:
-            ops = set(order[:i + 1])
-            out[name] = runs(name, tb.PAMConfig(fmt, ops=ops,
-                                                backward={g: best[g] for g in GROUPS if g in ops}))
+            out[name] = runs(name, _cumulative(fmt, i, best, mul))
         cumulative[op] = name
     return out, best, cumulative
+
+
+_ORDER = (*GROUPS, "optimizer")
+
+
+def _cumulative(fmt, i, best, mul):
+    """Table 3's cumulative config: the groups up to _ORDER[i], each with its better kind."""
+    import torch_bridge as tb
+    ops = set(_ORDER[:i + 1])
+    return tb.PAMConfig(fmt, ops=ops, backward={g: best[g] for g in GROUPS if g in ops},
+                        mul=mul)
+
+
+def table3_configs(fmt=emu.float32, mul="pam") -> list:
+    """Every config :func:`table3` may build with ``fmt`` and ``mul`` (each cumulative row
+    with every choice of kinds), so that a refused one (PAMConfig's ValueError) stops a
+    study before it trains."""
+    import itertools
+
+    import torch_bridge as tb
+    out = [tb.PAMConfig(fmt, ops={op}, backward={op: kind}, mul=mul)
+           for op in GROUPS for kind in ("exact", "approx")]
+    out.append(tb.PAMConfig(fmt, ops={"optimizer"}, mul=mul))
+    for kinds in itertools.product(("exact", "approx"), repeat=len(GROUPS)):
+        out += [_cumulative(fmt, i, dict(zip(GROUPS, kinds)), mul) for i in range(1, len(_ORDER))]
+    return out
 
 
 def table6(runs, mantissas=MANTISSAS, exp_bits=8, ops=frozenset({"matmul"}),
@@ -99,6 +123,90 @@ def table6(runs, mantissas=MANTISSAS, exp_bits=8, ops=frozenset({"matmul"}),
         cfg = tb.PAMConfig(f, backward=backward, ops=ops, mul=mul)
         rows.append((f"{name} {cfg.fmt.name}", cfg, runs(f"{name} {cfg.fmt.name}", cfg)))
     return rows
+
+
+#: the multipliers study's rows beside native float32 (issue 23, section 4)
+MULTIPLIER_ROWS = ("exact", "pam", "lmul", "cpam2-unbiased")
+#: its derivatives: approximate, exact for the loss (the paper's choice, sections 3.3-3.4)
+MULTIPLIER_BACKWARD = {"loss": "exact"}
+
+
+def multiplier_configs(fmt, ops, muls=MULTIPLIER_ROWS) -> list:
+    """[(name, config)] of the multipliers study's rows in one set-up (operand format
+    ``fmt``, op groups ``ops``); PAMConfig's ValueError if it refuses any of them."""
+    import torch_bridge as tb
+    return [(T.run_name(m), tb.PAMConfig(fmt, backward=MULTIPLIER_BACKWARD, ops=ops, mul=m))
+            for m in muls]
+
+
+def multipliers(runs, configs) -> list:
+    """The rows of ``configs`` (:func:`multiplier_configs`) through ``runs``, native float32
+    first: [(name, config, runs)]."""
+    rows = [("float32 (native)", None, runs("float32 (native)", None))]
+    return rows + [(name, cfg, runs(name, cfg)) for name, cfg in configs]
+
+
+def multipliers_markdown(key: str, label: str, rows: list, facts: list) -> tuple[str, dict]:
+    """The multipliers study of one set-up as markdown: per row the metric (mean ± sd over
+    seeds), its change from native, Welch's p, the multiplier's error statistics and its
+    cost per MAC (``facts``: sim.train.multiplier_facts per row); and the statistics."""
+    unit = "points" if key == "acc" else "bits/char"
+    d = 2 if key == "acc" else 4
+    lines = [f"| row | {label} | change ({unit}) | p | resolved? | mean err | max abs err "
+             "| MAC pJ | MAC energy | MAC area |", "|---|---|---|---|---|---|---|---|---|---|"]
+    base = rows[0][2]
+    stats = {}
+    for i, ((name, _, runs), f) in enumerate(zip(rows, facts)):
+        st = stats[name] = {**row_stats(key, runs, base), **f}
+        p = st["p"]
+        verdict = "" if i == 0 else "not resolved" if not p < 0.05 else (
+            "better" if (st["delta"] > 0) == T.higher_is_better(key) else "worse")
+        change = "" if i == 0 else f"{st['delta']:+.{d}f}"
+        ptext = "" if i == 0 or not math.isfinite(p) else f"{p:.2g}"
+        lines.append(f"| {name} | {st['mean']:.{d}f} ± {st['std']:.{d}f} | "
+                     f"{change} | {ptext} | {verdict} | {100 * f['mean_err']:+.3f} % | "
+                     f"{100 * f['max_err']:.3f} % | {f['mac_pj']:.3f} | "
+                     f"{100 * f['energy_ratio']:.1f} % | {100 * f['area_ratio']:.1f} % |")
+    return "\n".join(lines), stats
+
+
+def plot_quality_vs_cost(key: str, label: str, panels: list, path: Path, title: str):
+    """One panel per set-up (``panels``: [(title, rows, facts)]): each row's change from
+    native (mean ± sd over seeds) against its MAC energy as % of the float multiplier's
+    MAC in the same format."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    unit = " (points)" if key == "acc" else " (bits/char)"
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+    for ax, (ptitle, rows, facts) in zip(axes[0], panels):
+        base = values(key, rows[0][2])
+        ax.axhline(0, color="0.5", lw=1)
+        for i, ((name, _, runs), f) in enumerate(zip(rows, facts)):
+            if i == 0:
+                continue
+            v = values(key, runs) - np.nanmean(base)
+            # PAM and L-Mul cost the same: markers tell overlapping points apart
+            ax.errorbar([100 * f["energy_ratio"]], [np.nanmean(v)],
+                        [np.nanstd(v, ddof=1) if len(v) > 1 else 0], fmt="osD^v"[(i - 1) % 5],
+                        color=f"C{i - 1}", capsize=4, label=name, mfc="none" if i % 2 else None)
+        ax.set_title(ptitle, fontsize=9)
+        ax.set_xlabel("energy per MAC, % of the float-multiplier MAC (45 nm model)")
+        ax.set_ylabel(f"change from native {label}{unit}")
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def table6_configs(mantissas=MANTISSAS, exp_bits=8, ops=frozenset({"matmul"}),
+                   backward="approx", mx=(), mul="pam") -> list:
+    """Every config :func:`table6` builds, so that a refused one stops a study first."""
+    import torch_bridge as tb
+    return [tb.PAMConfig(f, backward=backward, ops=ops, mul=mul)
+            for f in [f"e{exp_bits}m{m}" for m in mantissas] + list(mx)]
 
 
 # --- statistics -----------------------------------------------------------------------

@@ -398,6 +398,8 @@ def run_key(spec: TrainSpec, config: tb.PAMConfig | None) -> str:
     cfg = None if config is None else [config.fmt.name, list(config._kinds),
                                        sorted(config.ops), config.rounding, config.acc.name,
                                        config.pa_fmt.name]
+    if cfg is not None and str(config.mul) != "pam":    # PAM's keys stay as they were
+        cfg.append(str(config.mul))
     blob = json.dumps([spec.key(), cfg], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -504,3 +506,100 @@ def _epoch_metric(spec: TrainSpec, ev: dict) -> str:
 
 def higher_is_better(key: str) -> bool:
     return key == "acc"
+
+
+# --- multipliers side by side (pamsim train --mul a,b,c; pamsim study multipliers) ------
+
+def run_name(mul) -> str:
+    """A run's name in the tables: PAM and L-Mul as the papers write them, else the spelling."""
+    return {"pam": "PAM", "lmul": "L-Mul"}.get(str(mul), str(mul))
+
+
+def multiplier_facts(mul, fmt, acc) -> dict:
+    """What a run's multiplier is, beside its quality: its error statistics at the operand
+    format ``fmt`` (emu.multipliers.error_stats: mean = bias, max_abs = largest |error|)
+    and its analytic MAC (costs.analytic.mac, ``acc`` accumulator) as a fraction of the
+    float multiplier's MAC in ``fmt``.  ``mul`` None: the native float32 baseline, the
+    exact product at float32 with a float32 MAC."""
+    import emu
+    from costs import analytic as A
+    from emu.multipliers import error_stats
+    fmt_ = emu.float32 if mul is None else fmt
+    m = emu.multiplier("exact" if mul is None else mul)
+    st = error_stats(m, fmt_)
+    mac = A.mac(fmt_, emu.float32 if mul is None else acc, m)
+    energy, area = mac.ratio(A.mac(fmt, acc, "float"))
+    return {"mul": "float32 (native)" if mul is None else str(m), "fmt": emu.format(fmt_).name,
+            "mean_err": st.mean, "max_err": st.max_abs, "exhaustive": st.exhaustive,
+            "mac_pj": mac.energy_pj, "mac_um2": mac.area_um2, "energy_ratio": energy,
+            "area_ratio": area}
+
+
+def multiplier_table(spec: TrainSpec, runs: list[RunResult], facts: list[dict]) -> str:
+    """The final metric of each run (the first: the baseline) beside its multiplier's error
+    statistics and cost per MAC (:func:`multiplier_facts`)."""
+    key, label = metric_names(spec)
+    float_fmt = next(f["fmt"] for f in facts[1:])
+    head = (f"{'run':16}  {'fmt':9}  {label:>13}  {'change':>11}  {'mean err':>9}  "
+            f"{'max |err|':>9}  {'MAC pJ':>7}  {'energy':>7}  {'area':>7}  {'steps':>5}  "
+            f"{'time':>7}")
+    lines = [head, "-" * len(head)]
+    base = runs[0].final.get(key)
+    for r, f in zip(runs, facts):
+        val = r.final.get(key, float("nan"))
+        shown = f"{100 * val:12.2f}%" if key == "acc" else f"{val:13.4f}"
+        delta = "" if r is runs[0] or base is None else (
+            f"{100 * (val - base):+7.2f} pts" if key == "acc" else f"{val - base:+8.4f}")
+        note = " (diverged)" if r.diverged else ""
+        if r.compile_seconds >= 0.05:
+            note += f" (+{r.compile_seconds:.1f}s compiling kernels, once)"
+        lines.append(f"{r.name[:16]:16}  {f['fmt'][:9]:9}  {shown}  {delta:>11}  "
+                     f"{100 * f['mean_err']:8.3f}%  {100 * f['max_err']:8.3f}%  "
+                     f"{f['mac_pj']:7.3f}  {100 * f['energy_ratio']:6.1f}%  "
+                     f"{100 * f['area_ratio']:6.1f}%  {r.steps:5d}  {r.seconds:6.1f}s{note}")
+    lines.append(f"err: relative error of one product over every pair of normal mantissas "
+                 f"(sampled for float32); MAC: 45 nm analytic model (docs/costs.md), energy "
+                 f"and area as % of the {float_fmt} float-multiplier MAC with the same "
+                 f"accumulator")
+    return "\n".join(lines)
+
+
+def plot_multipliers(spec: TrainSpec, runs: list[RunResult], facts: list[dict], path: Path,
+                     title: str = ""):
+    """Training loss and the headline metric per epoch of every run, and each run's final
+    metric against its multiplier's energy per MAC (% of the float multiplier's MAC)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    key, label = metric_names(spec)
+    unit = " (%)" if key == "acc" else ""
+    scale = 100 if key == "acc" else 1
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.2))
+    for i, r in enumerate(runs):
+        colour = "k" if i == 0 else f"C{i - 1}"
+        loss = np.asarray(r.step_loss, np.float64)
+        w = max(1, len(loss) // 50)
+        smooth = np.convolve(loss, np.ones(w) / w, mode="valid") if len(loss) >= w else loss
+        ax1.plot(np.arange(len(smooth)) + w, smooth, color=colour, label=r.name)
+        ax2.plot([e["epoch"] for e in r.evals], [scale * e[key] for e in r.evals], marker="o",
+                 color=colour, label=r.name)
+        f = facts[i]
+        ax3.scatter([100 * f["energy_ratio"]], [scale * r.final.get(key, math.nan)],
+                    color=colour, s=40)
+        ax3.annotate(r.name, (100 * f["energy_ratio"], scale * r.final.get(key, math.nan)),
+                     textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax1.set_xlabel("step")
+    ax1.set_ylabel("training loss (label-smoothed CE)")
+    ax1.legend(fontsize=7)
+    ax2.set_xlabel("epoch")
+    ax2.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax2.set_ylabel(label + unit)
+    ax2.legend(fontsize=7)
+    ax3.set_xlabel(f"energy per MAC, % of the {facts[-1]['fmt']} float-multiplier MAC "
+                   "(45 nm model)")
+    ax3.set_ylabel(f"final {label}{unit}")
+    fig.suptitle(title or f"{spec.label()}: multipliers vs float32")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -59,13 +59,17 @@ def test_bare_pamsim_runs_the_main_job(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "sim.cli"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    # the main job: digits MLP trained on bf16 PA hardware next to its float32 baseline
-    assert "pamsim train: mlp on digits" in proc.stdout and "native float32" in proc.stdout
-    assert "bfloat16 all-ops approx (exact: loss)" in proc.stdout
+    # the main job: the digits MLP with native float32, the exact product, PAM and L-Mul at
+    # bf16, one table (error statistics, cost per MAC) and one figure
+    assert "pamsim train: mlp on digits" in proc.stdout
+    assert "bfloat16 matmul approx mul=exact" in proc.stdout and "MAC pJ" in proc.stdout
     out = tmp_path / "out" / "train"
-    js = json.loads((out / "train_digits_mlp_bfloat16.json").read_text())
-    assert [r["evals"][-1]["acc"] > 0.9 for r in js["runs"]] == [True, True]
-    assert (out / "train_digits_mlp_bfloat16.png").exists()
+    stem = "train_digits_mlp_bfloat16_ops-matmul_mul-exact+pam+lmul"
+    js = json.loads((out / f"{stem}.json").read_text())
+    assert [r["name"] for r in js["runs"]] == ["float32", "exact", "PAM", "L-Mul"]
+    assert [r["evals"][-1]["acc"] > 0.9 for r in js["runs"]] == [True] * 4
+    assert [f["mul"] for f in js["multipliers"]] == ["float32 (native)", "exact", "pam", "lmul"]
+    assert (out / f"{stem}.png").exists()
 
 
 def test_bench_quick(capsys, tmp_path):

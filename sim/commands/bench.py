@@ -2,6 +2,7 @@
 import json
 
 from sim.cli import fail, output_file
+from sim.commands.train import multipliers_arg
 
 
 def register(sub):
@@ -12,6 +13,10 @@ def register(sub):
     p.add_argument("--device", choices=["cpu", "cuda"],
                    help="cuda: only the GPU group (says so and exits 0 without a GPU); "
                         "cpu: every group except the GPU one")
+    p.add_argument("--mul", type=multipliers_arg,
+                   help="comma-separated multipliers whose matmul the multipliers group times "
+                        "against PAM's in the same run (e.g. lmul,cpam3-unbiased), instead of "
+                        "its own rows (lmul, pam+3, cpam2-unbiased, exact, float)")
     p.add_argument("--json", type=output_file, help="also write the rows as JSON")
     p.set_defaults(run=run)
 
@@ -24,9 +29,13 @@ def run(args) -> int:
     elif args.device == "cpu":
         skip = ["cuda"]
     try:
-        rows = bench.run(quick=args.quick, only=only, skip=skip)
+        groups = bench.selected(only, skip)
     except ValueError as exc:
         return fail(args, f"--only: {exc}")
+    if args.mul is not None and "multipliers" not in groups:
+        return fail(args, f"--mul times the multipliers group, which this run leaves out "
+                          f"(groups: {groups})")
+    rows = bench.run(quick=args.quick, only=only, skip=skip, mul=args.mul)
     print(bench.host_line())
     print(bench.format_rows(rows))
     if args.json:

@@ -4,7 +4,20 @@ import argparse
 import json
 
 import emu
-from sim.cli import fail, format_arg, int_in, output_file
+from sim.cli import fail, format_arg, int_in, multiplier_arg, output_file
+
+
+def multipliers_arg(text: str) -> list:
+    """argparse type: 'all' (every member of emu.MULTIPLIERS) or comma-separated
+    multiplier names."""
+    import argparse
+    if text == "all":
+        return list(emu.MULTIPLIERS.values())
+    muls = [multiplier_arg(t.strip()) for t in text.split(",") if t.strip()]
+    if not muls:
+        raise argparse.ArgumentTypeError(f"got {text!r}; expected 'all' or comma-separated "
+                                         "multipliers, e.g. pam,lmul,exact")
+    return muls
 
 
 def register(sub):
@@ -20,6 +33,9 @@ def register(sub):
     p.add_argument("--rule", choices=PAM_RULES, default="paper",
                    help="how PAM is priced: 'paper' = 2 full-width int adds (App. B), "
                         "'adders' = (E+M)-bit + E-bit int adds only")
+    p.add_argument("--mul", type=multipliers_arg, default="all",
+                   help="multipliers of the per-MAC table by multiplier: 'all' (every member "
+                        "of emu.MULTIPLIERS) or names such as pam,lmul,pam+3,cpam2-unbiased")
     p.add_argument("--model", choices=step_models(),
                    help="price one training step (forward+backward+AdamW) of this model")
     p.add_argument("--batch", type=int_in(1, MAX_BATCH), default=32,
@@ -37,15 +53,21 @@ def run(args) -> int:
     if args.model is None and args.png:
         return fail(args, f"--png {str(args.png)!r} needs --model (the bar chart is of a "
                           "model's training step)")
+    if args.model is not None and args.mul != list(emu.MULTIPLIERS.values()):
+        return fail(args, "--mul prices the per-MAC table by multiplier, which --model "
+                          "does not print (a training step's scenarios are PAM and float)")
     if args.model is None:
         print(report.op_table(args.fmt, args.acc, args.rule))
         print()
         print(report.format_table(args.acc, args.rule, extra=args.fmt))
+        print()
+        print(report.multiplier_table(args.fmt, args.acc, args.mul, args.rule))
         if args.json:
             s = analytic.savings_rows(args.fmt, args.acc, args.rule)
             data = {k: (v.__dict__ if isinstance(v, analytic.Cost) else
                         v.name if isinstance(v, emu.Format) else v) for k, v in s.items()}
             data["appendix_b"] = [c.__dict__ for c in analytic.appendix_b()]
+            data["multipliers"] = _mul_rows(args)
             _write_json(args.json, data)
         return 0
     try:
@@ -73,6 +95,24 @@ def run(args) -> int:
                            "activation_bytes": e.activation_bytes, "total_pj": e.total_pj}
                           for e in energies]})
     return 0
+
+
+def _mul_rows(args) -> list:
+    """The per-MAC table by multiplier as JSON rows (null costs where a table does not
+    fit the format)."""
+    from costs import analytic
+    base = analytic.mac(args.fmt, args.acc, "float", args.rule)
+    rows = []
+    for m in args.mul:
+        try:
+            c, mc = (analytic.mul_cost(m, args.fmt, args.rule),
+                     analytic.mac(args.fmt, args.acc, m, args.rule))
+        except ValueError as exc:
+            rows.append({"mul": str(m), "error": str(exc)})
+            continue
+        rows.append({"mul": str(m), "mul_cost": c.__dict__, "mac": mc.__dict__,
+                     "mac_ratio": mc.ratio(base)})
+    return rows
 
 
 def _write_json(path, data) -> None:

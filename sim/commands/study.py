@@ -1,5 +1,6 @@
-"""``pamsim study table3|table6``: the paper's Tables 3 and 6 on two set-ups, over seeds,
-with Welch's t-test against native float32, plots and a markdown report (sim/study.py)."""
+"""``pamsim study table3|table6|multipliers``: the paper's Tables 3 and 6, and the
+multipliers beside native float32 (issue 23), on two set-ups, over seeds, with Welch's
+t-test against native float32, plots and a markdown report (sim/study.py)."""
 from __future__ import annotations
 
 import json
@@ -10,9 +11,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import emu
-from sim.cli import format_arg, int_in, output_dir, settings_tag
+from sim.cli import fail, format_arg, formats_arg, int_in, multiplier_arg, output_dir, settings_tag
 from sim.commands.sweep import mantissas_arg
-from sim.commands.train import MAX_THREADS, seeds_arg
+from sim.commands.train import MAX_THREADS, MUL_HELP, multipliers_arg, ops_arg, seeds_arg
 
 #: set-up -> (title, TrainSpec keywords, quick TrainSpec keywords) per study.  Sizes
 #: were chosen so that the native baseline plateaus within the run (docs/studies.md
@@ -31,6 +32,18 @@ SETUPS = {"table3": {"lm": ("char transformer LM on KJV", _LM),
                      "vision": ("ViT on digits", _VIT)},
           "table6": {"lm": ("char transformer LM on KJV", _LM),
                      "vision": ("CNN on digits", _CNN)}}
+SETUPS["multipliers"] = SETUPS["table3"]
+
+
+def _groups_arg(text):
+    """argparse type: op-group sets separated by '/', each what --ops takes (matmul, all,
+    matmul+softmax written matmul,softmax)."""
+    import argparse
+    sets = [t.strip() for t in text.split("/") if t.strip()]
+    if not sets:
+        raise argparse.ArgumentTypeError(f"got {text!r}; expected op-group sets separated by "
+                                         "'/', e.g. matmul/all")
+    return [(t, ops_arg(t)) for t in sets]
 
 
 def _setups_arg(text):
@@ -42,10 +55,12 @@ def _setups_arg(text):
 
 
 def register(sub):
-    p = sub.add_parser("study", help="the paper's Table 3 or Table 6 on a char LM and a "
-                                     "vision model, seeds, Welch's t-test, plots, markdown")
-    p.add_argument("table", choices=("table3", "table6"),
-                   help="table3: per-op derivatives; table6: mantissa widths")
+    p = sub.add_parser("study", help="the paper's Table 3 or Table 6, or the multipliers, on a "
+                                     "char LM and a vision model, seeds, Welch's t-test, plots, "
+                                     "markdown")
+    p.add_argument("table", choices=("table3", "table6", "multipliers"),
+                   help="table3: per-op derivatives; table6: mantissa widths; multipliers: "
+                        "native float32 beside each of --muls at each of --formats and --groups")
     p.add_argument("--setups", type=_setups_arg, default=["lm", "vision"],
                    help="comma-separated: lm (char transformer on KJV, val bits/char), "
                         "vision (digits: ViT for table3, CNN for table6)")
@@ -54,6 +69,16 @@ def register(sub):
                    help="table3: format of the PAM matmul operands")
     p.add_argument("--mantissa", type=mantissas_arg, default=[23, 7, 4, 3, 2],
                    help="table6: mantissa bits of the PAM operands")
+    p.add_argument("--mul", type=multiplier_arg, default="pam",
+                   help="table3, table6: " + MUL_HELP.replace("the matmuls' multiplier",
+                                                              "the multiplier of every config"))
+    p.add_argument("--muls", type=multipliers_arg, default="exact,pam,lmul,cpam2-unbiased",
+                   help="multipliers: the rows beside native float32")
+    p.add_argument("--formats", type=formats_arg, default="bf16,float8_e4m3fn",
+                   help="multipliers: operand formats, one set-up each")
+    p.add_argument("--groups", type=_groups_arg, default="matmul/all",
+                   help="multipliers: op groups made PA, one set-up each, sets separated by "
+                        "'/' (matmul: every matmul; all: every multiply)")
     p.add_argument("--quick", action="store_true", help="tiny models and a few steps "
                    "(tests; the numbers mean nothing)")
     p.add_argument("--out", type=output_dir, default="out/study",
@@ -76,9 +101,19 @@ def run(args) -> int:
             if args.quick:
                 kw = {**kw, **_QUICK, **_QUICK_MODEL[kw["model"]]}
             setups[name] = (title, [T.TrainSpec(**kw, seed=s) for s in range(args.seeds)])
+        if args.table == "multipliers":
+            default = args.parser.get_default("mul")
+            if str(args.mul) != default:
+                raise ValueError(f"--mul {args.mul} is for table3 and table6; the multipliers "
+                                 "study takes its rows from --muls")
+        elif args.table == "table3":
+            S.table3_configs(args.fmt, args.mul)
+        else:
+            S.table6_configs(args.mantissa, mul=args.mul)
     except ValueError as exc:
-        print(f"pamsim study: error: {exc}")
-        return 2
+        return fail(args, exc)
+    if args.table == "multipliers":
+        return _multipliers(args, setups)
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
@@ -91,11 +126,11 @@ def run(args) -> int:
               f"{len(specs)} seeds; metric: {label}", flush=True)
         runs = S.Runs(specs, out / "runs" / name, progress=not args.quiet)
         if args.table == "table3":
-            got, best, cumulative = S.table3(runs, args.fmt, key)
+            got, best, cumulative = S.table3(runs, args.fmt, key, args.mul)
             md, js = S.table3_markdown(key, got, best, cumulative)
             rows = [(n, got[n]) for n in got if not n.startswith("cumulative up to matmul")]
         else:
-            got = S.table6(runs, args.mantissa)
+            got = S.table6(runs, args.mantissa, mul=args.mul)
             md, js = S.table6_markdown(key, label, got)
             rows = [(n, r) for n, _, r in got]
         compute += sum(r.seconds for _, rs in rows for r in rs)
@@ -116,6 +151,7 @@ def run(args) -> int:
     command = (f"pamsim study {args.table} --setups {','.join(setups)} --seeds {args.seeds}"
                + (f" --fmt {args.fmt.name}" if args.table == "table3" else
                   f" --mantissa {','.join(map(str, args.mantissa))}")
+               + ("" if str(args.mul) == "pam" else f" --mul {args.mul}")
                + (" --quick" if args.quick else "") + f" --out {args.out}")
     head = (f"## {'Table 3' if args.table == 'table3' else 'Table 6'} in miniature\n\n"
             f"Command: `{command}`"
@@ -125,6 +161,85 @@ def run(args) -> int:
     text = head + "\n" + "\n".join(sections)
     stem = (args.table if set(setups) == {"lm", "vision"} else
             f"{args.table}_{'_'.join(setups)}") + tag
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.md").write_text(text)
+    (out / f"{stem}.json").write_text(json.dumps(summary, indent=1))
+    print(text)
+    print(f"wrote {out / stem}.md, .json and the PNGs")
+    return 0
+
+
+def _multipliers(args, setups) -> int:
+    """``pamsim study multipliers``: per model set-up, per op-group set and operand format,
+    native float32 beside each multiplier of --muls; a set-up PAMConfig refuses is reported
+    in one line and left out."""
+    from sim import study as S
+    from sim import train as T
+    out = Path(args.out)
+    tag = settings_tag(args, ignore=("setups", "out", "threads", "quiet"))
+    t0 = time.perf_counter()
+    sections, summary, compute, panels = [], {}, 0.0, {}
+    for name, (title, specs) in setups.items():
+        key, label = T.metric_names(specs[0])
+        print(f"pamsim study multipliers: {title} ({specs[0].label()}), {len(specs)} seeds; "
+              f"metric: {label}", flush=True)
+        runs = S.Runs(specs, out / "runs" / name, progress=not args.quiet)
+        summary[name] = {"title": title, "spec": specs[0].__dict__, "metric": key, "setups": {}}
+        sections.append(f"### {title}: {label}\n\n`{_spec_text(specs[0])}`, seeds "
+                        f"0..{len(specs) - 1}.\n")
+        native = None
+        for gname, ops in args.groups:
+            for fmt in args.formats:
+                what = f"{fmt.name} operands, ops={gname}"
+                try:
+                    configs = S.multiplier_configs(fmt, ops, args.muls)
+                except ValueError as exc:
+                    line = f"set-up {name}, {what}: not runnable yet: {exc}"
+                    print(f"pamsim study multipliers: {line}", flush=True)
+                    sections.append(f"#### {what}\n\nNot runnable yet: {exc}\n")
+                    summary[name]["setups"][what] = {"not_runnable": str(exc)}
+                    continue
+                rows = S.multipliers(runs, configs)
+                native = rows[0][2]
+                facts = [T.multiplier_facts(None, fmt, emu.float32)] + [
+                    T.multiplier_facts(c.mul, fmt, c.acc) for _, c in configs]
+                md, js = S.multipliers_markdown(key, label, rows, facts)
+                compute += sum(r.seconds for _, _, rs in rows[1:] for r in rs)
+                panels.setdefault(name, []).append((what, rows, facts))
+                sections.append(f"#### {what}\n\n{md}\n")
+                summary[name]["setups"][what] = {"fmt": fmt.name, "ops": sorted(ops),
+                                                 "rows": js}
+        if native is not None:
+            compute += sum(r.seconds for r in native)
+            conv = S.converged(key, native)
+            summary[name]["native_curve"] = conv
+            curve = ", ".join(f"{v:.2f}" if key == "acc" else f"{v:.3f}" for v in conv["curve"])
+            sections.append(f"Native float32 per epoch (mean over seeds): {curve} (change in "
+                            f"the last epoch: {conv['last_change']:+.3g}).\n")
+            png = out / f"multipliers_{name}{tag}.png"
+            S.plot_quality_vs_cost(key, label, panels[name], png,
+                                   f"multipliers: {title}, {len(specs)} seeds")
+            sections.append(f"![multipliers {name}]({png.name})\n")
+    wall = time.perf_counter() - t0
+    command = (f"pamsim study multipliers --setups {','.join(setups)} --seeds {args.seeds} "
+               f"--muls {','.join(map(str, args.muls))} "
+               f"--formats {','.join(f.name for f in args.formats)} "
+               f"--groups {'/'.join(g for g, _ in args.groups)}"
+               + (" --quick" if args.quick else "") + f" --out {args.out}")
+    head = ("## The multipliers\n\n"
+            f"Command: `{command}`"
+            f"  \nMachine: {_machine()}; date {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
+            f"  \nRuntime: {wall / 60:.1f} min wall for this invocation; the runs took "
+            f"{compute / 60:.1f} min of training in all (cached runs count their own time)\n\n"
+            "Cells: mean ± sd over seeds; change from native float32; p = Welch's t-test "
+            "against native (resolved at p < 0.05, else 'not resolved'); the multiplier's "
+            "relative error over every pair of normal mantissas of the operand format "
+            "(sampled for float32); its MAC (float32 accumulator) in the 45 nm model of "
+            "docs/costs.md, energy and area as % of the float-multiplier MAC in the same "
+            "format.\n")
+    text = head + "\n" + "\n".join(sections)
+    stem = ("multipliers" if set(setups) == {"lm", "vision"} else
+            f"multipliers_{'_'.join(setups)}") + tag
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.md").write_text(text)
     (out / f"{stem}.json").write_text(json.dumps(summary, indent=1))

@@ -19,6 +19,20 @@ OPS_HELP = ("comma-separated op groups made piecewise affine: matmul, softmax, l
 MUL_HELP = ("the matmuls' multiplier: pam, lmul, exact, float, cpam2-unbiased, ... or an "
             "offset such as pam+2 (docs/semantics.md \"Multipliers\"); so far one other than "
             "pam needs --ops matmul and approximate matmul derivatives")
+MULS_HELP = ("comma-separated multipliers, one run each beside the one float32 baseline "
+             "(e.g. exact,pam,lmul); " + MUL_HELP.split("; ", 1)[0].replace(
+                 "the matmuls' multiplier: ", "names: ") + "; PAMConfig says what each "
+             "supports with the other options")
+
+
+def multipliers_arg(text: str) -> list:
+    """argparse type: a comma-separated, non-empty list of distinct multipliers."""
+    import argparse
+    muls = [multiplier_arg(t.strip()) for t in text.split(",") if t.strip()]
+    if not muls or len(set(muls)) < len(muls):
+        raise argparse.ArgumentTypeError(f"got {text!r}; expected distinct comma-separated "
+                                         "multipliers, e.g. exact,pam,lmul")
+    return muls
 
 
 def operand_format_arg(text: str):
@@ -177,7 +191,7 @@ def register(sub):
                         "(e.g. 'loss', the paper's best choice)")
     p.add_argument("--pa-fmt", type=format_arg, default=emu.float32,
                    help="format of the elementwise PA ops (softmax, layernorm, loss, optimizer)")
-    p.add_argument("--mul", type=multiplier_arg, default="pam", help=MUL_HELP)
+    p.add_argument("--mul", type=multipliers_arg, default="pam", help=MULS_HELP)
     p.add_argument("--rounding", choices=("nearest_even", "stochastic", "toward_zero"),
                    default="nearest_even", help="how operands are rounded into the formats")
     p.add_argument("--seed", type=int_in(0, MAX_SEED), default=0,
@@ -196,13 +210,14 @@ def register(sub):
     p.set_defaults(run=run)
 
 
-def config_from_args(args):
+def config_from_args(args, mul=None):
+    """The PAMConfig of ``args`` with the multiplier ``mul`` (None: the first of --mul)."""
     from torch_bridge import OP_GROUPS, PAMConfig
     base = {op: ("exact" if args.backward == "paper" and op == "loss" else
                  "approx" if args.backward == "paper" else args.backward) for op in OP_GROUPS}
     backward = {op: ("exact" if op in args.exact else base[op]) for op in OP_GROUPS}
     return PAMConfig(fmt=args.fmt, backward=backward, ops=args.ops, rounding=args.rounding,
-                     pa_fmt=args.pa_fmt, mul=args.mul)
+                     pa_fmt=args.pa_fmt, mul=args.mul[0] if mul is None else mul)
 
 
 #: a baseline whose headline metric moved more than this in its last epoch has not
@@ -230,41 +245,51 @@ def still_learning(spec, *bases) -> str:
             f"(--epochs) to compare converged models")
 
 
-def _job(spec, config, cache_dir, progress):
-    """The float32 baseline (cached) and the PAM run, on every rank of a DDP group."""
+def _job(spec, configs, names, cache_dir, progress):
+    """The float32 baseline (cached) and one run per config, on every rank of a DDP group."""
     from sim import train as T
     base, cached = T.cached_baseline(spec, cache_dir, progress=progress)
-    return base, cached, T.train(spec, config, "PAM", progress=progress)
+    return base, cached, [T.train(spec, c, n, progress=progress) for c, n in zip(configs, names)]
 
 
 def run(args) -> int:
     import os
 
+    from sim import train as T
     from sim import train_distributed as TD
     nproc = TD.torchrun_world_size() or args.nproc
     try:
         spec = spec_from_args(args)
-        config = config_from_args(args)
+        configs = [config_from_args(args, m) for m in args.mul]
+        config = configs[0]
+        # several: each beside its error statistics and cost per MAC, known before training
+        facts = None if len(configs) == 1 else [
+            T.multiplier_facts(m, config.fmt, config.acc) for m in (None, *args.mul)]
         if not 1 <= nproc <= spec.batch_size:
             raise ValueError(f"nproc must lie in [1, batch_size={spec.batch_size}], got {nproc}")
     except ValueError as exc:
         return fail(args, exc)
     set_threads(args)
-    from sim import train as T
     out = Path(args.out)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     if rank0:
         backend = "nccl" if spec.device == "cuda" else "gloo"
         ddp = f"; DDP on {nproc} processes ({backend})" if nproc > 1 else ""
+        what = (f"PAM config: {config.describe()}" if len(configs) == 1 else
+                "configs: " + "; ".join(c.describe() for c in configs))
         print(f"pamsim train: {spec.label()}, {spec.epochs} epochs, seed {spec.seed}; "
-              f"PAM config: {config.describe()}{ddp}", flush=True)
-    base, cached, pam = TD.run(_job, nproc, spec, config,
-                               None if args.no_cache else out / "cache", not args.quiet,
-                               threads=args.threads,
-                               backend="nccl" if spec.device == "cuda" else "gloo")
+              f"{what}{ddp}", flush=True)
+    names = ["PAM"] if len(configs) == 1 else [T.run_name(m) for m in args.mul]
+    base, cached, runs = TD.run(_job, nproc, spec, configs, names,
+                                None if args.no_cache else out / "cache", not args.quiet,
+                                threads=args.threads,
+                                backend="nccl" if spec.device == "cuda" else "gloo")
     if not rank0:
         return 0
-    print(T.comparison_table(spec, [base, pam]))
+    if facts is None:
+        print(T.comparison_table(spec, [base, *runs]))
+    else:
+        print(T.multiplier_table(spec, [base, *runs], facts))
     note = still_learning(spec, base)
     if note:
         print(note)
@@ -275,9 +300,15 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     js = out / f"{stem}.json"
     png = out / f"{stem}.png"
-    js.write_text(json.dumps({"spec": spec.__dict__, "config": config.describe(), "nproc": nproc,
-                              "baseline_cached": cached,
-                              "runs": [base.to_json(), pam.to_json()]}, indent=1))
-    T.plot_runs(spec, [base, pam], png)
+    record = {"spec": spec.__dict__, "config": config.describe(), "nproc": nproc,
+              "baseline_cached": cached, "runs": [r.to_json() for r in (base, *runs)]}
+    if facts is None:
+        js.write_text(json.dumps(record, indent=1))
+        T.plot_runs(spec, [base, *runs], png)
+    else:
+        record["config"] = [c.describe() for c in configs]
+        record["multipliers"] = facts
+        js.write_text(json.dumps(record, indent=1))
+        T.plot_multipliers(spec, [base, *runs], facts, png)
     print(f"wrote {js} and {png}")
     return 0
