@@ -24,7 +24,7 @@ import emu
 #: What bare ``pamsim`` runs: the main job on its embedded default, the digits MLP with
 #: native float32, the exact product, PAM and L-Mul at bf16 (sim/warm.py warms its kernels).
 #: --ops matmul: PAMConfig takes another multiplier than PAM for the matmuls only so far.
-DEFAULT_ARGV = ["train", "--mul", "exact,pam,lmul", "--ops", "matmul"]
+DEFAULT_ARGV = ["train", "--mul", "exact,pam,lmul"]
 
 
 def shown(value, sep: str = ",") -> str:

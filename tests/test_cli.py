@@ -62,9 +62,10 @@ def test_bare_pamsim_runs_the_main_job(tmp_path):
     # the main job: the digits MLP with native float32, the exact product, PAM and L-Mul at
     # bf16, one table (error statistics, cost per MAC) and one figure
     assert "pamsim train: mlp on digits" in proc.stdout
-    assert "bfloat16 matmul approx mul=exact" in proc.stdout and "MAC pJ" in proc.stdout
+    assert "bfloat16 all-ops approx (exact: loss) mul=exact" in proc.stdout
+    assert "MAC pJ" in proc.stdout
     out = tmp_path / "out" / "train"
-    stem = "train_digits_mlp_bfloat16_ops-matmul_mul-exact+pam+lmul"
+    stem = "train_digits_mlp_bfloat16_mul-exact+pam+lmul"
     js = json.loads((out / f"{stem}.json").read_text())
     assert [r["name"] for r in js["runs"]] == ["float32", "exact", "PAM", "L-Mul"]
     assert [r["evals"][-1]["acc"] > 0.9 for r in js["runs"]] == [True] * 4

@@ -16,12 +16,13 @@ seeds_arg = int_in(1, MAX_SEEDS)
 
 OPS_HELP = ("comma-separated op groups made piecewise affine: matmul, softmax, layernorm, "
             "loss, optimizer, or 'all' (fully multiplication-free)")
-MUL_HELP = ("the matmuls' multiplier: pam, lmul, exact, float, cpam2-unbiased, ... or an "
-            "offset such as pam+2 (docs/semantics.md \"Multipliers\"); so far one other than "
-            "pam needs --ops matmul and approximate matmul derivatives")
+MUL_HELP = ("the multiplier of every product of --ops: pam, lmul, exact, float, "
+            "cpam2-unbiased, ... an offset such as pam+2, or table:NAME (pamsim multiplier "
+            "import) (docs/semantics.md \"Multipliers\"); cpamK needs --pa-fmt of at most 10 "
+            "mantissa bits unless --ops matmul")
 MULS_HELP = ("comma-separated multipliers, one run each beside the one float32 baseline "
              "(e.g. exact,pam,lmul); " + MUL_HELP.split("; ", 1)[0].replace(
-                 "the matmuls' multiplier: ", "names: ") + "; PAMConfig says what each "
+                 "the multiplier of every product of --ops: ", "names: ") + "; PAMConfig says what each "
              "supports with the other options")
 
 
