@@ -28,6 +28,7 @@ from functools import lru_cache
 from importlib import resources
 
 import emu
+from emu.multipliers import table_of
 
 __all__ = ["Cost", "int_add", "int_mul", "fp_add", "fp_mul", "pam_mul", "pa_div", "mul_cost", "mac",
            "PAM_RULES", "table_rows", "memory_pj_per_byte", "MEMORY_LEVELS",
@@ -228,13 +229,18 @@ def mul_cost(mul, fmt, rule: str = "paper") -> Cost:
       plus a second add of the correction into the pattern sum (int_add(E+M), carrying
       into the exponent);
     * ``exact`` and ``float``: the IEEE multiplier :func:`fp_mul` (``exact`` fuses its add
-      into the accumulator's: the MAC prices that add apart, as for ``float``).
+      into the accumulator's: the MAC prices that add apart, as for ``float``);
+    * a table multiplier (``table:NAME``): a ROM of its 2^(2w) entries as wide as their
+      format (:func:`_rom`), and nothing else.
 
-    ValueError for a corrected PAM whose table does not fit ``fmt``."""
+    ValueError for a corrected PAM or a table that does not fit ``fmt``."""
     m = emu.multiplier(mul)
     fmt = emu.format(fmt)
     if m.kind in ("exact", "float"):
         return fp_mul(fmt)
+    if m.kind == "table":
+        m.params(fmt)                   # ValueError if the table is not of fmt
+        return _rom(4 ** fmt.width, table_of(m).out.width)
     cost = pam_mul(fmt, rule)
     if m.kind != "cpam":
         return cost

@@ -39,6 +39,7 @@ from .host import HostBackend, _pick, alloc, finish, flat_u32
 from .shapes import elementwise
 
 __all__ = ["Multiplier", "MULTIPLIERS", "multiplier", "mul", "table_multiplier", "Table",
+           "table_of",
            "save_table", "table_dir", "lmul_level",
            "TABLE_MAX_WIDTH", "TABLE_OUT_FORMATS", "cpam_table", "search_cpam_table",
            "ErrorStats", "error_stats", "KINDS", "CPAM_GOALS", "CPAM_MAX_MAN_BITS"]
@@ -183,11 +184,14 @@ MULTIPLIERS = {str(m): m for m in (
 class Table(NamedTuple):
     """A table multiplier's data: ``values[e_a, e_b]`` the float32 product of the
     operands encoded ``e_a``, ``e_b`` (NaNs canonical) in ``fmt`` (None: any format of
-    the table's width, for a table read from a file), with its source and SHA-256."""
+    the table's width, for a table read from a file), with its source and SHA-256;
+    ``out``: the format of its entries (a file's: the narrowest of
+    :data:`TABLE_OUT_FORMATS` that holds every value)."""
     fmt: Format | None
     values: np.ndarray
     source: str
     sha256: str
+    out: Format = float32
 
     def params(self, fmt: Format, name: str) -> SM.MulParams:
         w = fmt.width
@@ -227,6 +231,14 @@ def table_dir() -> Path:
     return Path(os.environ.get("PAMSIM_MULTIPLIERS", "~/.pamsim/multipliers")).expanduser()
 
 
+def table_of(mul) -> Table:
+    """The data of the table multiplier ``mul`` (a ``table:`` name or its Multiplier)."""
+    m = multiplier(mul)
+    if m.kind != "table":
+        raise ValueError(f"mul={str(m)!r} is not a table multiplier")
+    return _table(m.table)
+
+
 def save_table(m: Multiplier, **meta) -> Path:
     """Keep the registered table multiplier ``m`` under :func:`table_dir` (its values,
     operand format, source, SHA-256 and ``meta``, e.g. the hash of the Verilog it came
@@ -237,7 +249,7 @@ def save_table(m: Multiplier, **meta) -> Path:
                          "register it with emu.table_multiplier first")
     path = table_dir() / f"{m.table}.npz"
     path.parent.mkdir(parents=True, exist_ok=True)
-    info = dict(meta, fmt=t.fmt.name, source=t.source, sha256=t.sha256)
+    info = dict(meta, fmt=t.fmt.name, source=t.source, sha256=t.sha256, out_fmt=t.out.name)
     np.savez(path, values=t.values, info=np.array(json.dumps(info)))
     return path
 
@@ -252,7 +264,8 @@ def _table(name: str) -> Table:
         with np.load(saved, allow_pickle=False) as z:
             info = json.loads(str(z["info"]))
             v = _canonical(z["values"])
-        _TABLES[name] = Table(format(info["fmt"]), v, info["source"], info["sha256"])
+        _TABLES[name] = Table(format(info["fmt"]), v, info["source"], info["sha256"],
+                              format(info["out_fmt"]))
         return _TABLES[name]
     path = Path(name)
     if path.suffix != ".npy" or not path.is_file():
@@ -263,7 +276,10 @@ def _table(name: str) -> Table:
         raise ValueError(f"mul='table:{name}': the file holds a {values.dtype} array of shape "
                          f"{values.shape}; expected a 2-D float array of products")
     v = _canonical(values)
-    _TABLES[name] = Table(None, v, str(path), hashlib.sha256(v.tobytes()).hexdigest())
+    from .ops import quantize                   # emu.ops imports emu.mx, which imports this
+    out = next(format(f) for f in TABLE_OUT_FORMATS
+               if np.array_equal(quantize(v, f).view(np.uint32), v.view(np.uint32)))
+    _TABLES[name] = Table(None, v, str(path), hashlib.sha256(v.tobytes()).hexdigest(), out)
     return _TABLES[name]
 
 
@@ -309,7 +325,7 @@ def table_multiplier(source, fmt, out_fmt="float32", *, name: str | None = None)
     if not isinstance(name, str) or not re.fullmatch(_TABLE_NAME, name) \
             or name.endswith(".npy"):
         raise ValueError(f"name={name!r}: expected letters, digits and _.+- (not a .npy path)")
-    _TABLES[name] = Table(fmt, v, src, sha)
+    _TABLES[name] = Table(fmt, v, src, sha, out)
     return Multiplier("table", table=name)
 
 

@@ -123,6 +123,5 @@ def import_multiplier(verilog, top: str, fmt, out_fmt, name: str) -> Imported:
     codes = simulate(verilog, top, fmt.width)
     m = EM.table_multiplier(codes, fmt, out, name=name)
     sha = hashlib.sha256(verilog.read_bytes()).hexdigest()
-    path = EM.save_table(m, verilog=os.path.abspath(verilog), verilog_sha256=sha, top=top,
-                         out_fmt=out.name)
+    path = EM.save_table(m, verilog=os.path.abspath(verilog), verilog_sha256=sha, top=top)
     return Imported(m, path, sha)

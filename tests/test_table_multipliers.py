@@ -182,3 +182,13 @@ def test_float32_accumulator_kernel_is_the_fold(trunc, rng):
     assert_bits_equal(got, want.view(np.float32))
     assert np.isnan(got[0, 1]).all() and not np.isnan(got[1]).any()
     assert SM.TABLE == trunc.params(fmt).kind
+
+
+def test_cost_of_a_table_is_its_rom(trunc):
+    """costs.analytic prices a table multiplier as a ROM of its 2^(2w) entries as wide as
+    their format (bf16: 16 bits), by the stated mux-tree rule."""
+    from costs import analytic as CA
+    got = CA.mul_cost(trunc, "float8_e4m3fn")
+    assert got == CA._rom(1 << 16, 16)
+    assert got.energy_pj > CA.fp_mul("float8_e4m3fn").energy_pj     # a 64 Ki-entry ROM
+    assert EM.table_of("table:trunc_e4m3").out == emu.format("bfloat16")
