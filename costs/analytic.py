@@ -210,6 +210,25 @@ def _rom(words: int, bits: int) -> Cost:
     return int_add(32) * ((words - 1) * bits / 32)
 
 
+#: a 6T SRAM bit cell at 45 nm (Intel: Mistry et al., IEDM 2007), cells only
+SRAM_BIT_UM2 = 0.346
+_SRAM_BYTES = {"sram_8kb": 8 << 10, "sram_32kb": 32 << 10, "sram_1mb": 1 << 20}
+
+
+def _table_memory(words: int, bits: int) -> Cost:
+    """A table of ``words`` entries of ``bits`` bits read once: the energy of an access to
+    the smallest SRAM level of Horowitz's figure that holds it, per bit read (a 64 Ki x
+    16-bit table: the 1 MB level), and the area of its bit cells (:data:`SRAM_BIT_UM2`;
+    decoders and sense amplifiers excluded, so a lower bound).  A table beyond 1 MB has
+    no figure: ValueError."""
+    size = words * bits / 8
+    level = next((lv for lv, cap in _SRAM_BYTES.items() if size <= cap), None)
+    if level is None:
+        raise ValueError(f"a table of {words} x {bits} bits ({size:,.0f} bytes) is beyond the "
+                         "largest SRAM of the data (1 MB)")
+    return Cost(memory_pj_per_byte(level) * bits / 8, words * bits * SRAM_BIT_UM2)
+
+
 def _word_bits(values) -> int:
     """Bits of a two's-complement word holding every integer in ``values`` (at least 1)."""
     lo, hi = min(values), max(values)
@@ -230,8 +249,8 @@ def mul_cost(mul, fmt, rule: str = "paper") -> Cost:
       into the exponent);
     * ``exact`` and ``float``: the IEEE multiplier :func:`fp_mul` (``exact`` fuses its add
       into the accumulator's: the MAC prices that add apart, as for ``float``);
-    * a table multiplier (``table:NAME``): a ROM of its 2^(2w) entries as wide as their
-      format (:func:`_rom`), and nothing else.
+    * a table multiplier (``table:NAME``): one read of a memory of its 2^(2w) entries as
+      wide as their format (:func:`_table_memory`), and nothing else.
 
     ValueError for a corrected PAM or a table that does not fit ``fmt``."""
     m = emu.multiplier(mul)
@@ -240,7 +259,7 @@ def mul_cost(mul, fmt, rule: str = "paper") -> Cost:
         return fp_mul(fmt)
     if m.kind == "table":
         m.params(fmt)                   # ValueError if the table is not of fmt
-        return _rom(4 ** fmt.width, table_of(m).out.width)
+        return _table_memory(4 ** fmt.width, table_of(m).out.width)
     cost = pam_mul(fmt, rule)
     if m.kind != "cpam":
         return cost

@@ -81,19 +81,20 @@ def multiplier_table(fmt, acc, muls, rule: str = "paper") -> str:
     fmt = emu.format(fmt)
     acc = emu.format(acc, argname="acc")
     base = A.mac(fmt, acc, "float", rule)
-    head = (f"{'multiplier':<16}{'mul pJ':>8}{'mul um2':>9}{'MAC pJ':>8}{'MAC um2':>9}"
-            f" | {'MAC energy':>10}{'area':>9}")
+    w = max([16, *(len(str(m)) + 1 for m in muls)])       # a table's name can be long
+    head = (f"{'multiplier':<{w}}{'mul pJ':>8}{'mul um2':>10}{'MAC pJ':>9}{'MAC um2':>10}"
+            f" | {'MAC energy':>11}{'area':>11}")
     out = [f"Per MAC by multiplier: {fmt.name} operands, {acc.name} accumulator, against the "
            f"float multiplier's MAC (PAM rule '{rule}'; docs/costs.md)", head, "-" * len(head)]
     for m in muls:
         try:
             c, mc = A.mul_cost(m, fmt, rule), A.mac(fmt, acc, m, rule)
         except ValueError as exc:
-            out.append(f"{str(m):<16}n/a: {exc}")
+            out.append(f"{str(m):<{w}}n/a: {exc}")
             continue
         e, a = mc.ratio(base)
-        out.append(f"{str(m):<16}{c.energy_pj:8.4f}{c.area_um2:9.1f}{mc.energy_pj:8.4f}"
-                   f"{mc.area_um2:9.1f} | {_pct(e):>10}{_pct(a):>9}")
+        out.append(f"{str(m):<{w}}{c.energy_pj:8.4f}{c.area_um2:10.1f}{mc.energy_pj:9.4f}"
+                   f"{mc.area_um2:10.1f} | {_pct(e):>11}{_pct(a):>11}")
     return "\n".join(out)
 
 

@@ -184,11 +184,12 @@ def test_float32_accumulator_kernel_is_the_fold(trunc, rng):
     assert SM.TABLE == trunc.params(fmt).kind
 
 
-def test_cost_of_a_table_is_its_rom(trunc):
-    """costs.analytic prices a table multiplier as a ROM of its 2^(2w) entries as wide as
-    their format (bf16: 16 bits), by the stated mux-tree rule."""
+def test_cost_of_a_table_is_one_read_of_its_memory(trunc):
+    """costs.analytic prices a table multiplier as one 16-bit read of a 128 KB SRAM
+    (Horowitz's 1 MB level: 100 pJ per 64 bits) and its bit cells' area."""
     from costs import analytic as CA
     got = CA.mul_cost(trunc, "float8_e4m3fn")
-    assert got == CA._rom(1 << 16, 16)
-    assert got.energy_pj > CA.fp_mul("float8_e4m3fn").energy_pj     # a 64 Ki-entry ROM
+    assert got.energy_pj == pytest.approx(100 / 8 * 2)
+    assert got.area_um2 == pytest.approx((1 << 16) * 16 * CA.SRAM_BIT_UM2)
+    assert got.energy_pj > CA.fp_mul("float8_e4m3fn").energy_pj     # a 64 Ki-entry table
     assert EM.table_of("table:trunc_e4m3").out == emu.format("bfloat16")
