@@ -131,12 +131,19 @@ MULTIPLIER_ROWS = ("exact", "pam", "lmul", "cpam2-unbiased")
 MULTIPLIER_BACKWARD = {"loss": "exact"}
 
 
-def multiplier_configs(fmt, ops, muls=MULTIPLIER_ROWS) -> list:
-    """[(name, config)] of the multipliers study's rows in one set-up (operand format
-    ``fmt``, op groups ``ops``); PAMConfig's ValueError if it refuses any of them."""
+def multiplier_configs(fmt, ops, muls=MULTIPLIER_ROWS) -> tuple[list, list]:
+    """The multipliers study's rows in one set-up (operand format ``fmt``, op groups
+    ``ops``): ([(name, config)] of those PAMConfig takes, [(name, its ValueError's
+    message)] of those it refuses)."""
     import torch_bridge as tb
-    return [(T.run_name(m), tb.PAMConfig(fmt, backward=MULTIPLIER_BACKWARD, ops=ops, mul=m))
-            for m in muls]
+    configs, refused = [], []
+    for m in muls:
+        try:
+            configs.append((T.run_name(m), tb.PAMConfig(fmt, backward=MULTIPLIER_BACKWARD,
+                                                        ops=ops, mul=m)))
+        except ValueError as exc:
+            refused.append((T.run_name(m), str(exc)))
+    return configs, refused
 
 
 def multipliers(runs, configs) -> list:

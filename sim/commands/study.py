@@ -191,13 +191,14 @@ def _multipliers(args, setups) -> int:
         for gname, ops in args.groups:
             for fmt in args.formats:
                 what = f"{fmt.name} operands, ops={gname}"
-                try:
-                    configs = S.multiplier_configs(fmt, ops, args.muls)
-                except ValueError as exc:
-                    line = f"set-up {name}, {what}: not runnable yet: {exc}"
-                    print(f"pamsim study multipliers: {line}", flush=True)
-                    sections.append(f"#### {what}\n\nNot runnable yet: {exc}\n")
-                    summary[name]["setups"][what] = {"not_runnable": str(exc)}
+                configs, refused = S.multiplier_configs(fmt, ops, args.muls)
+                why = "".join(f"\n* {m}: not runnable: {exc}" for m, exc in refused)
+                for m, exc in refused:
+                    print(f"pamsim study multipliers: set-up {name}, {what}, {m}: not "
+                          f"runnable: {exc}", flush=True)
+                if not configs:
+                    sections.append(f"#### {what}\n{why}\n")
+                    summary[name]["setups"][what] = {"not_runnable": dict(refused)}
                     continue
                 rows = S.multipliers(runs, configs)
                 native = rows[0][2]
@@ -206,9 +207,10 @@ def _multipliers(args, setups) -> int:
                 md, js = S.multipliers_markdown(key, label, rows, facts)
                 compute += sum(r.seconds for _, _, rs in rows[1:] for r in rs)
                 panels.setdefault(name, []).append((what, rows, facts))
-                sections.append(f"#### {what}\n\n{md}\n")
+                sections.append(f"#### {what}\n\n{md}\n{why}\n" if why else
+                                f"#### {what}\n\n{md}\n")
                 summary[name]["setups"][what] = {"fmt": fmt.name, "ops": sorted(ops),
-                                                 "rows": js}
+                                                 "rows": js, "not_runnable": dict(refused)}
         if native is not None:
             compute += sum(r.seconds for r in native)
             conv = S.converged(key, native)
