@@ -77,21 +77,23 @@ def _abs(o, x):
     return neg, o.where(neg, o.neg(x), x)
 
 
-def _logistic(o, num, neg, a):
+def _logistic(o, num, neg, a, split=True):
     """num·σ(x) for ``a = |x|``, ``e = e^-a`` (:func:`exp_neg`): ``num ÷̂ (1 + e)`` where
     x >= 0, ``(num ·̂ e) ÷̂ (1 + e)`` where x < 0 (``num`` 1.0: ``e``); e is never above 1,
-    so nothing overflows.  ``num ·̂ e`` is ``((num ·̂ m) ·̂ 2^h) ·̂ 2^(k-h)``, ``h =
-    floor(k ·̂ 0.5)``: exact scalings, so it stays normal where e alone would flush (x·e^x
-    near x = -88 in bfloat16, -12 in float16); its operand is 0 where x >= 0, so an
-    unselected branch holds no inf (whose derivative is NaN)."""
+    so nothing overflows.  With ``split``, ``num ·̂ e`` is ``((num ·̂ m) ·̂ 2^h) ·̂ 2^(k-h)``,
+    ``h = floor(k ·̂ 0.5)``: exact scalings, so it stays normal where e alone would flush
+    (x·e^x near x = -88 in bfloat16, -12 in float16).  The product's operand is 0 where
+    x >= 0, so an unselected branch holds no inf (whose derivative is NaN)."""
     k, m = exp_neg_parts(o, a)
     e = o.mul(o.exp2(k), m)
     if isinstance(num, float):
         top = o.where(neg, e, num)
-    else:
+    elif split:
         h = o.floor(o.mul(k, 0.5))
         p = o.mul(o.mul(o.mul(o.where(neg, num, 0.0), m), o.exp2(h)), o.exp2(o.sub(k, h)))
         top = o.where(neg, p, num)
+    else:
+        top = o.where(neg, o.mul(o.where(neg, num, 0.0), e), num)
     return o.div(top, o.add(e, 1.0))
 
 
@@ -127,12 +129,12 @@ def silu(o, x):
 
 def gelu_tanh(o, x):
     """GELU's tanh form ``0.5·x·(1 + tanh(z)) = x·σ(2z)``, ``2z = (x + C ·̂ ((x ·̂ x) ·̂ x))
-    ·̂ K``, as :func:`silu` of 2z: ``x ÷̂ (1 + e)`` for x >= 0, ``(x ·̂ e) ÷̂ (1 + e)`` for
-    x < 0, ``e = e^-|2z|``."""
+    ·̂ K``: ``x ÷̂ (1 + e)`` for 2z >= 0, ``(x ·̂ e) ÷̂ (1 + e)`` below, ``e = e^-|2z|``
+    (no split of ``x ·̂ e``: where e flushes, the cube's PAM error already dominates)."""
     cube = o.mul(o.mul(x, x), x)
     z2 = o.mul(o.add(x, o.mul(cube, GELU_C)), GELU_K)
     neg, a = _abs(o, z2)
-    return _logistic(o, x, neg, a)
+    return _logistic(o, x, neg, a, split=False)
 
 
 def gelu_erf(o, x):
