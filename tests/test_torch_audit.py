@@ -187,6 +187,7 @@ def test_every_aten_op_is_classified():
         for b in tables[i + 1:]:
             assert not a & b, a & b
     assert set(C.CONDITIONAL) <= set(C.MULTIPLY_FREE) | {"_foreach_add", "_foreach_sub"}
+    assert set(C.COMPLEX_BEARING) <= set(C.MULTIPLY_FREE)
     assert all(C.classify(op)[0] != C.FREE for op in C.INTEGER_BY_DESIGN)
 
 
@@ -204,7 +205,7 @@ def test_emulated_ops_come_from_mode_tables():
     assert all(hasattr(torch.ops.aten, op) for op in emulated)
     assert "Tensor.__rmul__" in emulated["mul"] and "torch.mul" in emulated["mul"]
     loose = [f for f in _HANDLERS if C._aten_name(f) is None]
-    assert loose == [F.multi_head_attention_forward]
+    assert loose == [F.interpolate, F.multi_head_attention_forward]
     assert all(isinstance(f, types.FunctionType) for f in loose)
     assert C.classify("mul_") == C.classify("mul")
     assert C.classify("_foreach_mul_")[0] == C.BEARING
@@ -212,7 +213,8 @@ def test_emulated_ops_come_from_mode_tables():
     assert C.classify("special_round")[0] == C.FREE
     assert C.classify("permute_copy")[0] == C.FREE
     assert C.classify("gelu_backward")[0] == C.BEARING
-    assert C.classify("linalg_matmul")[0] == C.BEARING
+    assert C.classify("linalg_solve")[0] == C.BEARING
+    assert C.classify("linalg_matmul")[0] == C.EMULATED           # torch.linalg.matmul
     assert C.classify("no_such_op") is None
 
 
@@ -299,3 +301,99 @@ def test_conditional_and_backward_ops_count():
             return ys[0] + ys[1]
     rows = tb.audit(Foreach(), (x,), ALL, backward=False).rows
     assert [r.op for r in rows] == ["_foreach_mul"]
+
+
+def test_other_spellings_are_routed():
+    """torch.linalg.matmul, torch.special.softmax / log_softmax / expit / exp2 ran natively
+    under the mode; now they give the bits of torch.matmul, softmax, sigmoid, exp2."""
+    class Spellings(nn.Module):
+        def forward(self, x):
+            return [torch.linalg.matmul(x, x.t()), torch.special.softmax(x, -1),
+                    torch.special.log_softmax(x, dim=-1), torch.special.expit(x),
+                    torch.special.exp2(x), torch.linalg.matmul(input=x, other=x.t())]
+    torch.manual_seed(0)
+    x = torch.randn(4, 6, requires_grad=True)
+    rep = tb.audit(Spellings(), (x,), ALL, loss_fn=lambda ys: sum(y.sum() for y in ys))
+    assert rep.escaped == 0 and rep.rows == [], rep.table()
+    with tb.pam_mode(ALL):
+        got = Spellings()(x)
+        want = [torch.matmul(x, x.t()), torch.softmax(x, -1), torch.log_softmax(x, -1),
+                torch.sigmoid(x), torch.exp2(x), x @ x.t()]
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+    assert not torch.equal(got[1], torch.softmax(x, -1))          # PA, not native
+
+
+def test_window_tables_and_interpolation():
+    """Window functions (no tensor input: constants of the length) are native by design,
+    with the reason; F.interpolate's linear modes are routed (they escaped), nearest is
+    multiply-free (it was counted), antialias stays native and is counted."""
+    from torch_bridge import classification as C
+
+    class Resample(nn.Module):
+        def __init__(self, mode, **kw):
+            super().__init__()
+            self.mode, self.kw = mode, kw
+
+        def forward(self, x):
+            if self.mode == "window":
+                w = (torch.hann_window(8) + torch.hamming_window(8) + torch.blackman_window(8)
+                     + torch.kaiser_window(8) + torch.bartlett_window(8))
+                return x * 1.0 + w.sum()
+            dims = {"linear": 3, "bilinear": 4, "bicubic": 4, "trilinear": 5,
+                    "nearest": 4, "nearest-exact": 4}[self.mode]
+            v = x[:, :4 ** (dims - 2)].reshape(1, 2, *([4] * (dims - 2)))
+            return F.interpolate(v, mode=self.mode, **self.kw)
+    x = torch.randn(2, 64, requires_grad=True)
+    rows = tb.audit(Resample("window"), (x,), ALL).rows
+    assert {r.op for r in rows} == {"hann_window", "hamming_window", "blackman_window",
+                                    "kaiser_window", "bartlett_window"}
+    assert all(r.design.startswith("window tables") for r in rows)
+    for mode in ("linear", "bilinear", "bicubic", "trilinear"):
+        for kw in ({"scale_factor": 2}, {"size": 7, "align_corners": True}):
+            m = Resample(mode, **kw)
+            assert tb.audit(m, (x,), ALL).rows == [], (mode, kw)
+            with tb.pam_mode(ALL):
+                y = m(x)
+            assert not torch.equal(y, m(x))                        # PA, not native
+            # PAM errs by <= 1/9 per product; bicubic's weights sum to <= 1.6 in |.|
+            assert (y - m(x)).abs().max() < 0.2 * x.abs().max()
+    for mode in ("nearest", "nearest-exact"):
+        assert tb.audit(Resample(mode, scale_factor=2), (x,), ALL).rows == [], mode
+    rows = tb.audit(Resample("bilinear", scale_factor=0.5, antialias=True), (x,), ALL).rows
+    assert {r.op for r in rows} == {"_upsample_bilinear2d_aa",
+                                    "_upsample_bilinear2d_aa_backward"}
+    assert C.classify("upsample_nearest2d_backward")[0] == C.FREE
+    assert C.classify("upsample_bicubic2d")[0] == C.EMULATED
+    assert C.classify("grid_sampler_2d")[0] == C.BEARING           # data-dependent weights
+
+
+def test_interpolation_is_torchs_with_exact_products():
+    """pam_interpolate with exact float32 products is torch's F.interpolate up to the
+    order of its sums: the weight tables are torch's."""
+    from torch_bridge.contract import INTERPOLATION, pam_interpolate
+    torch.manual_seed(0)
+    for mode, nd in INTERPOLATION.items():
+        x = torch.randn(2, 3, *([5] * nd))
+        for kw in ({"scale_factor": 2}, {"size": 7}, {"scale_factor": 1.7}, {"size": 3},
+                   {"scale_factor": 2.5, "recompute_scale_factor": True}):
+            for ac in (False, True):
+                ref = F.interpolate(x, mode=mode, align_corners=ac, **kw)
+                y = pam_interpolate(x, mode=mode, align_corners=ac, mul="exact", **kw)
+                assert y.shape == ref.shape and (y - ref).abs().max() < 1e-5, (mode, kw, ac)
+
+
+def test_complex_sign_and_abs_count():
+    """sgn(z) = z/|z| and |z| of a complex z divide and take square roots: counted; of a
+    real tensor, a sign and a selection: free."""
+    class Sign(nn.Module):
+        def __init__(self, complex_):
+            super().__init__()
+            self.complex = complex_
+
+        def forward(self, x):
+            v = torch.view_as_complex(x.reshape(-1, 2)) if self.complex else x
+            return torch.sgn(v).abs().sum() + x.sum()
+    x = torch.randn(3, 4)
+    assert tb.audit(Sign(False), (x,), ALL, backward=False).rows == []
+    rep = tb.audit(Sign(True), (x,), ALL, backward=False)
+    assert sorted(r.op for r in rep.rows) == ["abs", "sgn"] and rep.escaped == 2

@@ -29,19 +29,57 @@ def x():
     return v
 
 
+#: log2(e) less its powers of two 1 + 2^-1 - 2^-4 + 2^-8 (composites.exp_neg_parts)
+LOG2E_R = np.float32(np.log2(np.e) - (1 + 2.0 ** -1 - 2.0 ** -4 + 2.0 ** -8))
+
+
+def _exp_neg_parts(a):
+    """(k, m): e^-a = paexp2(k) ·̂ m, k = floor(y), m = paexp2(y - k), y = -a·log2(e) as
+    float32 sums of exact power-of-two PAMs and one PAM by the remainder."""
+    a = np.minimum(a, np.float32(104))
+    y = -((((a + emu.pam_mul(a, np.float32(0.5), f32)) - emu.pam_mul(a, np.float32(2 ** -4), f32))
+           + emu.pam_mul(a, np.float32(2 ** -8), f32)) + emu.pam_mul(a, LOG2E_R, f32))
+    k = np.floor(y)
+    return k, emu.pa_exp2(y - k, f32)
+
+
+def _exp_neg(a):
+    k, m = _exp_neg_parts(a)
+    return emu.pam_mul(emu.pa_exp2(k, f32), m, f32)
+
+
+def _times_sigmoid(num, u, split=True):
+    """num·σ(u): num ÷̂ (1 + e) for u >= 0, (num ·̂ e) ÷̂ (1 + e) below, e = e^-|u|, the
+    product (``split``) as exact power-of-two scalings of num ·̂ m."""
+    one = np.float32(1)
+    k, m = _exp_neg_parts(np.abs(u))
+    e = emu.pam_mul(emu.pa_exp2(k, f32), m, f32)
+    h = np.floor(emu.pam_mul(k, np.float32(0.5), f32))
+    p = emu.pam_mul(emu.pam_mul(emu.pam_mul(np.where(u < 0, num, 0), m, f32),
+                                emu.pa_exp2(h, f32), f32), emu.pa_exp2(k - h, f32), f32)
+    if not split:
+        p = emu.pam_mul(np.where(u < 0, num, 0), e, f32)
+    return emu.pa_div(np.where(u < 0, p, num), e + one, f32)
+
+
 def test_composites_are_their_emu_definitions(x):
     X = npy(x)
     one = np.float32(1)
-    exp_neg = emu.pa_exp(np.minimum(-X, 88), f32)
-    assert_bits_equal(npy(PE.pa_sigmoid(x)), emu.pa_div(one, one + exp_neg, f32))
-    s = emu.pa_div(one, one + emu.pa_exp(np.minimum(-(X + X), 88), f32), f32)
-    assert_bits_equal(npy(PE.pa_tanh(x)), s + s - one)
-    assert_bits_equal(npy(PE.pa_silu(x)), emu.pa_div(X, one + exp_neg, f32))
+    assert_bits_equal(npy(PE.pa_sigmoid(x)), _times_sigmoid(one, X))
+    a = np.abs(X)
+    s = np.minimum(a, one)
+    s2 = emu.pam_mul(s, s, f32)
+    d2 = s2 + s2
+    small = emu.pa_div(emu.pam_mul(s, s2 + np.float32(15), f32), d2 + d2 + d2 + np.float32(15),
+                       f32)
+    e = _exp_neg(a + a)
+    t = np.where(a < 1, small, one - emu.pa_div(e + e, e + one, f32))
+    assert_bits_equal(npy(PE.pa_tanh(x)), np.where(X < 0, -t, t))
+    assert_bits_equal(npy(PE.pa_silu(x)), _times_sigmoid(X, X))
     cube = emu.pam_mul(emu.pam_mul(X, X, f32), X, f32)
     z2 = emu.pam_mul(X + emu.pam_mul(cube, np.float32(0.044715), f32),
                      np.float32(2 * np.sqrt(2 / np.pi)), f32)
-    assert_bits_equal(npy(PE.pa_gelu(x, "tanh")),
-                      emu.pa_div(X, one + emu.pa_exp(np.minimum(-z2, 88), f32), f32))
+    assert_bits_equal(npy(PE.pa_gelu(x, "tanh")), _times_sigmoid(X, z2, split=False))
     a = np.minimum(np.abs(X), np.float32(16))             # erf form: A&S 7.1.26
     t = emu.pa_div(one, one + emu.pam_mul(a, np.float32(0.3275911 / np.sqrt(2)), f32), f32)
     b = [np.float32(c / 2) for c in (0.254829592, -0.284496736, 1.421413741, -1.453152027,
@@ -50,8 +88,7 @@ def test_composites_are_their_emu_definitions(x):
     for c in b[3::-1]:
         poly = c + emu.pam_mul(t, poly, f32)
     h = emu.pam_mul(emu.pam_mul(t, poly, f32),
-                    emu.pa_exp(-emu.pam_mul(emu.pam_mul(a, a, f32), np.float32(0.5), f32), f32),
-                    f32)
+                    _exp_neg(emu.pam_mul(emu.pam_mul(a, a, f32), np.float32(0.5), f32)), f32)
     assert_bits_equal(npy(PE.pa_gelu(x)), emu.pam_mul(X, np.where(X < 0, h, one - h), f32))
     assert_bits_equal(npy(PE.pa_pow(x, 3)), cube)
     assert_bits_equal(npy(PE.pa_pow(x, -2)), emu.pa_div(one, emu.pam_mul(X, X, f32), f32))
@@ -60,7 +97,9 @@ def test_composites_are_their_emu_definitions(x):
     assert_bits_equal(npy(PE.pa_pow(x.abs(), 1.5)),
                       emu.pa_exp2(emu.pam_mul(emu.pa_log2(ax, f32), np.float32(1.5), f32), f32))
     assert_bits_equal(npy(PE.pa_rsqrt(x.abs())), emu.pa_div(one, emu.pa_sqrt(ax, f32), f32))
-    sp = emu.pa_log(one + emu.pa_exp(np.minimum(X, 20), f32), f32)
+    e = _exp_neg(np.abs(X))                               # log(1 + e) = e(6 + e)/(6 + 4e)
+    sp = np.where(X < 0, 0, X) + emu.pa_div(emu.pam_mul(e, e + np.float32(6), f32),
+                                            (e + e) + (e + e) + np.float32(6), f32)
     assert_bits_equal(npy(PE.pa_softplus(x)), np.where(X > 20, X, sp))
     row_sum = emu.fold_sum(X, -1, keepdims=True)
     assert_bits_equal(npy(PE.pa_mean(x, -1, True)), emu.pa_div(row_sum, np.float32(7), f32))
@@ -464,26 +503,55 @@ def _abs(x):
     return _where(x.v < 0, _lin(0.0, x, -1.0), x)
 
 
+def _floor(a):
+    """floor(a): a constant of the function (no gradient)."""
+    return _Node(np.floor(a.v))
+
+
+def _o_exp_neg_parts(a):
+    a = _where(a.v <= 104, a, 104.0)
+    y = _lin(_lin(_lin(_lin(a, _pa2("pam_mul", a, 0.5)), _pa2("pam_mul", a, 2.0 ** -4), -1.0),
+                  _pa2("pam_mul", a, 2.0 ** -8)), _pa2("pam_mul", a, LOG2E_R))
+    y = _lin(0.0, y, -1.0)
+    k = _floor(y)
+    return k, _pa1("pa_exp2", _lin(y, k, -1.0))
+
+
+def _o_exp_neg(a):
+    k, m = _o_exp_neg_parts(a)
+    return _pa2("pam_mul", _pa1("pa_exp2", k), m)
+
+
 def _gelu(x):
     a = _abs(x)
     a = _where(a.v <= 16, a, 16.0)
-    t = _pa2("pa_div", 1.0, _lin(1.0, _pa2("pam_mul", a, 0.3275911 / np.sqrt(2))))
+    t = _pa2("pa_div", 1.0, _lin(_pa2("pam_mul", a, 0.3275911 / np.sqrt(2)), 1.0))
     poly = 1.061405429 / 2
     for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
-        poly = _lin(c / 2, _pa2("pam_mul", t, poly))
-    e = _pa1("pa_exp", _lin(0.0, _pa2("pam_mul", _pa2("pam_mul", a, a), 0.5), -1.0))
+        poly = _lin(_pa2("pam_mul", t, poly), c / 2)
+    e = _o_exp_neg(_pa2("pam_mul", _pa2("pam_mul", a, a), 0.5))
     h = _pa2("pam_mul", _pa2("pam_mul", t, poly), e)
     return _pa2("pam_mul", x, _where(x.v < 0, h, _lin(1.0, h, -1.0)))
 
 
 def _silu(x):
-    v = _lin(0.0, x, -1.0)
-    return _pa2("pa_div", x, _lin(1.0, _pa1("pa_exp", _where(v.v <= 88, v, 88.0))))
+    neg = x.v < 0
+    a = _where(neg, _lin(0.0, x, -1.0), x)
+    k, m = _o_exp_neg_parts(a)
+    e = _pa2("pam_mul", _pa1("pa_exp2", k), m)
+    h = _floor(_pa2("pam_mul", k, 0.5))
+    p = _pa2("pam_mul", _pa2("pam_mul", _pa2("pam_mul", _where(neg, x, 0.0), m),
+                                _pa1("pa_exp2", h)), _pa1("pa_exp2", _lin(k, h, -1.0)))
+    return _pa2("pa_div", _where(neg, p, x), _lin(e, 1.0))
 
 
 def _softplus(x):
-    v = _where(x.v <= 20, x, 20.0)
-    return _where(x.v > 20, x, _pa1("pa_log", _lin(1.0, _pa1("pa_exp", v))))
+    neg = x.v < 0
+    e = _o_exp_neg(_where(neg, _lin(0.0, x, -1.0), x))
+    e2 = _lin(e, e)
+    y = _lin(_where(neg, 0.0, x),
+             _pa2("pa_div", _pa2("pam_mul", e, _lin(e, 6.0)), _lin(_lin(e2, e2), 6.0)))
+    return _where(x.v > 20, x, y)
 
 
 def _rms_norm(x, w):

@@ -221,3 +221,16 @@ def test_mx_matmul_follows_the_multiplier(mul, rng):
                              mul=mul, mul_fmt="float8_e4m3fn")
     assert_bits_equal(a.grad.numpy(), da, what="dA")
     assert_bits_equal(b.grad.numpy(), db, what="dB")
+
+
+def test_rnn_tanh_takes_the_multiplier():
+    """nn.RNN's tanh (the elementwise group alone, matmuls native) follows PAMConfig.mul:
+    it dropped the multiplier, so every mul gave PAM's bits."""
+    torch.manual_seed(0)
+    m, x = torch.nn.RNN(4, 6), torch.randn(5, 2, 4)
+    outs = {}
+    for mul in ("pam", "lmul", "cpam1:0,0,0,0"):
+        with tb.pam_mode(tb.PAMConfig("bf16", ops={"elementwise"}, mul=mul)):
+            outs[mul] = m(x)[0]
+    assert torch.equal(outs["cpam1:0,0,0,0"], outs["pam"])       # PAM's products, another path
+    assert not torch.equal(outs["lmul"], outs["pam"])

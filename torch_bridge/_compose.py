@@ -4,8 +4,9 @@ A composite (an activation, a norm, softmax) is described once, in
 torch_bridge/composites.py, as a Python function of an ``o`` that provides the PA
 primitives and the float32 glue::
 
-    def sigmoid(o, x):
-        return o.div(1.0, o.add(o.exp(o.clamp_max(o.neg(x), EXP_MAX)), 1.0))
+    def softmax(o, x, log2e, ymax):
+        e, _ = exp_shifted(o, x, log2e, ymax)
+        return o.div(e, o.sum(e))
 
 Two interpreters run it:
 
@@ -200,6 +201,9 @@ class Trace:
     def clamp_max(self, a, c):
         return self._f("clamp_max", a, c)
 
+    def floor(self, a):
+        return self._f("floor", a)
+
     def lt(self, a, c):
         return self._f("lt", a, c)
 
@@ -277,6 +281,11 @@ class GraphOps:
         return a.clamp(max=c)
 
     @staticmethod
+    def floor(a):
+        """floor(a), a constant of the function (no gradient), as the softmax shift."""
+        return torch.floor(a).detach()
+
+    @staticmethod
     def lt(a, c):
         return a < c
 
@@ -308,7 +317,7 @@ def _pattern(v: float) -> int:
 
 
 _COND = {"lt": "<", "gt": ">"}
-_NO_GRAD = ("lt", "gt", "floor_max", "input")
+_NO_GRAD = ("lt", "gt", "floor", "floor_max", "input")
 
 
 class _Gen:
@@ -403,6 +412,8 @@ class _Gen:
             return f"neg({self.val(a[0])})"
         if n.op == "clamp_max":
             return f"clamp_max({self.val(a[0])}, F({self.val(a[1])}))"
+        if n.op == "floor":
+            return f"floor_({self.val(a[0])})"
         if n.op in _COND:
             return f"F({self.val(a[0])}) {_COND[n.op]} F({self.val(a[1])})"
         if n.op == "where":
@@ -674,6 +685,12 @@ def _fsub(a, b):
 
 
 @register_jitable
+def floor_(a):
+    """torch.floor of a float32 pattern (NaN and infinities kept)."""
+    return P(np.float32(np.floor(F(a))))
+
+
+@register_jitable
 def floor_max(t, base, n):
     """floor(max) of a row (NaN if it holds a NaN, -inf if every value is -inf): the
     softmax shift, torch.floor(amax)."""
@@ -719,7 +736,7 @@ def _compile(tag: str, src: str, fn: str) -> dict:
     out = {}
     for f32 in (True, False):
         ns = dict(_HELPERS[f32], S=S, np=np, F=F, P=P, fold=L.fold, floor_max=floor_max,
-                  __name__=__name__)   # Numba rebuilds a cached kernel's environment by name
+                  floor_=floor_,                  __name__=__name__)   # Numba rebuilds a cached kernel's environment by name
         exec(code, ns)
         out[f32] = L.njit_variant(f"composite {fn} f32={f32} {digest}")(ns[fn])
     return out

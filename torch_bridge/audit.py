@@ -43,8 +43,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from .classification import (BY_DESIGN, CONDITIONAL, FREE, INTEGER_BY_DESIGN, MULTIPLY_FREE,
-                             NATIVE_BY_DESIGN, classify, packet)
+from .classification import (BY_DESIGN, COMPLEX_BEARING, CONDITIONAL, FREE, INTEGER_BY_DESIGN,
+                             MULTIPLY_FREE, NATIVE_BY_DESIGN, classify, packet)
 from .config import PAMConfig
 
 __all__ = ["audit", "AuditReport", "AuditRow", "MULTIPLY_FREE", "NATIVE_BY_DESIGN",
@@ -166,6 +166,8 @@ def _multiplies(name, args, kwargs) -> bool:
     if name in CONDITIONAL:             # add(alpha=2), scatter_reduce(..., "prod"), ...
         arg, pos, default, free = CONDITIONAL[name]
         return kwargs.get(arg, args[pos] if len(args) > pos else default) not in free
+    if name in COMPLEX_BEARING:         # sgn(z) = z/|z|
+        return any(leaf.is_complex() for leaf in _tensors((args, kwargs)))
     cls = classify(name)
     return cls is None or cls[0] != FREE
 

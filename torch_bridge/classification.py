@@ -5,7 +5,9 @@ An op (an aten overload packet; an in-place ``op_`` is ``op``) is one of
 * **multiply-free** — data movement, additions and subtractions, max/min, selections,
   comparisons, sign and rounding, metadata, sampling: the audit never counts it.  A few
   are free only for some argument values (:data:`CONDITIONAL`: ``add`` with
-  ``alpha == 1``, ``scatter_reduce`` with a sum/max/min reduction, ...);
+  ``alpha == 1``, ``scatter_reduce`` with a sum/max/min reduction, ...) or for real
+  operands (:data:`COMPLEX_BEARING`: ``sgn`` and ``abs`` of a complex tensor divide and
+  take square roots);
 * **emulated** — the aten op of a torch function that :func:`torch_bridge.pam_mode`
   routes to a PA version.  Derived from mode.py's own table (:func:`emulated`), not
   listed here.  It is multiply-bearing: when it still reaches aten natively (its op
@@ -33,8 +35,8 @@ import re
 import torch
 
 __all__ = ["FREE", "EMULATED", "BY_DESIGN", "BEARING", "MULTIPLY_FREE", "MULTIPLY_BEARING",
-           "NATIVE_BY_DESIGN", "INTEGER_BY_DESIGN", "CONDITIONAL", "FAMILIES", "classify",
-           "emulated", "packet"]
+           "NATIVE_BY_DESIGN", "INTEGER_BY_DESIGN", "CONDITIONAL", "COMPLEX_BEARING", "FAMILIES",
+           "classify", "emulated", "packet"]
 
 FREE, EMULATED, BY_DESIGN, BEARING = ("multiply-free", "emulated", "native by design",
                                       "multiply-bearing")
@@ -132,7 +134,20 @@ MULTIPLY_FREE = frozenset("""
     _sparse_csr_sum _sparse_semi_structured_tile _sparse_semi_structured_apply
     _sparse_semi_structured_apply_dense copy_sparse_to_sparse flatten_dense_tensors
     unflatten_dense_tensors sum_to_size _add_relu _backward
+    upsample_nearest1d upsample_nearest2d upsample_nearest3d _upsample_nearest_exact1d
+    _upsample_nearest_exact2d _upsample_nearest_exact3d upsample_nearest1d_backward
+    upsample_nearest2d_backward upsample_nearest3d_backward
+    _upsample_nearest_exact1d_backward _upsample_nearest_exact2d_backward
+    _upsample_nearest_exact3d_backward
 """.split())
+
+#: multiply-free for real operands, multiply-bearing for complex ones (the audit counts
+#: them when an operand is complex): op -> what a complex operand costs
+COMPLEX_BEARING = {
+    "sgn": "z/|z| for a complex z: a division by a square root of a sum of squares",
+    "abs": "|z| for a complex z: a square root of a sum of squares",
+    "absolute": "|z| for a complex z: a square root of a sum of squares",
+}
 
 #: multiply-free only for some values of one argument: op -> (argument, its position
 #: when given positionally, its default, the values that multiply nothing)
@@ -152,6 +167,11 @@ CONDITIONAL = {
 NATIVE_BY_DESIGN = {
     "cos": "rotary position tables: a function of integer positions, no PA definition",
     "sin": "rotary position tables: a function of integer positions, no PA definition",
+    **dict.fromkeys(
+        ("hann_window", "hamming_window", "blackman_window", "kaiser_window",
+         "bartlett_window"),
+        "window tables: no tensor input, a constant of the window length (torch.stft's "
+        "window, audio front ends), computed once by the host"),
 }
 
 #: integer arithmetic left native on purpose (a result of an integer dtype; a floating
@@ -199,13 +219,9 @@ MULTIPLY_BEARING = frozenset("""
     _fused_dropout _masked_scale
     gru_cell lstm_cell rnn_tanh_cell rnn_relu_cell _lstm_mps
     _adaptive_avg_pool2d _adaptive_avg_pool3d fractional_max_pool2d fractional_max_pool3d
-    upsample_nearest1d upsample_nearest2d upsample_nearest3d _upsample_nearest_exact1d
-    _upsample_nearest_exact2d _upsample_nearest_exact3d upsample_linear1d
-    upsample_bilinear2d upsample_bicubic2d upsample_trilinear3d _upsample_bilinear2d_aa
-    _upsample_bicubic2d_aa _upsample_lanczos2d_aa grid_sampler grid_sampler_2d
-    grid_sampler_3d _grid_sampler_2d_cpu_fallback affine_grid_generator
-    stft istft bartlett_window blackman_window hamming_window hann_window kaiser_window
-    linspace logspace
+    _upsample_bilinear2d_aa _upsample_bicubic2d_aa _upsample_lanczos2d_aa grid_sampler
+    grid_sampler_2d grid_sampler_3d _grid_sampler_2d_cpu_fallback affine_grid_generator
+    stft istft linspace logspace
     det logdet slogdet inverse pinverse matrix_exp matrix_power cholesky cholesky_inverse
     cholesky_solve _cholesky_solve_helper qr geqrf orgqr ormqr svd triangular_solve
     lu_solve _lu_with_info _spsolve
@@ -252,6 +268,9 @@ FAMILIES = (
 _FAMILIES = tuple((re.compile(p), rule, why) for p, rule, why in FAMILIES)
 #: pam_mode's torch functions named otherwise than their aten op
 _ALIASES = {"truediv": "div", "cross_entropy": "cross_entropy_loss"}
+#: pam_mode's torch functions written in Python that route several aten ops
+_ROUTES = {"interpolate": ("upsample_linear1d", "upsample_bilinear2d", "upsample_bicubic2d",
+                           "upsample_trilinear3d")}
 
 
 def packet(name: str) -> str:
@@ -279,9 +298,9 @@ def emulated() -> dict[str, tuple[str, ...]]:
     from .mode import _HANDLERS
     found: dict[str, list[str]] = {}
     for func in _HANDLERS:
-        name = _aten_name(func)
-        if name is not None:
-            found.setdefault(name, []).append(_spelling(func))
+        for name in _ROUTES.get(func.__name__, ()) or (_aten_name(func),):
+            if name is not None:
+                found.setdefault(name, []).append(_spelling(func))
     return {k: tuple(sorted(set(v))) for k, v in sorted(found.items())}
 
 
@@ -289,8 +308,9 @@ def _spelling(func) -> str:
     """How a user spells ``func``: ``F.gelu``, ``torch.mul``, ``Tensor.__rmul__``, ..."""
     import torch.nn.functional as F
     for prefix, owner in (("F", F), ("torch", torch), ("torch.linalg", torch.linalg),
-                          ("Tensor", torch.Tensor)):
-        for attr in (func.__name__, func.__name__.removeprefix("linalg_")):
+                          ("torch.special", torch.special), ("Tensor", torch.Tensor)):
+        for attr in (func.__name__, func.__name__.removeprefix("linalg_"),
+                     func.__name__.removeprefix("special_")):
             if getattr(owner, attr, None) is func:
                 return f"{prefix}.{attr}"
     attrs = [a for a in dir(torch.Tensor) if getattr(torch.Tensor, a, None) is func]

@@ -3,7 +3,8 @@
 A description is a function of ``o``, the primitives, and its inputs: PA operations
 (``o.mul`` = PAM, ``o.div``, ``o.exp``, ``o.exp2``, ``o.log``, ``o.log2``, ``o.sqrt``,
 each rounding its operands into the format), float32 glue (``o.add``, ``o.sub``,
-``o.neg``, ``o.clamp_max``, ``o.lt``/``o.gt`` with ``o.where``) and row statistics
+``o.neg``, ``o.clamp_max``, ``o.floor`` (a constant: no gradient), ``o.lt``/``o.gt`` with
+``o.where``) and row statistics
 (``o.sum``: a sum over the row in emu.fold_sum's order; ``o.floor_max``: the constant
 shift ``floor(max)``, no gradient).  A number as a PA operand is a constant rounded
 into the format; as an addend, bound or comparison it is float32.  Keyword
@@ -23,10 +24,16 @@ import math
 __all__ = ["sigmoid", "tanh", "silu", "gelu_tanh", "gelu_erf", "softplus", "softmax",
            "log_softmax", "layer_norm", "rms_norm", "cross_entropy", "gru_cell", "lstm_cell"]
 
-#: paexp's argument is clamped here: float32 exp overflows beyond ~88.7, and
-#: 1/(1 + e^88) is below float32's smallest normal, so the functions lose nothing and
-#: neither pass sees an inf (whose derivative would be NaN)
-EXP_MAX = 88.0
+#: the exponential's argument is clamped here: e^-104 is below float32's smallest subnormal
+#: and x·e^x at x = -104 below its smallest normal, so nothing is lost; no pass sees an inf
+EXP_MAX = 104.0
+#: log2(e) = 1 + 2^-1 - 2^-4 + 2^-8 + LOG2E_R: a PAM by a power of two is exact, so
+#: x·log2(e) carries PAM's error (<= 11 %) on LOG2E_R·x alone, <= 0.013 at x = 88
+#: (x ·̂ log2e errs by up to 10 there: a factor 2^10 in paexp)
+LOG2E_R = math.log2(math.e) - (1 + 2.0 ** -1 - 2.0 ** -4 + 2.0 ** -8)
+#: tanh's rational branch holds below this |x|, the exponential one above (both within
+#: 13 % there; docs/semantics.md §8)
+TANH_T = 1.0
 #: 2·sqrt(2/pi): GELU's tanh form via sigmoid
 GELU_K = 2.0 * math.sqrt(2.0 / math.pi)
 GELU_C = 0.044715
@@ -43,34 +50,91 @@ ERF_XMAX = 16.0
 
 # --- elementwise ------------------------------------------------------------------------
 
-def exp_neg(o, x):
-    """``paexp(min(-x, 88))``."""
-    return o.exp(o.clamp_max(o.neg(x), EXP_MAX))
+def exp_neg_parts(o, a):
+    """``(k, m)``: ``e^-a = 2^k ·̂ m`` for ``a >= 0`` (clamped at 88), ``m = paexp2(y - k)``
+    in [1, 2), ``k = floor(y)`` a constant (no gradient), ``y = -(a + a ·̂ 2^-1 - a ·̂ 2^-4
+    + a ·̂ 2^-8 + a ·̂ r)`` = ``-a·log2(e)`` in float32 with PAM's error on ``r·a`` alone."""
+    a = o.clamp_max(a, EXP_MAX)
+    y = o.add(o.add(o.sub(o.add(a, o.mul(a, 0.5)), o.mul(a, 0.0625)), o.mul(a, 2.0 ** -8)),
+              o.mul(a, LOG2E_R))
+    y = o.neg(y)
+    k = o.floor(y)
+    return k, o.exp2(o.sub(y, k))
+
+
+def exp_neg(o, a):
+    """``e^-a`` for ``a >= 0``: ``paexp2(k) ·̂ m`` of :func:`exp_neg_parts`, paexp2 of the
+    float32 ``-a·log2(e)``, its relative error that of paexp2 alone (<= 6.1 %; a PAM by
+    a power of two is exact).  ``paexp(-a) = paexp2(-a ·̂ log2e)`` instead errs by up to
+    2^(0.16·a): PAM's error on the product, and the product's rounding into the format."""
+    k, m = exp_neg_parts(o, a)
+    return o.mul(o.exp2(k), m)
+
+
+def _abs(o, x):
+    """``(x < 0, |x|)``, |x| a selection."""
+    neg = o.lt(x, 0.0)
+    return neg, o.where(neg, o.neg(x), x)
+
+
+def _logistic(o, num, neg, a, split=True):
+    """num·σ(x) for ``a = |x|``, ``e = e^-a`` (:func:`exp_neg`): ``num ÷̂ (1 + e)`` where
+    x >= 0, ``(num ·̂ e) ÷̂ (1 + e)`` where x < 0 (``num`` 1.0: ``e``); e is never above 1,
+    so nothing overflows.  With ``split``, ``num ·̂ e`` is ``((num ·̂ m) ·̂ 2^h) ·̂ 2^(k-h)``,
+    ``h = floor(k ·̂ 0.5)``: exact scalings, so it stays normal where e alone would flush
+    (x·e^x near x = -88 in bfloat16, -12 in float16).  The product's operand is 0 where
+    x >= 0, so an unselected branch holds no inf (whose derivative is NaN)."""
+    k, m = exp_neg_parts(o, a)
+    e = o.mul(o.exp2(k), m)
+    if isinstance(num, float):
+        top = o.where(neg, e, num)
+    elif split:
+        h = o.floor(o.mul(k, 0.5))
+        p = o.mul(o.mul(o.mul(o.where(neg, num, 0.0), m), o.exp2(h)), o.exp2(o.sub(k, h)))
+        top = o.where(neg, p, num)
+    else:
+        top = o.where(neg, o.mul(o.where(neg, num, 0.0), e), num)
+    return o.div(top, o.add(e, 1.0))
 
 
 def sigmoid(o, x):
-    """``1 ÷̂ (1 + paexp(min(-x, 88)))``."""
-    return o.div(1.0, o.add(exp_neg(o, x), 1.0))
+    """``1 ÷̂ (1 + e)`` for x >= 0, ``e ÷̂ (1 + e)`` for x < 0, ``e = e^-|x|``
+    (:func:`exp_neg`): no overflow in any format."""
+    neg, a = _abs(o, x)
+    return _logistic(o, 1.0, neg, a)
 
 
 def tanh(o, x):
-    """``2σ(2x) - 1`` as ``s + s - 1``, ``s = sigmoid(x + x)``: no multiply, and ±1 (not
-    NaN) where paexp overflows."""
-    s = sigmoid(o, o.add(x, x))
-    return o.sub(o.add(s, s), 1.0)
+    """Odd by construction, ``sign(x)·t(|x|)``: for ``a = |x| < TANH_T`` the Padé form
+    ``(a ·̂ (a² + 15)) ÷̂ (6a² + 15)`` (``a² = a ·̂ a``, ``6a²`` float32 additions; a
+    product and a quotient, no cancellation near 0, where ``2σ(2x) - 1`` errs by 44 %),
+    above ``1 - (e + e) ÷̂ (e + 1)``, ``e = e^-2a`` (:func:`exp_neg`)."""
+    neg, a = _abs(o, x)
+    s = o.clamp_max(a, TANH_T)                     # the unselected branch stays finite
+    s2 = o.mul(s, s)
+    d2 = o.add(s2, s2)
+    small = o.div(o.mul(s, o.add(s2, 15.0)), o.add(o.add(o.add(d2, d2), d2), 15.0))
+    e = exp_neg(o, o.add(a, a))
+    big = o.sub(1.0, o.div(o.add(e, e), o.add(e, 1.0)))
+    t = o.where(o.lt(a, TANH_T), small, big)
+    return o.where(neg, o.neg(t), t)
 
 
 def silu(o, x):
-    """``x ÷̂ (1 + paexp(min(-x, 88)))``: x·σ(x) with one PA division."""
-    return o.div(x, o.add(exp_neg(o, x), 1.0))
+    """x·σ(x): ``x ÷̂ (1 + e)`` for x >= 0, ``(x ·̂ e) ÷̂ (1 + e)`` for x < 0,
+    ``e = e^-|x|``."""
+    neg, a = _abs(o, x)
+    return _logistic(o, x, neg, a)
 
 
 def gelu_tanh(o, x):
-    """GELU's tanh form ``0.5·x·(1 + tanh(z)) = x·σ(2z)``:
-    ``x ÷̂ (1 + paexp(min(-((x + C ·̂ ((x ·̂ x) ·̂ x)) ·̂ K), 88)))``."""
+    """GELU's tanh form ``0.5·x·(1 + tanh(z)) = x·σ(2z)``, ``2z = (x + C ·̂ ((x ·̂ x) ·̂ x))
+    ·̂ K``: ``x ÷̂ (1 + e)`` for 2z >= 0, ``(x ·̂ e) ÷̂ (1 + e)`` below, ``e = e^-|2z|``
+    (no split of ``x ·̂ e``: where e flushes, the cube's PAM error already dominates)."""
     cube = o.mul(o.mul(x, x), x)
     z2 = o.mul(o.add(x, o.mul(cube, GELU_C)), GELU_K)
-    return o.div(x, o.add(exp_neg(o, z2), 1.0))
+    neg, a = _abs(o, z2)
+    return _logistic(o, x, neg, a, split=False)
 
 
 def gelu_erf(o, x):
@@ -83,16 +147,21 @@ def gelu_erf(o, x):
     poly = ERF_A[-1]
     for b in reversed(ERF_A[:-1]):                 # Horner: b_i + t ·̂ (...)
         poly = o.add(o.mul(t, poly), b)
-    h = o.mul(o.mul(t, poly), o.exp(o.neg(o.mul(o.mul(a, a), 0.5))))
+    h = o.mul(o.mul(t, poly), exp_neg(o, o.mul(o.mul(a, a), 0.5)))
     return o.mul(x, o.where(neg, h, o.sub(1.0, h)))
 
 
 def softplus(o, x, beta, threshold, unit):
-    """``palog(1 + paexp(β ·̂ x)) ÷̂ β``, and ``x`` where ``β·x > threshold`` (torch's
-    definition; the PA branch sees its argument clamped there, so no inf reaches it);
-    ``unit``: β = 1, no multiply or divide."""
+    """``(max(βx, 0) + L(e)) ÷̂ β``, ``e = e^-|βx|`` (:func:`exp_neg`), ``L(e) = (e ·̂ (e +
+    6)) ÷̂ (4e + 6)`` (log(1 + e)'s Padé form, within 1 % on [0, 1]; palog(1 + e) errs by
+    31 % as e -> 0), and ``x`` where ``βx > threshold`` (torch's definition); ``βx = x ·̂
+    β``; ``unit``: β = 1, no multiply or divide."""
     bx = x if unit else o.mul(x, beta)
-    y = o.log(o.add(o.exp(o.clamp_max(bx, threshold)), 1.0))
+    neg, a = _abs(o, bx)
+    e = exp_neg(o, a)
+    e2 = o.add(e, e)
+    y = o.add(o.where(neg, 0.0, bx),
+              o.div(o.mul(e, o.add(e, 6.0)), o.add(o.add(e2, e2), 6.0)))
     if not unit:
         y = o.div(y, beta)
     return o.where(o.gt(bx, threshold), x, y)

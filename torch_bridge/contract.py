@@ -1,6 +1,6 @@
 """More PAM matmul products with a defined contraction order, and average pooling.
 
-einsum and addbmm reduce to :func:`torch_bridge.functional.pam_matmul` (emu's fold:
+einsum, addbmm and interpolation reduce to :func:`torch_bridge.functional.pam_matmul` (emu's fold:
 strictly increasing k in ``acc``), so their backward passes are the PAM matmul's,
 approximate or exact (Table 1); the convolutions are in :mod:`torch_bridge.functional`.
 Average pooling sums its windows in float32 and divides ÷̂ by the window size
@@ -18,7 +18,8 @@ from ._sums import fold_sum
 from ._tensors import check_tensor
 from .functional import int_tuple, pa_div, pam_matmul
 
-__all__ = ["pam_einsum", "pam_addbmm", "pa_avg_pool", "pa_adaptive_avg_pool"]
+__all__ = ["pam_einsum", "pam_addbmm", "pam_interpolate", "interpolation_table", "pa_avg_pool",
+           "pa_adaptive_avg_pool"]
 
 
 def _parse(equation: str, n: int):
@@ -100,6 +101,87 @@ def pam_addbmm(a, b, fmt="float32", *, acc="float32", mul="pam", backward="appro
                          f"{tuple(b.shape)} must be (B, n, k) and (B, k, p)")
     return pam_matmul(a.permute(1, 0, 2).reshape(a.shape[1], -1), b.reshape(-1, b.shape[2]),
                       fmt, acc=acc, mul=mul, backward=backward, rounding=rounding)
+
+
+# --- interpolation (F.interpolate's linear modes): a PAM matmul per axis
+
+#: F.interpolate's modes with weights, and their spatial dimensions
+INTERPOLATION = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
+_CUBIC_A = -0.75                    # torch's cubic convolution coefficient
+
+
+def interpolation_table(n: int, m: int, cubic: bool, align_corners: bool, scale=None):
+    """The (m, n) float32 weights of one axis of torch's linear or cubic upsampling, from
+    ``n`` inputs to ``m`` outputs (torch's CPU kernels, UpSample.h: its source index
+    ``r·(j + 0.5) - 0.5`` with ``r = 1/scale`` or ``n/m``, or ``r·j`` with ``r = (n-1)/(m-1)``
+    for align_corners; linear taps at floor and floor + 1 with weights ``1 - λ, λ``, the
+    index clamped at 0; cubic taps floor - 1 ... floor + 2, clamped to the axis, with the
+    cubic-convolution coefficients of A = -0.75).  Host arithmetic in float32, as torch's
+    opmath: a constant of the sizes, not of the data."""
+    f = np.float32
+    if align_corners:
+        r = f(n - 1) / f(m - 1) if m > 1 else f(0)
+    else:
+        r = f(1.0 / scale) if scale is not None and scale > 0 else f(n) / f(m)
+    j = np.arange(m, dtype=np.float32)
+    src = r * j if align_corners else r * (j + f(0.5)) - f(0.5)
+    w = np.zeros((m, n), np.float32)
+    rows = np.arange(m)
+    if cubic:
+        i = np.floor(src)
+        t = src - i
+        a = f(_CUBIC_A)
+
+        def near(x):                # |x| <= 1
+            return ((a + f(2)) * x - (a + f(3))) * x * x + f(1)
+
+        def far(x):                 # 1 < |x| < 2
+            return ((a * x - f(5) * a) * x + f(8) * a) * x - f(4) * a
+        for k, c in enumerate((far(t + f(1)), near(t), near(f(1) - t), far(f(2) - t))):
+            np.add.at(w, (rows, np.clip(i.astype(np.int64) - 1 + k, 0, n - 1)), c)
+        return w
+    if not align_corners:
+        src = np.maximum(src, f(0))
+    i0 = np.minimum(np.floor(src).astype(np.int64), n - 1)
+    lam = np.clip(src - i0.astype(np.float32), f(0), f(1))
+    np.add.at(w, (rows, i0), f(1) - lam)
+    np.add.at(w, (rows, i0 + (i0 < n - 1)), lam)
+    return w
+
+
+def pam_interpolate(x, size=None, scale_factor=None, mode="bilinear", align_corners=None,
+                    recompute_scale_factor=None, fmt="float32", *, acc="float32", mul="pam",
+                    backward="approx", rounding="nearest_even"):
+    """F.interpolate's ``linear``, ``bilinear``, ``bicubic`` and ``trilinear`` modes (no
+    antialias) with PAM products: each spatial axis in turn, first to last, is one PAM
+    matmul by that axis's weight table (:func:`interpolation_table`, torch's weights),
+    ``y = x @ Wᵀ`` over the axis.  Output sizes and scales as torch's: ``size``, or
+    ``floor(n·scale_factor)`` with ``1/scale_factor`` as the index scale unless
+    ``recompute_scale_factor``."""
+    nd = INTERPOLATION.get(mode)
+    if nd is None:
+        raise ValueError(f"mode={mode!r}; expected one of {sorted(INTERPOLATION)}")
+    check_tensor(x, "input")
+    if x.dim() != nd + 2 or (size is None) == (scale_factor is None):
+        raise ValueError(f"interpolate: mode={mode!r} needs a {nd + 2}-D input and one of "
+                         f"size, scale_factor; got input.shape={tuple(x.shape)}")
+    ins = x.shape[2:]
+    if size is not None:
+        outs = (size,) * nd if isinstance(size, int) else tuple(size)
+        scales = (None,) * nd
+    else:
+        scales = (float(scale_factor),) * nd if isinstance(scale_factor, (int, float)) \
+            else tuple(float(s) for s in scale_factor)
+        outs = tuple(math.floor(n * s) for n, s in zip(ins, scales))
+        if recompute_scale_factor:
+            scales = (None,) * nd
+    y = x
+    for d, (n, m, sc) in enumerate(zip(ins, outs, scales)):
+        w = interpolation_table(n, m, mode == "bicubic", bool(align_corners), sc)
+        wt = torch.from_numpy(np.ascontiguousarray(w.T)).to(x.device, x.dtype)
+        y = pam_matmul(y.movedim(2 + d, -1), wt, fmt, acc=acc, mul=mul, backward=backward,
+                       rounding=rounding).movedim(-1, 2 + d)
+    return y
 
 
 # --- average pooling: float32 window sums ÷̂ the window size

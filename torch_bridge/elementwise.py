@@ -93,18 +93,20 @@ def _elementwise(desc, x, nm, params=None, **flags):
 
 
 def pa_sigmoid(x, fmt="float32", *, backward="approx", rounding="nearest_even", mul="pam"):
-    """``1 ÷̂ (1 + paexp(-x))`` (-x clamped at 88)."""
+    """``1 ÷̂ (1 + e)`` for x >= 0, ``e ÷̂ (1 + e)`` below, ``e = e^-|x|`` (the accurate
+    exponential, composites.exp_neg)."""
     return _elementwise(D.sigmoid, x, check_numerics(fmt, backward, rounding, mul=mul))
 
 
 def pa_tanh(x, fmt="float32", *, backward="approx", rounding="nearest_even", mul="pam"):
-    """``2σ(2x) - 1`` as ``s + s - 1`` with ``s = pa_sigmoid(x + x)``: no multiply,
-    and ±1 (not NaN) where paexp overflows."""
+    """Odd bit for bit: ``sign(x)·t(|x|)``, t the Padé form ``(a ·̂ (a² + 15)) ÷̂ (6a² +
+    15)`` below 1, ``1 - 2e ÷̂ (1 + e)``, ``e = e^-2|x|``, from 1 (composites.tanh)."""
     return _elementwise(D.tanh, x, check_numerics(fmt, backward, rounding, mul=mul))
 
 
 def pa_silu(x, fmt="float32", *, backward="approx", rounding="nearest_even", mul="pam"):
-    """``x ÷̂ (1 + paexp(-x))`` (x·σ(x) with one PA division; -x clamped at 88)."""
+    """x·σ(x): ``x ÷̂ (1 + e)`` for x >= 0, ``(x ·̂ e) ÷̂ (1 + e)`` below, ``e = e^-|x|``
+    (composites.silu)."""
     return _elementwise(D.silu, x, check_numerics(fmt, backward, rounding, mul=mul))
 
 
@@ -126,8 +128,8 @@ def pa_gelu(x, approximate="none", fmt="float32", *, backward="approx",
 
 def pa_softplus(x, beta=1.0, threshold=20.0, fmt="float32", *, backward="approx",
                 rounding="nearest_even", mul="pam"):
-    """``palog(1 + paexp(β ·̂ x)) ÷̂ β``, and ``x`` where ``β·x > threshold`` (torch's
-    definition; the PA branch sees the input clamped there, so no inf reaches it)."""
+    """``(max(βx, 0) + (e ·̂ (e + 6)) ÷̂ (4e + 6)) ÷̂ β``, ``e = e^-|βx|`` (log(1 + e)'s
+    Padé form), and ``x`` where ``β·x > threshold`` (torch's definition)."""
     nm = check_numerics(fmt, backward, rounding, mul=mul)
     return _elementwise(D.softplus, x, nm, {"beta": float(beta), "threshold": float(threshold)},
                         unit=beta == 1)

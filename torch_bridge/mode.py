@@ -4,14 +4,16 @@ Inside ``with pam_mode(config):`` these torch functions are routed to their PA
 versions when their op group is enabled (otherwise, and for non-floating or non-CPU
 operands, they run natively):
 
-* ``matmul``: torch.matmul / Tensor.matmul / ``@``, torch.mm, torch.bmm, torch.addmm,
-  torch.baddbmm, torch.addmv, torch.addbmm, torch.mv, dot, inner, outer/ger (and their
-  Tensor methods), F.linear, F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d/2d/3d,
+* ``matmul``: torch.matmul / torch.linalg.matmul / Tensor.matmul / ``@``, torch.mm,
+  torch.bmm, torch.addmm, torch.baddbmm, torch.addmv, torch.addbmm, torch.mv, dot,
+  inner, outer/ger (and their Tensor methods), F.linear, F.conv1d, F.conv2d, F.conv3d,
+  F.conv_transpose1d/2d/3d,
   torch.einsum and tensordot (:mod:`torch_bridge.contract`), linalg.multi_dot (left to
-  right), the batched matmuls of F.scaled_dot_product_attention and
+  right), F.interpolate's linear, bilinear, bicubic and trilinear modes (a PAM matmul per
+  axis by torch's weight table), the batched matmuls of F.scaled_dot_product_attention and
   F.multi_head_attention_forward;
-* ``softmax``: softmax and log_softmax (F., torch., Tensor.), and the softmax and logit
-  scaling inside scaled_dot_product_attention;
+* ``softmax``: softmax and log_softmax (F., torch., torch.special., Tensor.), and the
+  softmax and logit scaling inside scaled_dot_product_attention;
 * ``layernorm``: F.layer_norm, F.rms_norm, F.batch_norm, F.group_norm, F.instance_norm
   (:mod:`torch_bridge.norms`);
 * ``loss``: F.cross_entropy, F.nll_loss, F.mse_loss, F.l1_loss, F.huber_loss,
@@ -20,9 +22,9 @@ operands, they run natively):
 * ``elementwise``: ``*`` and ``/`` (torch.mul/div/multiply/divide/true_divide, their
   Tensor methods, reflected and in-place forms), ``**`` / pow with a number exponent
   or a positive number base, exp, exp2, log, log2, sqrt, rsqrt, reciprocal, sigmoid,
-  tanh (torch. and Tensor., in-place too), torch.mean / Tensor.mean, the 2-norm
-  (torch.norm, Tensor.norm, linalg.vector_norm), F.gelu, F.silu, F.softplus,
-  F.cosine_similarity, F.pairwise_distance (p=2), F.avg_pool1d/2d/3d and
+  tanh (torch. and Tensor., in-place too; torch.special.expit and exp2), torch.mean /
+  Tensor.mean, the 2-norm (torch.norm, Tensor.norm, linalg.vector_norm), F.gelu, F.silu,
+  F.softplus, F.cosine_similarity, F.pairwise_distance (p=2), F.avg_pool1d/2d/3d and
   F.adaptive_avg_pool1d/2d/3d — through the PA primitives, :mod:`torch_bridge.elementwise`
   and :mod:`torch_bridge.contract`;
 * ``matmul`` and ``elementwise``: torch.gru / lstm / rnn_tanh / rnn_relu (nn.GRU,
@@ -203,6 +205,18 @@ def _multi_dot(cfg, tensors, *, out=None):
         y = PF.matmul(y, t, cfg)
     y = y.squeeze(-1) if last else y
     return y.squeeze(0) if first else y
+
+
+def _interpolate(cfg, x, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                 recompute_scale_factor=None, antialias=False):
+    """The modes with weights; nearest (a gather), antialias and anything torch would
+    refuse run torch's own F.interpolate (its body under the mode)."""
+    nd = PC.INTERPOLATION.get(mode)
+    if (nd is None or antialias or not _floating(x) or x.dim() != nd + 2
+            or (size is None) == (scale_factor is None)):
+        return NotImplemented
+    return PC.pam_interpolate(x, size, scale_factor, mode, align_corners,
+                              recompute_scale_factor, cfg.fmt, **_mm_kw(cfg))
 
 
 def _sdpa(cfg, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -577,10 +591,14 @@ for _fn, _op in {"exp": PF.pa_exp, "log": PF.pa_log, "sqrt": PF.pa_sqrt, "exp2":
                  "sigmoid": PE.pa_sigmoid, "tanh": PE.pa_tanh}.items():
     _ELEMENTWISE[getattr(torch, _fn)] = _ELEMENTWISE[getattr(_T, _fn)] = _unary(_op)
     _ELEMENTWISE[getattr(_T, _fn + "_")] = _unary(_op, inplace=True)
+# torch.special's spellings of the same functions
+_ELEMENTWISE[torch.special.expit] = _ELEMENTWISE[torch.sigmoid]
+_ELEMENTWISE[torch.special.exp2] = _ELEMENTWISE[torch.exp2]
 
 _HANDLERS = {
     torch.matmul: _matmul, _T.matmul: _matmul, _T.__matmul__: _matmul, _T.__rmatmul__: _rmatmul,
-    torch.mm: _matmul, _T.mm: _matmul, torch.bmm: _matmul, _T.bmm: _matmul,
+    torch.linalg.matmul: _matmul, torch.mm: _matmul, _T.mm: _matmul, torch.bmm: _matmul,
+    _T.bmm: _matmul,
     torch.mv: _matmul, _T.mv: _matmul, torch.dot: _matmul, _T.dot: _matmul,
     torch.inner: _inner, torch.outer: _outer, torch.ger: _outer, _T.outer: _outer,
     torch.tensordot: _tensordot, torch.linalg.multi_dot: _multi_dot,
@@ -588,9 +606,10 @@ _HANDLERS = {
     torch.addmv: _addmm, _T.addmv: _addmm, torch.addbmm: _addbmm, _T.addbmm: _addbmm,
     F.linear: _linear, F.conv1d: _conv1d, F.conv2d: _conv2d, F.conv3d: _conv3d,
     F.conv_transpose1d: _conv_transpose, F.conv_transpose2d: _conv_transpose,
-    F.conv_transpose3d: _conv_transpose, torch.einsum: _einsum,
+    F.conv_transpose3d: _conv_transpose, torch.einsum: _einsum, F.interpolate: _interpolate,
     F.scaled_dot_product_attention: _sdpa, F.multi_head_attention_forward: _mha,
     F.softmax: _f_softmax, torch.softmax: _t_softmax, _T.softmax: _t_softmax,
+    torch.special.softmax: _t_softmax, torch.special.log_softmax: _log_softmax,
     F.layer_norm: _layer_norm, F.cross_entropy: _cross_entropy, F.rms_norm: _rms_norm,
     F.log_softmax: _log_softmax, torch.log_softmax: _log_softmax,
     _T.log_softmax: _log_softmax, F.nll_loss: _nll_loss, F.mse_loss: _mse_loss,
@@ -604,7 +623,7 @@ _HANDLERS = {
 _LOSSES = (_cross_entropy, _nll_loss, _mse_loss, _bce, _bce_logits, _kl_div, _l1_loss,
            _huber_loss, _smooth_l1_loss)
 _GROUP = {**{h: "matmul" for h in (_conv1d, _conv3d, _conv_transpose, _addbmm, _einsum, _outer,
-                                   _tensordot, _inner, _multi_dot)},
+                                   _tensordot, _inner, _multi_dot, _interpolate)},
           **{h: "layernorm" for h in (_layer_norm, _rms_norm, _batch_norm, _group_norm,
                                       _instance_norm)},
           _log_softmax: "softmax", **{h: "loss" for h in _LOSSES},

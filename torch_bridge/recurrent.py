@@ -49,8 +49,8 @@ class _Ops:
 
     def tanh(self, x):
         nm = self.nm
-        return PE.pa_tanh(x, nm.fmt, backward=nm.backward, rounding=nm.rounding) \
-            if self.pa else torch.tanh(x)
+        return PE.pa_tanh(x, nm.fmt, backward=nm.backward, rounding=nm.rounding,
+                          mul=self.config.mul) if self.pa else torch.tanh(x)
 
     def sequence(self, mode, gi, h, c, w_hh, b_hh):
         """``(mm, ew)`` Numerics when a whole direction runs as one Function
