@@ -32,10 +32,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from . import _scalar as S
 from . import _scalar_mul as SM
 from . import cuda_backend
 from .formats import Format, float32, format
-from .host import HostBackend, _pick, alloc, finish, flat_u32
+from .host import HOST, HostBackend, _pick, alloc, finish, flat_u32
 from .shapes import elementwise
 
 __all__ = ["Multiplier", "MULTIPLIERS", "multiplier", "mul", "table_multiplier", "Table",
@@ -225,6 +226,17 @@ def _canonical(values) -> np.ndarray:
     return v
 
 
+def _decode(bits, fmt: Format) -> np.ndarray:
+    """emu.from_bits on the host (this module sits below emu.ops, which imports emu.mx)."""
+    return HOST.from_bits(elementwise("from_bits", fmt.consts, bits=bits), bits, fmt)
+
+
+def _round(x, fmt: Format) -> np.ndarray:
+    """emu.quantize (RNE) on the host of values made float32 first (RNE)."""
+    xv = HostBackend.operand(np.asarray(x, np.float32), "source")
+    return HOST.quantize(elementwise("quantize", fmt.consts, x=xv), xv, S.RNE, True, False, 0)
+
+
 def table_dir() -> Path:
     """Where saved table multipliers live (:func:`save_table`): ``$PAMSIM_MULTIPLIERS``,
     else ``~/.pamsim/multipliers``."""
@@ -276,9 +288,8 @@ def _table(name: str) -> Table:
         raise ValueError(f"mul='table:{name}': the file holds a {values.dtype} array of shape "
                          f"{values.shape}; expected a 2-D float array of products")
     v = _canonical(values)
-    from .ops import quantize                   # emu.ops imports emu.mx, which imports this
     out = next(format(f) for f in TABLE_OUT_FORMATS
-               if np.array_equal(quantize(v, f).view(np.uint32), v.view(np.uint32)))
+               if np.array_equal(_round(v, format(f)).view(np.uint32), v.view(np.uint32)))
     _TABLES[name] = Table(None, v, str(path), hashlib.sha256(v.tobytes()).hexdigest(), out)
     return _TABLES[name]
 
@@ -288,12 +299,11 @@ def table_multiplier(source, fmt, out_fmt="float32", *, name: str | None = None)
     ``table:NAME`` (``name``, default the first 12 hex digits of the table's SHA-256).
 
     ``source``: a 2^w x 2^w array (integers: encodings in ``out_fmt``; floats: values,
-    rounded RNE into ``out_fmt``), the path of a ``.npy`` file of one, or a function of
+    made float32 (RNE), then rounded RNE into ``out_fmt``), the path of a ``.npy`` file of one, or a function of
     two floats (every pair of values of ``fmt``, rounded into ``out_fmt``).  Row: the
     first operand's encoding; column: the second's.  ``out_fmt``: one of
     :data:`TABLE_OUT_FORMATS` or ``fmt`` itself (a multiplier whose products are
     operands again, as pamsim's own RTL multipliers)."""
-    from .ops import from_bits, quantize        # emu.ops imports emu.mx, which imports this
     fmt = format(fmt, argname="fmt").arithmetic()
     out = check_out_format(fmt, out_fmt)
     w = fmt.width
@@ -304,7 +314,7 @@ def table_multiplier(source, fmt, out_fmt="float32", *, name: str | None = None)
     if isinstance(source, (str, Path)):
         source = np.load(source, allow_pickle=False)
     if callable(source):
-        vals = from_bits(np.arange(1 << w, dtype=np.uint32), fmt).astype(np.float64)
+        vals = _decode(np.arange(1 << w, dtype=np.uint32), fmt).astype(np.float64)
         table = np.array([[source(float(x), float(y)) for y in vals] for x in vals], np.float64)
     else:
         table = np.asarray(source)
@@ -315,10 +325,9 @@ def table_multiplier(source, fmt, out_fmt="float32", *, name: str | None = None)
         if table.min() < 0 or table.max() >= 1 << out.width:
             raise ValueError(f"source: encodings must lie in [0, 2^{out.width}) for "
                              f"out_fmt={out.name}")
-        values = from_bits(table.astype(np.uint32), out)
+        values = _decode(table.astype(np.uint32), out)
     else:
-        values = quantize(table.astype(np.float32) if table.dtype == np.float32 else table,
-                          out)
+        values = _round(table, out)
     v = _canonical(values)
     sha = hashlib.sha256(v.tobytes()).hexdigest()
     name = sha[:12] if name is None else name
@@ -492,8 +501,7 @@ def error_stats(mul, fmt: Format | str = float32, samples: int = 1 << 20,
     n = 1 << fmt.man_bits
     exhaustive = n * n <= 1 << 20
     if m.kind == "table":       # no scale invariance: every pair of normal operands
-        from .ops import from_bits              # emu.ops imports emu.mx, which imports this
-        v = from_bits(np.arange(1 << fmt.width, dtype=np.uint32), fmt)
+        v = _decode(np.arange(1 << fmt.width, dtype=np.uint32), fmt)
         v = v[np.isfinite(v) & (np.abs(v) >= fmt.smallest_normal)]
         a, b = (x.ravel() for x in np.meshgrid(v, v, indexing="ij"))
         exact = a.astype(np.float64) * b
