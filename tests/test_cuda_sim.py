@@ -410,12 +410,16 @@ else:
         got = host(emu.pam_matmul(dev(a), dev(b), fmt, acc))
         assert_bits_equal(got, emu.pam_matmul(a, b, fmt, acc), what=f"{case} {fmt} acc {acc}")
 
-    @pytest.mark.parametrize("mul", ["lmul", "pam-3", "cpam2-unbiased", "exact", "float"])
-    @pytest.mark.parametrize("fmt,acc", [("bfloat16", "float32"), ("float8_e4m3fn", "bfloat16"),
-                                         ("float16", "float16")])
+    @pytest.mark.parametrize("mul,fmt,acc", [
+        ("lmul", "bfloat16", "float32"), ("pam-3", "float8_e4m3fn", "bfloat16"),
+        ("cpam2-unbiased", "float16", "float16"), ("exact", "float8_e4m3fn", "bfloat16"),
+        ("float", "bfloat16", "float32"), ("table", "float8_e4m3fn", "float32")])
     def test_matmul_multipliers(mul, fmt, acc, rng):
-        """Every kind of multiplier (issue 23): one constant in CLEAN/MASKED blocks, the
-        others per product in GENERAL ones, the same bits as the CPU's."""
+        """Every kind of multiplier (issue 23, 24), each with one operand format and
+        accumulator: one constant in CLEAN/MASKED blocks, the others per product in
+        GENERAL ones, the same bits as the CPU's."""
+        if mul == "table":              # any function of two e4m3fn operands
+            mul = emu.table_multiplier(lambda x, y: x * y * 1.01, fmt, "bfloat16", name="sim")
         for case in ("clean", "masked", "general"):
             a, b = mm_case(case, (20, 36), (36, 9), rng)
             got = host(emu.matmul(dev(a), dev(b), fmt, acc, mul=mul))
