@@ -216,7 +216,7 @@ def check_out_format(fmt: Format, out_fmt) -> Format:
     return out
 
 
-_TABLES: dict[str, Table] = {}
+_TABLE_MULTIPLIERS: dict[str, Table] = {}
 _TABLE_NAME = r"[A-Za-z0-9_.+-]+"
 
 
@@ -269,16 +269,16 @@ def save_table(m: Multiplier, **meta) -> Path:
 def _table(name: str) -> Table:
     """The registered table ``name``, else one saved under :func:`table_dir`, else the
     .npy file of that path (each read once)."""
-    if name in _TABLES:
-        return _TABLES[name]
+    if name in _TABLE_MULTIPLIERS:
+        return _TABLE_MULTIPLIERS[name]
     saved = table_dir() / f"{name}.npz"
     if re.fullmatch(_TABLE_NAME, name) and saved.is_file():
         with np.load(saved, allow_pickle=False) as z:
             info = json.loads(str(z["info"]))
             v = _canonical(z["values"])
-        _TABLES[name] = Table(format(info["fmt"]), v, info["source"], info["sha256"],
-                              format(info["out_fmt"]))
-        return _TABLES[name]
+        _TABLE_MULTIPLIERS[name] = Table(format(info["fmt"]), v, info["source"],
+                                         info["sha256"], format(info["out_fmt"]))
+        return _TABLE_MULTIPLIERS[name]
     path = Path(name)
     if path.suffix != ".npy" or not path.is_file():
         raise ValueError(f"mul='table:{name}': no table multiplier of that name is registered "
@@ -290,8 +290,9 @@ def _table(name: str) -> Table:
     v = _canonical(values)
     out = next(format(f) for f in TABLE_OUT_FORMATS
                if np.array_equal(_round(v, format(f)).view(np.uint32), v.view(np.uint32)))
-    _TABLES[name] = Table(None, v, str(path), hashlib.sha256(v.tobytes()).hexdigest(), out)
-    return _TABLES[name]
+    _TABLE_MULTIPLIERS[name] = Table(None, v, str(path),
+                                     hashlib.sha256(v.tobytes()).hexdigest(), out)
+    return _TABLE_MULTIPLIERS[name]
 
 
 def table_multiplier(source, fmt, out_fmt="float32", *, name: str | None = None) -> Multiplier:
@@ -334,7 +335,7 @@ def table_multiplier(source, fmt, out_fmt="float32", *, name: str | None = None)
     if not isinstance(name, str) or not re.fullmatch(_TABLE_NAME, name) \
             or name.endswith(".npy"):
         raise ValueError(f"name={name!r}: expected letters, digits and _.+- (not a .npy path)")
-    _TABLES[name] = Table(fmt, v, src, sha, out)
+    _TABLE_MULTIPLIERS[name] = Table(fmt, v, src, sha, out)
     return Multiplier("table", table=name)
 
 
@@ -449,18 +450,18 @@ def search_cpam_table(man_bits: int, k: int, goal: str) -> tuple:
     return tuple(int(c) for c in out)
 
 
-_TABLES: dict = {}
+_CPAM_TABLES: dict = {}
 
 
 def cpam_table(man_bits: int, k: int, goal: str) -> tuple:
     """The shipped table (emu/cpam_tables.json, written by :func:`write_cpam_tables`)."""
-    if not _TABLES:
-        _TABLES.update(json.loads(_TABLES_FILE.read_text()))
+    if not _CPAM_TABLES:
+        _CPAM_TABLES.update(json.loads(_TABLES_FILE.read_text()))
     if not k <= man_bits <= CPAM_MAX_MAN_BITS:
         raise ValueError(f"cpam{k}-{goal}: tables are shipped for mantissa widths "
                          f"{k}..{CPAM_MAX_MAN_BITS}, not {man_bits}; give a table as data "
                          f"('cpam{k}:...')")
-    return tuple(_TABLES[goal][str(man_bits)][str(k)])
+    return tuple(_CPAM_TABLES[goal][str(man_bits)][str(k)])
 
 
 def write_cpam_tables(path: Path = _TABLES_FILE) -> None:

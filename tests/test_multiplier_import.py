@@ -54,7 +54,7 @@ def test_example_imports_as_its_model(env, tmp_path):
     assert "65,536 pairs simulated" in run.stdout
     saved = tmp_path / "store" / "trunc_ex.npz"
     assert saved.is_file()
-    EM._TABLES.pop("trunc_ex", None)                # found again on disk, by name
+    EM._TABLE_MULTIPLIERS.pop("trunc_ex", None)                # found again on disk, by name
     imported = EM._table("trunc_ex")
     model = EM._table(str(emu.table_multiplier(trunc_e5m2, "e5m2", "bf16",
                                                name="trunc_model").table))

@@ -193,3 +193,14 @@ def test_cost_of_a_table_is_one_read_of_its_memory(trunc):
     assert got.area_um2 == pytest.approx((1 << 16) * 16 * CA.SRAM_BIT_UM2)
     assert got.energy_pj > CA.fp_mul("float8_e4m3fn").energy_pj     # a 64 Ki-entry table
     assert EM.table_of("table:trunc_e4m3").out == emu.format("bfloat16")
+
+
+def test_a_table_registered_first_leaves_the_shipped_cpam_tables():
+    """In a fresh process, registering a table multiplier before any corrected PAM is
+    looked up keeps the shipped cpam tables (they once shared one dict)."""
+    import subprocess
+    import sys
+    code = ("import emu; emu.table_multiplier(lambda x, y: x * y, 'e4m3fn', name='t'); "
+            "print(emu.multiplier('cpam2-unbiased').params('bf16').table.size)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.split() == ["16"], run.stderr
