@@ -440,6 +440,19 @@ def metric_names(spec: TrainSpec) -> tuple[str, str]:
     return ("bpc", "val bits/char") if spec.data == "text" else ("acc", "test acc")
 
 
+def _cells(r, first, base, key) -> tuple[str, str, str]:
+    """A comparison row's metric, its change from the first run (points for accuracy) and
+    its notes (diverged; compile time)."""
+    val = r.final.get(key, float("nan"))
+    shown = f"{100 * val:12.2f}%" if key == "acc" else f"{val:13.4f}"
+    delta = "" if r is first or base is None else (
+        f"{100 * (val - base):+7.2f} pts" if key == "acc" else f"{val - base:+8.4f}")
+    note = " (diverged)" if r.diverged else ""
+    if r.compile_seconds >= 0.05:
+        note += f" (+{r.compile_seconds:.1f}s compiling kernels, once)"
+    return shown, delta, note
+
+
 def comparison_table(spec: TrainSpec, runs: list[RunResult]) -> str:
     """The final metrics of each run, and the change from the first (the baseline)."""
     key, label = metric_names(spec)
@@ -449,15 +462,9 @@ def comparison_table(spec: TrainSpec, runs: list[RunResult]) -> str:
     base = runs[0].final.get(key)
     for r in runs:
         f = r.final
-        val = f.get(key, float("nan"))
-        fmt = (lambda v: f"{100 * v:12.2f}%") if key == "acc" else (lambda v: f"{v:13.4f}")
-        delta = "" if r is runs[0] or base is None else (
-            f"{100 * (val - base):+7.2f} pts" if key == "acc" else f"{val - base:+8.4f}")
-        note = " (diverged)" if r.diverged else ""
-        if r.compile_seconds >= 0.05:
-            note += f" (+{r.compile_seconds:.1f}s compiling kernels, once)"
+        shown, delta, note = _cells(r, runs[0], base, key)
         lines.append(f"{r.name:8}  {r.config[:44]:44}  {f.get('train_loss', float('nan')):10.4f}"
-                     f"  {f.get('loss', float('nan')):9.4f}  {fmt(val)}  {delta:>11}  "
+                     f"  {f.get('loss', float('nan')):9.4f}  {shown}  {delta:>11}  "
                      f"{r.steps:5d}  {r.seconds:6.1f}s{note}")
     return "\n".join(lines)
 
@@ -546,13 +553,7 @@ def multiplier_table(spec: TrainSpec, runs: list[RunResult], facts: list[dict]) 
     lines = [head, "-" * len(head)]
     base = runs[0].final.get(key)
     for r, f in zip(runs, facts):
-        val = r.final.get(key, float("nan"))
-        shown = f"{100 * val:12.2f}%" if key == "acc" else f"{val:13.4f}"
-        delta = "" if r is runs[0] or base is None else (
-            f"{100 * (val - base):+7.2f} pts" if key == "acc" else f"{val - base:+8.4f}")
-        note = " (diverged)" if r.diverged else ""
-        if r.compile_seconds >= 0.05:
-            note += f" (+{r.compile_seconds:.1f}s compiling kernels, once)"
+        shown, delta, note = _cells(r, runs[0], base, key)
         lines.append(f"{r.name[:16]:16}  {f['fmt'][:9]:9}  {shown}  {delta:>11}  "
                      f"{100 * f['mean_err']:8.3f}%  {100 * f['max_err']:8.3f}%  "
                      f"{f['mac_pj']:7.3f}  {100 * f['energy_ratio']:6.1f}%  "
