@@ -54,19 +54,10 @@ docs-check: $(STAMP)
 
 # On a machine with a CUDA GPU where torch and numba-cuda are already installed, with
 # no package index: from this checkout (PYTHONPATH=.), every CUDA test on the device
-# against the CPU, then the CUDA benchmarks, then a summary (docs/gpu.md).
-GPU_TESTS := tests/test_cuda_sim.py tests/test_torch_cuda.py tests/test_memory_cuda.py
-gpu-check: SHELL := /bin/bash
+# against the CPU beside the bits at scale (sim/gpu_bits.py), then the CUDA benchmarks;
+# logs in out/gpu (sim/gpu_window.sh; docs/gpu.md).
 gpu-check:
-	@PYTHONPATH=. PAMSIM_CUDA_HARDWARE=1 $(PYTHON) -m pytest -q -p no:cacheprovider \
-		-p no:xdist $(GPU_TESTS) 2>&1 | tee gpu-check-tests.log; t=$${PIPESTATUS[0]}; \
-	PYTHONPATH=. $(PYTHON) -m sim.cli bench --device cuda 2>&1 | tee gpu-check-bench.log; \
-	b=$${PIPESTATUS[0]}; \
-	echo "== gpu-check summary =="; \
-	echo "tests (exit $$t): $$(tail -n 1 gpu-check-tests.log)"; \
-	echo "bench (exit $$b): $$(grep -c 'x  ' gpu-check-bench.log) rows," \
-		"$$(grep -c MISSED gpu-check-bench.log) targets missed"; \
-	test $$t -eq 0 -a $$b -eq 0
+	OUT=out/gpu PYTHON=$(PYTHON) bash sim/gpu_window.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -211,18 +211,42 @@ def settings_tag(args, ignore=()) -> str:
     return f"_{tag}" if tag else ""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from importlib.metadata import version
+def _version() -> str:
+    """The installed distribution's version; a checkout run with PYTHONPATH=. (the GPU
+    machines have no package index) reads pyproject.toml."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("pamsim")
+    except PackageNotFoundError:
+        import tomllib
+        with open(Path(__file__).resolve().parent.parent / "pyproject.toml", "rb") as f:
+            return tomllib.load(f)["project"]["version"] + " (source checkout)"
 
+
+def _unavailable(sub, name: str, why: str) -> None:
+    """A command whose optional extra is missing: listed, and one line when run."""
+    def run(args) -> int:
+        return fail(args, why)
+    # "+" prefixes: its options arrive as plain words, so any command line reaches run
+    p = sub.add_parser(name, help=f"(unavailable here: {why})", add_help=False,
+                       prefix_chars="+")
+    p.add_argument("rest", nargs="*")
+    p.set_defaults(run=run)
+
+
+def build_parser() -> argparse.ArgumentParser:
     from . import commands
     p = Parser(
         prog="pamsim",
         description="Bit-accurate emulation of piecewise-affine arithmetic. Without a "
                     f"command, runs the main job: pamsim {' '.join(DEFAULT_ARGV)}")
-    p.add_argument("--version", action="version", version=f"pamsim {version('pamsim')}")
+    p.add_argument("--version", action="version", version=f"pamsim {_version()}")
     sub = p.add_subparsers(dest="command", metavar="command")
     for mod in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        importlib.import_module(f"{commands.__name__}.{mod.name}").register(sub)
+        try:
+            importlib.import_module(f"{commands.__name__}.{mod.name}").register(sub)
+        except (ImportError, RuntimeError) as exc:      # an optional extra is missing
+            _unavailable(sub, mod.name.replace("_", "-"), str(exc).split("\n")[0])
     for cmd in sub.choices.values():        # for settings_tag
         cmd.set_defaults(parser=cmd)
     return p

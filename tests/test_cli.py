@@ -110,3 +110,31 @@ def test_bench_device_cuda_without_gpu(capsys):
     assert main(["bench", "--device", "cuda", "--quick"]) == 0
     out = capsys.readouterr().out
     assert "no CUDA device" in out and "(no rows)" in out
+
+
+def test_a_command_whose_extra_is_missing_is_one_line(capsys, monkeypatch):
+    """On a machine without an optional extra (the GPU machines have no amaranth) the
+    other commands still run, and that one says why in one line, exit 2."""
+    import costs.units
+    from sim import cli
+
+    def missing():
+        raise RuntimeError("the rtl package is needed to build units: install pamsim's "
+                           "rtl extra (amaranth)")
+    monkeypatch.setattr(costs.units, "catalog", missing)
+    assert cli.main(["fpga", "--unit", "mac", "--sweep"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["pamsim fpga: error: the rtl package is needed to build units: install "
+                   "pamsim's rtl extra (amaranth)"]
+    assert "unavailable here" in cli.build_parser().format_help()
+
+
+def test_version_from_a_checkout(monkeypatch):
+    import importlib.metadata as md
+
+    from sim import cli
+
+    def not_installed(name):
+        raise md.PackageNotFoundError(name)
+    monkeypatch.setattr(md, "version", not_installed)
+    assert cli._version().endswith("(source checkout)")

@@ -22,3 +22,21 @@ def test_without_a_device_no_rows_and_one_line(monkeypatch, capsys):
     out = capsys.readouterr().out.strip().splitlines()
     assert out == ["no CUDA device: CUDA driver library cannot be found "
                    "(the cuda case group has no rows)"]
+
+
+def test_gpu_bits_smoke(tmp_path):
+    """sim.gpu_bits (the bits at scale that make gpu-check runs on a device) under the
+    simulator: a few operands of two formats, one of them a scale type most ops refuse."""
+    import json
+    import os
+    import subprocess
+    import sys
+    proc = subprocess.run(
+        [sys.executable, "-m", "sim.gpu_bits", "--out", str(tmp_path), "--parts", "random",
+         "--chunk", "60", "--per-format", "60", "--formats", "float16,float8_e8m0fnu"],
+        env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1"), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    recs = [json.loads(line) for line in (tmp_path / "bits.jsonl").read_text().splitlines()]
+    assert {r["status"] for r in recs} == {"ok", "refused"}
+    assert sum(r["n"] for r in recs if r["fmt"] == "float16" and r["status"] == "ok") >= 29 * 60
+    assert "0 with mismatches or errors" in proc.stdout
