@@ -12,13 +12,17 @@ from +0.0: with ``(g, x, w) = (δY, A, Bᵀ)`` this is δA and with ``(δYᵀ, B
 a normal gradient ``d`` and a normal, finite ``w`` the term is the integer sum
 
     d + (w & 0xFF800000) - ONE32 + ((m_x + m_w) & 0x800000)
+      = d + ((m_x + (w - ONE32)) & 0xFF800000)          (mod 2^32; one array, w - ONE32)
 
 (``w``'s sign and exponent added to ``d``, plus the mantissa carry of Table 1, with
 ``m`` the mantissa fields, 0 for a DAZ/zero/inf ``x``) whenever the result stays in
 the normal range, which per (p, r) two comparisons against the exponent range of
 row r of ``w`` decide; zero/subnormal ``w`` give ±0 terms (masked), and a ±0
 gradient gives ±0 terms only (skipped).  Both are exact because the accumulator is
-never -0.0 (see emu/_kernels.py).  Anything else takes the scalar definition.
+never -0.0 (see emu/_kernels.py).  Anything else takes the scalar definition.  Each
+task folds two output rows, and four rows r at a time where all eight terms take the
+fast path without zeros: the two accumulators of a column stay in registers for four
+steps, two independent chains of adds (the fold's order per output is unchanged).
 
 A narrow accumulator (p_acc <= 22) runs the same loops with the float32-add-and-round
 steps of emu/_kernels_acc.py instead of ``+`` and adds the ±0 terms (_make_grad);
@@ -177,20 +181,25 @@ def _x_mantissas(x, fc):
 
 
 @njit(parallel=True, cache=True)
-def _w_split(w):
-    """Per entry of w: its sign and exponent minus ONE32 (mod 2^32), and its mantissa
-    field: the two parts of the fast path's integer sum."""
-    nw, R, C = w.shape
-    wsh = np.empty((nw, R, C), np.int32)       # sign and exponent of w, minus ONE32
-    wm = np.empty((nw, R, C), np.int32)        # mantissa field of w
-    for t in prange(nw * R):
-        b = t // R
-        r = t % R
-        for c in range(C):
-            u = np.int64(w[b, r, c])
-            wsh[b, r, c] = np.int32(np.uint32(((u & 0xFF800000) - S.ONE32) & S.M32))
-            wm[b, r, c] = np.int32(u & G.MAN32)
-    return wsh, wm
+def _w_less_one(w):
+    """w - ONE32 (mod 2^32) per entry: the fast path's term is d + ((m_x + w - ONE32) &
+    HI): the mantissa sum's carry lands in w's exponent (w - ONE32 has w's mantissa
+    field and, above it, its sign and exponent minus ONE32), and HI clears the rest."""
+    w1 = np.empty(w.shape, np.int32)
+    flat, out = w.reshape(-1), w1.reshape(-1)
+    for i in prange(flat.size):
+        out[i] = np.int32(np.uint32((np.int64(flat[i]) - S.ONE32) & S.M32))
+    return w1
+
+
+@register_jitable
+def _fast_row(d, clean, lo, hi, fc):
+    """Whether row r's terms take the integer fast path: a clean row (no NaN in x's
+    row, no inf/NaN in w's), a normal finite d, and every term normal and finite
+    (w's exponent range, the carry included)."""
+    ud = d & S.ABS32
+    return (clean and fc.minnorm32 <= ud < S.INF32 and ud + lo - S.ONE32 >= fc.minnorm32
+            and ud + hi - S.ONE32 + 0x800000 <= fc.max32)
 
 
 @register_jitable
@@ -249,6 +258,9 @@ def _add_f32(x, y, ac):
     return K.as_i32(as_f32(x) + as_f32(y))
 
 
+HI_BITS = np.int32(-0x800000)       # 0xFF800000: a pattern's sign and exponent
+
+
 def _make_grad(narrow=None):
     """The fold of the module docstring, vectorised over c like the forward kernel and
     with its integer fast path for the terms: g (nout, P, R), x (nx, P, C), w (nw, R, C)
@@ -267,59 +279,108 @@ def _make_grad(narrow=None):
     skip_zeros = narrow is None
     step, step_finite = (_add_f32, _add_f32) if skip_zeros else KA.steps(*narrow)
 
+    @register_jitable
+    def row_term(acc, g, x, w, w1, xm, nan_row, lo, hi, hz, hs, bo, p, bx, bw, r, fc, ac):
+        """One r of output row p: acc[c] += its term, c = 0..C-1 (the ±0 terms, the
+        integer fast path, with or without zeros in w's row, or the scalar definition)."""
+        C = acc.size
+        sgn = np.int32(-0x80000000)
+        nz = np.int32(np.uint32(fc.negzero32))
+        d = np.int64(g[bo, p, r])
+        ud = d & S.ABS32
+        clean = not (nan_row or hs[bw, r])
+        wr = w[bw, r]
+        xmr = xm[bx, p]
+        if clean and ud < fc.minnorm32:       # ±0 terms only
+            if not skip_zeros:
+                sd = np.int32(np.uint32(d & S.SIGN32))
+                for c in range(C):
+                    acc[c] = step_finite(acc[c], (sd ^ wr[c]) & sgn & nz, ac)
+        elif _fast_row(d, clean, lo[bw, r], hi[bw, r], fc):
+            di = np.int32(d)
+            wl = w1[bw, r]
+            if hz[bw, r]:
+                sd = np.int32(np.uint32(d & S.SIGN32))
+                for c in range(C):
+                    y = np.int32(di + ((xmr[c] + wl[c]) & HI_BITS))
+                    if (wr[c] & np.int32(S.ABS32)) < np.int32(fc.minnorm32):
+                        y = (sd ^ wr[c]) & sgn & nz
+                    acc[c] = step_finite(acc[c], y, ac)
+            else:
+                for c in range(C):
+                    acc[c] = step_finite(acc[c], np.int32(di + ((xmr[c] + wl[c]) & HI_BITS)), ac)
+        else:
+            xr = x[bx, p]
+            for c in range(C):
+                acc[c] = step(acc[c], np.int32(np.uint32(G.pam_mul_da(xr[c], wr[c], d, fc))), ac)
+
+    @register_jitable
+    def group_fast(g, nan_row, lo, hi, hz, hs, bo, p, bw, r, fc):
+        """Whether rows r..r+3 all take the fast path without zeros in w."""
+        ok = True
+        for q in range(r, r + 4):
+            ok = ok and not hz[bw, q] and _fast_row(np.int64(g[bo, p, q]), not (
+                nan_row or hs[bw, q]), lo[bw, q], hi[bw, q], fc)
+        return ok
+
     @njit_variant(f"narrow={None if narrow is None else tuple(narrow)}", parallel=True)
     def kernel(g, x, w, ix, iw, fc, ac):
         nout, P, R = g.shape
         C = x.shape[2]
         lo, hi, hz, hs = _w_stats(w, fc)
         xm, xnan = _x_mantissas(x, fc)
-        wsh, wm = _w_split(w)
+        w1 = _w_less_one(w)
         out = np.empty((nout, P, C), np.int32)
-        mn = np.int32(fc.minnorm32)
-        nz = np.int32(np.uint32(fc.negzero32))
         sgn = np.int32(-0x80000000)
-        for t in prange(nout * P):
-            bo, p, bx, bw = _output_row(t, P, ix, iw)
-            acc = np.zeros(C, np.int32)
-            xmr = xm[bx, p]
-            nan_row = xnan[bx, p]
-            for r in range(R):
-                d = np.int64(g[bo, p, r])
-                ud = d & S.ABS32
-                clean = not (nan_row or hs[bw, r])
-                wr = w[bw, r]
-                if clean and ud < fc.minnorm32:       # ±0 terms only
-                    if not skip_zeros:
-                        sd = np.int32(np.uint32(d & S.SIGN32))
-                        for c in range(C):
-                            acc[c] = step_finite(acc[c], (sd ^ wr[c]) & sgn & nz, ac)
+        PB = (P + 1) // 2
+        # two output rows per task: two independent chains of adds per column hide the
+        # adds' latency, and the four rows of w loaded serve both
+        for t in prange(nout * PB):
+            bo = t // PB
+            p0 = (t % PB) * 2
+            two = p0 + 1 < P
+            p1 = p0 + 1 if two else p0
+            bx, bw = ix[bo], iw[bo]
+            acc0 = np.zeros(C, np.int32)
+            acc1 = np.zeros(C, np.int32)
+            x0, x1 = xm[bx, p0], xm[bx, p1]
+            n0, n1 = xnan[bx, p0], xnan[bx, p1]
+            r = 0
+            while r < R:
+                # four fast rows of w: each accumulator stays in a register for four steps
+                # (still in increasing r)
+                if r + 4 <= R and group_fast(g, n0, lo, hi, hz, hs, bo, p0, bw, r, fc) \
+                        and group_fast(g, n1, lo, hi, hz, hs, bo, p1, bw, r, fc):
+                    d0, d1 = np.int32(g[bo, p0, r]), np.int32(g[bo, p0, r + 1])
+                    d2, d3 = np.int32(g[bo, p0, r + 2]), np.int32(g[bo, p0, r + 3])
+                    e0, e1 = np.int32(g[bo, p1, r]), np.int32(g[bo, p1, r + 1])
+                    e2, e3 = np.int32(g[bo, p1, r + 2]), np.int32(g[bo, p1, r + 3])
+                    w0, wa, wb, wc = w1[bw, r], w1[bw, r + 1], w1[bw, r + 2], w1[bw, r + 3]
+                    for c in range(C):
+                        m, n = x0[c], x1[c]
+                        u0, ua, ub, uc = w0[c], wa[c], wb[c], wc[c]
+                        a = step_finite(acc0[c], np.int32(d0 + ((m + u0) & HI_BITS)), ac)
+                        b = step_finite(acc1[c], np.int32(e0 + ((n + u0) & HI_BITS)), ac)
+                        a = step_finite(a, np.int32(d1 + ((m + ua) & HI_BITS)), ac)
+                        b = step_finite(b, np.int32(e1 + ((n + ua) & HI_BITS)), ac)
+                        a = step_finite(a, np.int32(d2 + ((m + ub) & HI_BITS)), ac)
+                        b = step_finite(b, np.int32(e2 + ((n + ub) & HI_BITS)), ac)
+                        acc0[c] = step_finite(a, np.int32(d3 + ((m + uc) & HI_BITS)), ac)
+                        acc1[c] = step_finite(b, np.int32(e3 + ((n + uc) & HI_BITS)), ac)
+                    r += 4
                     continue
-                if (clean and ud < S.INF32 and ud + lo[bw, r] - S.ONE32 >= fc.minnorm32
-                        and ud + hi[bw, r] - S.ONE32 + 0x800000 <= fc.max32):
-                    di = np.int32(d)
-                    ws = wsh[bw, r]
-                    wmr = wm[bw, r]
-                    if hz[bw, r]:
-                        sd = np.int32(np.uint32(d & S.SIGN32))
-                        for c in range(C):
-                            y = np.int32(di + ws[c] + ((xmr[c] + wmr[c]) & np.int32(0x800000)))
-                            if (wr[c] & np.int32(S.ABS32)) < mn:
-                                y = (sd ^ wr[c]) & sgn & nz
-                            acc[c] = step_finite(acc[c], y, ac)
-                    else:
-                        for c in range(C):
-                            acc[c] = step_finite(acc[c], np.int32(
-                                di + ws[c] + ((xmr[c] + wmr[c]) & np.int32(0x800000))), ac)
-                    continue
-                xr = x[bx, p]
-                for c in range(C):
-                    acc[c] = step(acc[c], np.int32(np.uint32(G.pam_mul_da(xr[c], wr[c], d, fc))),
-                                  ac)
-            for c in range(C):          # as the forward kernel writes C
-                v = acc[c]
-                v = ac.negzero if v == sgn else v
-                out[bo, p, c] = np.int32(S.QNAN32) if (v & np.int32(S.ABS32)) > np.int32(S.INF32) \
-                    else v
+                row_term(acc0, g, x, w, w1, xm, n0, lo, hi, hz, hs, bo, p0, bx, bw, r, fc, ac)
+                if two:
+                    row_term(acc1, g, x, w, w1, xm, n1, lo, hi, hz, hs, bo, p1, bx, bw, r, fc,
+                             ac)
+                r += 1
+            for k in range(2 if two else 1):
+                acc = acc0 if k == 0 else acc1
+                for c in range(C):          # as the forward kernel writes C
+                    v = acc[c]
+                    v = ac.negzero if v == sgn else v
+                    out[bo, p0 + k, c] = np.int32(S.QNAN32) \
+                        if (v & np.int32(S.ABS32)) > np.int32(S.INF32) else v
         return out.view(np.float32)
 
     return kernel

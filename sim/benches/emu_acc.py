@@ -9,7 +9,8 @@ so the rounding constant is clamped at fp16's smallest normal); float32 operands
 a bf16 accumulator take the STICKY step (round-to-odd through 2Sum),
 emu/_kernels_acc.py.  Then the exact PAM-matmul gradient
 (emu.grad.pam_matmul, kind="exact": dA and dB) with a bf16 accumulator against float32
-accumulation (emu/_kernels_grad.py).  The last row is the torch bridge's ``acc=``
+accumulation (emu/_kernels_grad.py), and the exact gradient against the approximate
+one (two PAM matmuls), both with a float32 accumulator.  The last row is the torch bridge's ``acc=``
 option (forward), against its own float32 accumulator.
 """
 from __future__ import annotations
@@ -43,6 +44,12 @@ def emu_acc_cases(quick: bool) -> list[Row]:
                          max(1, reps - 2))
         rows.append(Row(f"grad.pam_matmul exact bf16 {n}^3, acc bf16, {used} threads", tc,
                         "same, acc float32", tb, None))
+        # the exact derivative against the approximate one (issue 29: <= 1.5x)
+        tc, tb = best_of(lambda: emu.grad.pam_matmul(a, b, g, "bf16", "float32", "exact"),
+                         lambda: emu.grad.pam_matmul(a, b, g, "bf16", "float32", "approx"),
+                         max(1, reps - 2))
+        rows.append(Row(f"grad.pam_matmul exact bf16 {n}^3, acc float32, {used} threads", tc,
+                        "same, approx", tb, 1.5))
         try:
             import torch
 
