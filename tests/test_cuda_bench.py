@@ -40,3 +40,27 @@ def test_gpu_bits_smoke(tmp_path):
     assert {r["status"] for r in recs} == {"ok", "refused"}
     assert sum(r["n"] for r in recs if r["fmt"] == "float16" and r["status"] == "ok") >= 29 * 60
     assert "0 with mismatches or errors" in proc.stdout
+
+
+def test_emu_acc_reruns_as_an_avx2_host(monkeypatch):
+    """On an AVX-512 host the narrow-accumulator rows run once more in a process whose
+    kernels are compiled as an AVX2-only host compiles them (8 lanes, haswell, no
+    vrangeps), with their own Numba cache; its rows come back labelled."""
+    import json
+    import subprocess
+
+    import sim.benches.emu_acc as ea
+    seen = {}
+
+    def fake_run(argv, env, **kw):
+        seen.update(env=env, argv=argv)
+        row = {"name": "pam_matmul bf16 256^3, acc fp16, 2 threads" + ea.AVX2, "seconds": 2.0,
+               "baseline": "same, acc float32", "baseline_seconds": 1.0, "target": 3.0}
+        return subprocess.CompletedProcess(argv, 0, json.dumps([row]) + "\n", "")
+    monkeypatch.setattr(ea.subprocess, "run", fake_run)
+    rows = ea.avx2_rows(quick=True)
+    assert seen["env"]["PAMSIM_VECTOR_LANES"] == "8"
+    assert seen["env"]["NUMBA_CPU_NAME"] == "haswell"
+    assert seen["env"]["NUMBA_CACHE_DIR"].endswith("numba-avx2")
+    assert seen["argv"][-1] == "1" and "narrow_rows" in seen["argv"][-2]
+    assert [(r.name.endswith(ea.AVX2), r.ratio, r.target) for r in rows] == [(True, 2.0, 3.0)]
