@@ -204,8 +204,7 @@ def test_fast_plain_steps_match_fold(acc, case, mul, rng):
                           what=f"{acc} {case} {fast}")
 
 
-@pytest.mark.parametrize("acc,mul", [(a, "pam") for a in ("bfloat16", "float16", "e8m3", "e8m10",
-                                                          "e8m21")]
+@pytest.mark.parametrize("acc,mul", [(a, "pam") for a in ("bfloat16", "float16", "e8m3", "e8m21")]
                          + [("bfloat16", "lmul"), ("e8m10", "lmul")])
 @pytest.mark.parametrize("case", ["dense", "cancel", "tiny", "huge"])
 def test_sticky_blocked_matches_fold(acc, case, mul, rng):
