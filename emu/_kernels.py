@@ -206,7 +206,7 @@ _MASK_A, _MASK_B, _MASK_AB = 4, 5, 6      # MASKED, by which operand holds the z
 # the micro-kernel's product: the pattern sum a + (b - ONE32 + c32) (PAM, L-Mul, offsets);
 # the float32 product (the ``exact`` multiplier, where it is exact: the step is then its
 # fused multiply-add); or that product rounded in place onto fmt's grid (``float``)
-ADD, FMUL, FMUL_ROUND = 0, 1, 2
+ADD, FMUL, FMUL_ROUND, CARRY = 0, 1, 2, 3
 _F32C = float32.consts      # FMUL's GENERAL step: S.fp_fma into float32
 
 
@@ -224,7 +224,10 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
     pattern, onto the grid of an E = 8 format with 23 - sh mantissa bits (the STICKY
     step with _kernels_acc's finite rounding).  ``prod``: how B's packed entries and A's
     pattern make the product (ADD, FMUL, or FMUL_ROUND onto a grid of 23 - ``psh``
-    mantissa bits, RNE on the pattern); ``variants``: each row's B entries come from the
+    mantissa bits, RNE on the pattern; CARRY: the exact PAM derivative's term a·y, y =
+    (m + b) & 0xFF800000 = ±2^(E_b + carry) (B packed as b itself), fused into the add,
+    ``m`` the QR x PW tile of mantissas at ``xm_off`` in ``xm``, emu/_kernels_grad.py);
+    ``variants``: each row's B entries come from the
     packed variant its A entry names (``ao``: element offsets, a table's row per a: the
     corrected-PAM products).  The preconditions are the caller's."""
     i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
@@ -233,11 +236,14 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
     fix = emin is not None and negzero != 0     # the peeled last step sets the zero's sign
 
     @intrinsic
-    def kernel(typingctx, acc, acc_off, bp, b_off, bm, bm_off, a, am, ao, a_off, a_stride, nk):
-        """acc/bp/bm/a/am/ao: 1-D arrays; *_off: element offsets of the block's first
-        entry (acc: QR rows of PW; bp: nk rows of PW; bm: nk rows of NV masks; a/am/ao:
-        QR rows of stride a_stride; ao read only with ``variants``)."""
-        sig = types.void(acc, acc_off, bp, b_off, bm, bm_off, a, am, ao, a_off, a_stride, nk)
+    def kernel(typingctx, acc, acc_off, bp, b_off, bm, bm_off, a, am, ao, a_off, a_stride, nk,
+               xm, xm_off):
+        """acc/bp/bm/a/am/ao/xm: 1-D arrays; *_off: element offsets of the block's first
+        entry (acc and xm: QR rows of PW; bp: nk rows of PW; bm: nk rows of NV masks;
+        a/am/ao: QR rows of stride a_stride; ao read only with ``variants``, xm only
+        with CARRY)."""
+        sig = types.void(acc, acc_off, bp, b_off, bm, bm_off, a, am, ao, a_off, a_stride, nk,
+                         xm, xm_off)
 
         def codegen(context, builder, signature, args):
             ta = signature.args
@@ -257,6 +263,12 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
             ap, amp = base(6, 9, i32), base(7, 9, mt)
             aop = base(8, 9, i32) if variants else None
             a_stride, nk = as_i64(10), as_i64(11)
+            if prod == CARRY:       # the mantissa tile: loop-invariant
+                cfma = builder.module.declare_intrinsic(
+                    f"llvm.fma.v{W}f32", (), ir.FunctionType(vf, [vf, vf, vf]))
+                xmp = base(12, 13, i32)
+                xms = [builder.load(at(xmp, r * PW + v * W, vi), align=4)
+                       for r in range(QR) for v in range(NV)]
             ptrs = [at(accp, r * PW + v * W, vf) for r in range(QR) for v in range(NV)]
             init = [builder.load(p, align=4) for p in ptrs]
             rows = [builder.mul(a_stride, ir.Constant(i64, r)) for r in range(QR)]
@@ -319,6 +331,9 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                         s = accs[r * NV + v]
                         if prod == ADD:
                             y = builder.bitcast(builder.add(bs[v], av), vf)
+                        elif prod == CARRY:     # y = ±2^(E_b + carry), the term a·y
+                            y = builder.bitcast(builder.and_(
+                                builder.add(xms[r * NV + v], bs[v]), vec(-0x800000, vi)), vf)
                         else:
                             y = builder.fmul(builder.bitcast(bs[v], vf), builder.bitcast(av, vf))
                         if prod == FMUL_ROUND and psh >= 13:
@@ -332,7 +347,9 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                             lsb = builder.and_(builder.lshr(yv, vec(psh, vi)), vec(1, vi))
                             y = builder.bitcast(builder.and_(builder.add(builder.add(
                                 yv, vec(lowp >> 1, vi)), lsb), vec(~lowp, vi)), vf)
-                        t = builder.fadd(s, y)
+                        # CARRY: a·y is exact, so one fused rounding is the add's
+                        t = builder.call(cfma, [builder.bitcast(av, vf), y, s]) \
+                            if prod == CARRY else builder.fadd(s, y)
                         if sticky:  # round-to-odd: to the odd neighbour on 2Sum's error's side
                             bb = builder.fsub(t, s)
                             err = builder.fadd(builder.fsub(s, builder.fsub(t, bb)),
@@ -732,16 +749,16 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
                             ao = (q0 + q) * QR * K + ka
                             if m == CLEAN:
                                 mk_clean(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K,
-                                         nk)
+                                         nk, aof, 0)
                             elif m == _MASK_A:
                                 mk_mask_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K,
-                                          nk)
+                                          nk, aof, 0)
                             elif m == _MASK_B:
                                 mk_mask_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K,
-                                          nk)
+                                          nk, aof, 0)
                             elif m == _MASK_AB:
                                 mk_mask_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K,
-                                           nk)
+                                           nk, aof, 0)
                             elif m == GENERAL:
                                 for r in range(QR):
                                     a_row = A[ba, (q0 + q) * QR + r]

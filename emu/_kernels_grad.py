@@ -8,7 +8,7 @@ exact PAM-matmul gradient kernel computes
                    acc <- acc ⊕ apply_slope(g[b, p, r], slope_mul(x[b, p, c], w[b, r, c]))
 
 from +0.0: with ``(g, x, w) = (δY, A, Bᵀ)`` this is δA and with ``(δYᵀ, Bᵀ, A)`` it is
-δBᵀ (emu/grad.py).  It vectorises over c like the forward kernel.  Fast path: for
+δBᵀ (emu/grad.py).  Fast path: for
 a normal gradient ``d`` and a normal, finite ``w`` the term is the integer sum
 
     d + (w & 0xFF800000) - ONE32 + ((m_x + m_w) & 0x800000)
@@ -19,14 +19,19 @@ a normal gradient ``d`` and a normal, finite ``w`` the term is the integer sum
 the normal range, which per (p, r) two comparisons against the exponent range of
 row r of ``w`` decide; zero/subnormal ``w`` give ±0 terms (masked), and a ±0
 gradient gives ±0 terms only (skipped).  Both are exact because the accumulator is
-never -0.0 (see emu/_kernels.py).  Anything else takes the scalar definition.  Each
-task folds two output rows, and four rows r at a time where all eight terms take the
-fast path without zeros: the two accumulators of a column stay in registers for four
-steps, two independent chains of adds (the fold's order per output is unchanged).
+never -0.0 (see emu/_kernels.py).  Anything else takes the scalar definition.
 
-A narrow accumulator (p_acc <= 22) runs the same loops with the float32-add-and-round
-steps of emu/_kernels_acc.py instead of ``+`` and adds the ±0 terms (_make_grad);
-wider ones fold with S.fp_add.
+With a float32 accumulator the fold runs on the forward matmul's register-blocked
+micro-kernel (product CARRY, _make_grad_blocked): the term is g·y with y = (m_x + w) &
+0xFF800000 = ±2^(E_w + carry), exact in the fast path's range, so one fused
+multiply-add per term is the float32 add; blocks are chosen by the forward's tile
+statistics (CLEAN, MASKED: the ±0 terms skipped, else the scalar definition).
+
+A narrow accumulator (p_acc <= 22) runs column loops with the float32-add-and-round
+steps of emu/_kernels_acc.py and adds the ±0 terms (_make_grad): each task folds two
+output rows, and four rows r at a time where all eight terms take the fast path without
+zeros (two independent chains of steps per column in registers; the fold's order per
+output is unchanged); wider ones fold with S.fp_add.
 """
 import numpy as np
 from numba import njit, prange
@@ -40,7 +45,7 @@ from . import _scalar_mul as SM
 from . import _scalar_approx as A
 from ._kernels import as_f32
 from ._numba_cache import drop_stale, njit_variant
-from .formats import float32
+from ._tiles import CLEAN, GENERAL, MASKED, task_index, tile_mode_range
 from .registry import ops
 
 
@@ -252,32 +257,24 @@ def matmul_grad_mul(g, x, w, ix, iw, fc, fca, mp, own_first):
     return out.view(np.float32)
 
 
-@register_jitable
-def _add_f32(x, y, ac):
-    """The float32 accumulator's step on int32 patterns: numpy ``+``."""
-    return K.as_i32(as_f32(x) + as_f32(y))
-
-
 HI_BITS = np.int32(-0x800000)       # 0xFF800000: a pattern's sign and exponent
 
 
-def _make_grad(narrow=None):
-    """The fold of the module docstring, vectorised over c like the forward kernel and
-    with its integer fast path for the terms: g (nout, P, R), x (nx, P, C), w (nw, R, C)
+def _make_grad(narrow):
+    """The fold of the module docstring with a narrow accumulator, vectorised over c,
+    with the integer fast path for the terms: g (nout, P, R), x (nx, P, C), w (nw, R, C)
     int32 patterns of format values, ix/iw mapping each output batch to its x/w batch,
     ``ac`` the accumulator's KA.AccConsts; returns float32 (nout, P, C).
 
-    ``narrow`` None: float32 accumulation (``+``), where ±0 terms are skipped (a float32
-    accumulator is never -0, so adding them changes nothing).  ``narrow`` a
-    KA.StepKind (sticky, e8, f16): a narrow accumulator (p_acc <= 22) with the float32-add-and-round steps
-    of emu/_kernels_acc.py (STICKY or PLAIN, chosen by the caller; E = 8 or narrower;
-    F16); there a ±0 term is added, not skipped (a narrow accumulator can hold -0, and
-    -0 + +0 = +0): it is ((d XOR w) & sign) — +0 in formats without -0 — wherever the
-    row is clean (no NaN in x's row, no inf/NaN in w's) and d or w is zero-class,
-    exactly what G.pam_mul_da gives there (a ZERO slope, or a POW2 slope times a
-    zero-class d)."""
-    skip_zeros = narrow is None
-    step, step_finite = (_add_f32, _add_f32) if skip_zeros else KA.steps(*narrow)
+    ``narrow``, a KA.StepKind (sticky, e8, f16): the accumulator (p_acc <= 22) and its
+    float32-add-and-round steps of emu/_kernels_acc.py (STICKY or PLAIN, chosen by the
+    caller; E = 8 or narrower; F16).  A ±0 term is added, not skipped (a narrow
+    accumulator can hold -0, and -0 + +0 = +0): it is ((d XOR w) & sign) — +0 in
+    formats without -0 — wherever the row is clean (no NaN in x's row, no inf/NaN in
+    w's) and d or w is zero-class, exactly what G.pam_mul_da gives there (a ZERO slope,
+    or a POW2 slope times a zero-class d).  The float32 accumulator has its own
+    register-blocked kernel (_make_grad_blocked)."""
+    step, step_finite = KA.steps(*narrow)
 
     @register_jitable
     def row_term(acc, g, x, w, w1, xm, nan_row, lo, hi, hz, hs, bo, p, bx, bw, r, fc, ac):
@@ -292,10 +289,9 @@ def _make_grad(narrow=None):
         wr = w[bw, r]
         xmr = xm[bx, p]
         if clean and ud < fc.minnorm32:       # ±0 terms only
-            if not skip_zeros:
-                sd = np.int32(np.uint32(d & S.SIGN32))
-                for c in range(C):
-                    acc[c] = step_finite(acc[c], (sd ^ wr[c]) & sgn & nz, ac)
+            sd = np.int32(np.uint32(d & S.SIGN32))
+            for c in range(C):
+                acc[c] = step_finite(acc[c], (sd ^ wr[c]) & sgn & nz, ac)
         elif _fast_row(d, clean, lo[bw, r], hi[bw, r], fc):
             di = np.int32(d)
             wl = w1[bw, r]
@@ -323,7 +319,7 @@ def _make_grad(narrow=None):
                 nan_row or hs[bw, q]), lo[bw, q], hi[bw, q], fc)
         return ok
 
-    @njit_variant(f"narrow={None if narrow is None else tuple(narrow)}", parallel=True)
+    @njit_variant(f"narrow={tuple(narrow)}", parallel=True)
     def kernel(g, x, w, ix, iw, fc, ac):
         nout, P, R = g.shape
         C = x.shape[2]
@@ -386,8 +382,152 @@ def _make_grad(narrow=None):
     return kernel
 
 
+@njit(parallel=True, cache=True)
+def _x_tiles(xm, Pq, npan):
+    """x's mantissa fields as QR x PW tiles, (nx, Pq/QR, npan, QR, PW), zero padded:
+    the tile of (row block q, panel p) is contiguous for the micro-kernel."""
+    nx, P, C = xm.shape
+    out = np.zeros((nx, Pq // K.QR, npan, K.QR, K.PW), np.int32)
+    for t in prange(nx * P):
+        bx = t // P
+        i = t % P
+        for c in range(C):
+            out[bx, i // K.QR, c // K.PW, i % K.QR, c % K.PW] = xm[bx, i, c]
+    return out
+
+
+@njit(parallel=True, cache=True)
+def _rows_padded(g, Pq):
+    """g (n, P, R), any strides (δYᵀ is a transposed view), copied C-contiguous with
+    zero rows up to Pq, in 64 x 64 tiles (a transposed read stays in cache)."""
+    n, P, R = g.shape
+    out = np.zeros((n, Pq, R), np.int32)
+    nti, ntj = (P + 63) // 64, (R + 63) // 64
+    for t in prange(n * nti * ntj):
+        b, ti, tj = task_index(t, nti, ntj)
+        for i in range(ti * 64, min(P, ti * 64 + 64)):
+            for r in range(tj * 64, min(R, tj * 64 + 64)):
+                out[b, i, r] = g[b, i, r]
+    return out
+
+
+def _make_grad_blocked():
+    """The float32-accumulator fold on the forward matmul's register-blocked micro-kernel
+    (emu/_kernels.py, product CARRY): A = g (rows p, k = r), B = w (matmul_prepare_b
+    with c32 = ONE32), x's mantissas as a tile per (row block, panel); each term is
+    g·±2^(E_w + carry), exact, fused into the add.
+    A (row block, k group) block is CLEAN where g and w are normal and every term is
+    normal and finite (the pattern sum between w's sign and exponent and w + 2^23, and
+    2^(E_w + 1) finite),
+    MASKED where zeros occur (their ±0 terms are skipped: the float32 accumulator is
+    never -0), SKIP without normal operands; where x's rows hold a NaN, or a term may
+    leave the normal range, each term takes the scalar definition."""
+    mks = {(ma, mb): K._micro_kernel(ma, mb, prod=K.CARRY)
+           for ma in (False, True) for mb in (False, True)}
+    mk_clean, mk_a, mk_b, mk_ab = mks[False, False], mks[True, False], mks[False, True], \
+        mks[True, True]
+    QR, PW, NV, KG, KC = K.QR, K.PW, K.NV, K.KG, K.KC
+    qt, pt = K.MB // QR, K.NB // PW
+
+    @njit_variant(f"grad blocked lanes={K.W}", parallel=True)
+    def kernel(g, x, w, ix, iw, fc):
+        nout, P, R = g.shape
+        C = x.shape[2]
+        Pq = (P + QR - 1) // QR * QR
+        gp = _rows_padded(g, Pq)
+        Am, sta = K.matmul_prepare_a(gp, fc)
+        Bp, Bm, stb = K.matmul_prepare_b(w, fc, S.ONE32, K.NO_TABLE, 0)    # w itself
+        npan = Bp.shape[1]
+        xm, xnan = _x_mantissas(x, fc)
+        xt = _x_tiles(xm, Pq, npan)
+        nq = Pq // QR
+        ng = (R + KG - 1) // KG
+        nti = (nq + qt - 1) // qt
+        ntj = (npan + pt - 1) // pt
+        out = np.empty((nout, P, C), np.float32)
+        for t in prange(nout * nti * ntj):
+            bo, bi, bj = task_index(t, nti, ntj)
+            bx, bw = ix[bo], iw[bo]
+            q0 = bi * qt
+            nql = min(nq, q0 + qt) - q0
+            p0 = bj * pt
+            npl = min(npan, p0 + pt) - p0
+            modes = np.empty((nql, ng), np.int8)
+            for q in range(nql):
+                nan = False
+                for i in range((q0 + q) * QR, min(P, (q0 + q + 1) * QR)):
+                    nan = nan or xnan[bx, i]
+                for gi in range(ng):
+                    sa = sta[bo, q0 + q, gi]
+                    sb = stb[bw, bj, gi]
+                    # (2^(E_w + carry) must be finite too)
+                    m = GENERAL if nan or sb[1] + 0x800000 >= S.INF32 else tile_mode_range(
+                        sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc, -0x7FFFFF, 0x800000)
+                    if m == MASKED:
+                        m = K._MASK_AB if sa[2] and sb[2] else (K._MASK_A if sa[2] else K._MASK_B)
+                    modes[q, gi] = m
+            acc = np.zeros((npl, nql * QR, PW), np.float32)
+            accf = acc.reshape(-1)
+            af = gp[bo].reshape(-1)
+            amf = Am[bo].reshape(-1)
+            xf = xt[bx].reshape(-1)
+            for kc0 in range(0, R, KC):
+                kc1 = min(R, kc0 + KC)
+                for p in range(npl):
+                    bpf = Bp[bw, p0 + p].reshape(-1)
+                    bmf = Bm[bw, p0 + p].reshape(-1)
+                    for q in range(nql):
+                        off = (p * nql + q) * QR * PW
+                        xo = ((q0 + q) * npan + p0 + p) * QR * PW
+                        gi = kc0 // KG
+                        while gi * KG < kc1:
+                            m = modes[q, gi]
+                            g1 = gi + 1
+                            while g1 * KG < kc1 and modes[q, g1] == m:
+                                g1 += 1
+                            ka = gi * KG
+                            nk = min(kc1, g1 * KG) - ka
+                            ao = (q0 + q) * QR * R + ka
+                            if m == CLEAN:
+                                mk_clean(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, amf, ao,
+                                         R, nk, xf, xo)
+                            elif m == K._MASK_A:
+                                mk_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, amf, ao, R,
+                                     nk, xf, xo)
+                            elif m == K._MASK_B:
+                                mk_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, amf, ao, R,
+                                     nk, xf, xo)
+                            elif m == K._MASK_AB:
+                                mk_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, amf, ao, R,
+                                      nk, xf, xo)
+                            elif m == GENERAL:
+                                for r in range(QR):
+                                    i = (q0 + q) * QR + r
+                                    if i >= P:
+                                        continue
+                                    acc_row = acc[p, q * QR + r]
+                                    c0 = (p0 + p) * PW
+                                    for k in range(ka, ka + nk):
+                                        d = g[bo, i, k]
+                                        for j in range(min(PW, C - c0)):
+                                            acc_row[j] += as_f32(np.int32(np.uint32(G.pam_mul_da(
+                                                x[bx, i, c0 + j], w[bw, k, c0 + j], d, fc))))
+                            gi = g1
+            for p in range(npl):
+                for q in range(nql):
+                    for r in range(QR):
+                        i = (q0 + q) * QR + r
+                        if i < P:
+                            c0 = (p0 + p) * PW
+                            for j in range(min(PW, C - c0)):
+                                v = acc[p, q * QR + r, j]
+                                out[bo, i, c0 + j] = np.float32(np.nan) if v != v else v
+        return out
+
+    return kernel
+
+
 _GRAD = {}          # the gradient kernels by accumulator kind, built on first use
-_F32_ACC = KA.acc_consts(float32.consts)
 
 
 def matmul_grad(g, x, w, ix, iw, fc, fca):
@@ -397,8 +537,9 @@ def matmul_grad(g, x, w, ix, iw, fc, fca):
     one (fp_add per step)."""
     if fca is None:
         if None not in _GRAD:
-            _GRAD[None] = _make_grad()
-        return _GRAD[None](g, x, w, ix, iw, fc, _F32_ACC)
+            _GRAD[None] = _make_grad_blocked()
+        return _GRAD[None](g, x, w, ix, iw, fc)
+    g, x, w = (np.ascontiguousarray(v) for v in (g, x, w))     # views of transposes
     if not KA.fast_path(fca):
         return _matmul_grad_fmtacc(g, x, w, ix, iw, fc, fca)
     sticky = KA.needs_sticky(g, None, fc, fca, 0 if fc.has_inf else fc.max32 & G.MAN32)

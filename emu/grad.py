@@ -156,8 +156,8 @@ def _exact_contract(g, x, w, fmt, acc, mp=None, own_first=True):
     if g.size == 0 or x.size == 0:
         return np.zeros(batch + (P, C), np.float32)
 
-    def flat(v, rows, cols):
-        return quantize(v, fmt).view(np.int32).reshape(int(np.prod(v.shape[:-2])), rows, cols)
+    def flat(v, rows, cols):        # (host_matmul_grad rounded the operands to fmt)
+        return v.view(np.int32).reshape(int(np.prod(v.shape[:-2])), rows, cols)
     ix = batch_index(x.shape[:-2], batch)
     iw = batch_index(w.shape[:-2], batch)
     if mp is None:
@@ -233,6 +233,8 @@ def host_matmul_grad(a, b, g, fmt: Format, acc: Format, kind: str, need=(True, T
                 _pam_matmul(g.T, a, fmt, acc, mp).T
         return da, db
     a2shape, b2shape, batch, full = matmul_grad_shapes(a.shape, b.shape, g.shape)
+    if kind == "exact":     # rounded once here, before any transposed view of them
+        a, b, g = (quantize(v, fmt) for v in (a, b, g))
     a2 = a.reshape(a2shape)
     b2 = b.reshape(b2shape)
     g = g.reshape(full)

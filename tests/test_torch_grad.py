@@ -203,6 +203,33 @@ def test_exact_matmul_fast_paths(fmt, case, rng):
     assert_bits_equal(db, wb, what=f"dB {case}")
 
 
+def test_exact_matmul_blocked_edges(rng):
+    """The register-blocked exact fold (float32 accumulator) across its task and pass
+    edges (rows > 128, k > 256, columns > 1024), with a NaN in one row of A, zeros in
+    B, and a row of B near float32's top exponent where 2^(E_b + 1) is not finite
+    (those terms take the scalar definition): dA against the per-k fold of the
+    elementwise derivative."""
+    M, K, N = 133, 1030, 260
+    A = rng.standard_normal((M, K)).astype(np.float32)
+    B = rng.standard_normal((K, N)).astype(np.float32)
+    dY = rng.standard_normal((M, N)).astype(np.float32)
+    A[70, 900] = np.nan
+    B[rng.random(B.shape) < 0.01] = 0.0
+    # one k group of B's transpose near the top binade, tiny gradients: every term is in
+    # range, but 2^(E_b + carry) reaches 2^128 where A's mantissa carries
+    B[:, 200:208] = (rng.uniform(1, 2, (K, 8)) * rng.choice([-1, 1], (K, 8)) * 2.0 ** 127
+                     ).astype(np.float32)
+    dY[:, 200:208] = (rng.uniform(1, 2, (M, 8)) * 2.0 ** -110).astype(np.float32)
+    da, _ = G.pam_matmul(A, B, dY, "float32", kind="exact", need=(True, False))
+    want = np.zeros((M, K), np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for j in range(N):
+            ta, _ = G.pam_mul(A, B[:, j], dY[:, j:j + 1], "float32", "exact")
+            want = want + ta
+    assert np.isfinite(want[:, :10]).all() and np.isnan(want[70]).any()
+    assert_bits_equal(da, want, what="dA")
+
+
 def test_approx_matmul_is_pam_matmul_of_transposes(rng):
     A, B, dY = matmul_case(rng, 33, 20, 17, "bf16", True)
     da, db = G.pam_matmul(A, B, dY, "bf16", kind="approx")
