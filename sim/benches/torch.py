@@ -6,12 +6,13 @@ The target (issue 13 §6, "the transformer step stays <= 3x native"): one step
 within 3x of the native float32 step on this CPU — the paper's own GPU
 implementation was 4.5x slower than native (Appendix E).  Also the
 fully multiplication-free step (every op group PA, the paper's choice of derivatives,
-PAAdamW) and the matmul step with exact derivatives.  Ratios against the native step
-measured in the same run, at one thread and at all threads.
+PAAdamW) and the matmul step with exact derivatives, both <= 3x on one thread (issue
+29).  Ratios against the native step measured in the same run, at one thread and at
+all threads.
 
 Per-call overhead: a training step of the default digits MLP (64-128-64-10, batch 64,
-one thread) with every op group PA and PAAdamW against the native step, target 5x
-(issue 13): on tensors this small, handing tensors to emu, validation and dispatch
+one thread) with every op group PA and PAAdamW against the native step, target 4x
+(issue 29; 5x in issue 13): on tensors this small, handing tensors to emu, validation and dispatch
 dominate, not the kernels.
 """
 from __future__ import annotations
@@ -67,7 +68,10 @@ def torch_cases(quick: bool) -> list[Row]:
         with threads(nthreads) as used:
             for name, step in cands.items():
                 tc, tb_ = best_of(step, base, 2 if quick else 3)
-                target = 3.0 if name.startswith("PAM matmuls, bf16, approx") else None
+                # issue 13: the approximate step <= 3x; issue 29: the exact backward and the
+                # multiplication-free step <= 3x on one thread
+                target = 3.0 if name.startswith("PAM matmuls, bf16, approx") or used == 1 \
+                    else None
                 rows.append(Row(f"train step {label} {name}, {used} thr", tc,
                                 f"native fp32 step, {used} thr", tb_, target))
     return rows
@@ -84,4 +88,4 @@ def mlp_overhead(quick: bool) -> list[Row]:
     with threads(1) as used:
         tc, tb_ = best_of(cand, base, 3 if quick else 10)
     return [Row(f"train step digits MLP 64-128-64-10 b64, all ops PA + PAAdamW, {used} thr",
-                tc, f"native fp32 step, {used} thr", tb_, 5.0)]
+                tc, f"native fp32 step, {used} thr", tb_, 4.0)]
