@@ -147,6 +147,25 @@ def _binary(op):
 UNARY = {op.name: _unary(op.scalar) for op in ops(1)}
 BINARY = {op.name: _binary(op.scalar) for op in ops(2)}
 
+# --- any multiplier of the registry (emu.mul, emu.grad.mul; emu/_kernels_mul.py) ------
+
+@cuda.jit
+def mul(x, y, out, fc, mkind, c32, table, mk):
+    """out[i] = the product of the multiplier (MulParams' fields) of the rounded operands."""
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+        out[i] = SM.product_of(S.operand(x[i], fc), S.operand(y[i], fc), fc, mkind, c32, table,
+                               mk)
+
+
+@cuda.jit
+def mul_grad(x, y, d, outa, outb, fc, mkind, c32, table, mk):
+    """Its exact (δA, δB) at δY = d, every operand rounded first."""
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+        a, b, g = S.operand(x[i], fc), S.operand(y[i], fc), S.operand(d[i], fc)
+        outa[i] = SM.product_da_of(a, b, g, fc, mkind, c32, table, mk)
+        outb[i] = SM.product_db_of(a, b, g, fc, mkind, c32, table, mk)
+
+
 # --- exact derivatives (emu/_scalar_grad.py, Table 1) --------------------------------
 #
 # The twins of emu/_kernels_grad.py's elementwise kernels: every operand, the gradient
@@ -624,4 +643,7 @@ def signatures():
     sigs += [("matmul_grad_f32acc", matmul_grad_f32acc, mg),
              ("matmul_grad_fmtacc", matmul_grad_fmtacc, mg)]
     sigs.append(("fold_sum", fold_sum, (u32, u32, i64, i64, i64)))
+    mulp = (fc, i64, i64, vec("int64"), i64)
+    sigs += [("mul", mul, (u32, u32, u32, *mulp)),
+             ("mul_grad", mul_grad, (u32, u32, u32, u32, u32, *mulp))]
     return sigs

@@ -145,25 +145,37 @@ def _secant(own, other, d, fc, table, k, own_first):
 
 
 @register_jitable
-def product_da(a, b, d, fc, mp):
+def product_da_of(a, b, d, fc, mkind, c32, table, mk):
     """δ_A of ``Y = product(A, B)``: the exact derivative applied to ``d`` (a pattern of
-    a value of the format)."""
-    if mp.kind == TABLE:
-        return _secant(a, b, d, fc, mp.table, mp.k, True)
-    if mp.kind != SUM:
+    a value of the format); the multiplier's fields as arguments, as product_of."""
+    if mkind == TABLE:
+        return _secant(a, b, d, fc, table, mk, True)
+    if mkind != SUM:
         return S.fp_mul(b, d, fc, True)
-    c = constant(_piece(a, fc), b, mp.c32, mp.table, mp.k)
+    c = constant(_piece(a, fc), b, c32, table, mk)
     kind, sgn, k = G.slope_sum(a, b, fc, c)
     return G.apply_slope(d, kind, sgn, k, fc)
 
 
 @register_jitable
-def product_db(a, b, d, fc, mp):
+def product_db_of(a, b, d, fc, mkind, c32, table, mk):
     """δ_B of ``Y = product(A, B)`` (the table's index keeps A's bits first)."""
-    if mp.kind == TABLE:
-        return _secant(b, a, d, fc, mp.table, mp.k, False)
-    if mp.kind != SUM:
+    if mkind == TABLE:
+        return _secant(b, a, d, fc, table, mk, False)
+    if mkind != SUM:
         return S.fp_mul(a, d, fc, True)
-    c = constant(a, _piece(b, fc), mp.c32, mp.table, mp.k)
+    c = constant(a, _piece(b, fc), c32, table, mk)
     kind, sgn, k = G.slope_sum(b, a, fc, c)
     return G.apply_slope(d, kind, sgn, k, fc)
+
+
+@register_jitable
+def product_da(a, b, d, fc, mp):
+    """product_da_of with the multiplier ``mp``."""
+    return product_da_of(a, b, d, fc, mp.kind, mp.c32, mp.table, mp.k)
+
+
+@register_jitable
+def product_db(a, b, d, fc, mp):
+    """product_db_of with the multiplier ``mp``."""
+    return product_db_of(a, b, d, fc, mp.kind, mp.c32, mp.table, mp.k)

@@ -85,14 +85,15 @@ class CudaBackend(DeviceCall):
                                      "got values outside that range")
             return res
 
-    def _elementwise(self, kernel, plan, operands, outputs=1):
-        """Launch an elementwise ``kernel(*operands, *outputs, fc)`` over the plan's shape:
-        ``outputs`` float32 results (a tuple if more than one)."""
+    def _elementwise(self, kernel, plan, operands, outputs=1, extra=()):
+        """Launch an elementwise ``kernel(*operands, *outputs, fc, *extra)`` over the
+        plan's shape: ``outputs`` float32 results (a tuple if more than one)."""
         with self.device():
             made = [self.empty(plan.shape, np.float32) for _ in range(outputs)]
             n = math.prod(plan.shape)
             self.launch(kernel, n, *(self.flat(v, plan.shape) for v in operands),
-                        *(flat_view(out, n) for _, out in made), plan.fc)
+                        *(flat_view(out, n) for _, out in made), plan.fc,
+                        *(e() if callable(e) else e for e in extra))
             return made[0][0] if outputs == 1 else tuple(res for res, _ in made)
 
     def unary(self, plan, x):
@@ -100,6 +101,21 @@ class CudaBackend(DeviceCall):
 
     def binary(self, plan, a, b):
         return self._elementwise(self.K.BINARY[plan.op], plan, (a, b))
+
+    def _mul_fields(self, mp):
+        kind, c32, table, k = mp
+        # the table is uploaded inside the device context, on the call's stream
+        return (int(kind), int(c32), lambda: self.upload(np.ascontiguousarray(table, np.int64)),
+                int(k))
+
+    def mul(self, plan, a, b, mp):
+        """emu.mul on the device: any multiplier (MulParams ``mp``)."""
+        return self._elementwise(self.K.mul, plan, (a, b), extra=self._mul_fields(mp))
+
+    def mul_grad(self, plan, a, b, dy, mp):
+        """emu.grad.mul on the device: its exact (δA, δB)."""
+        return self._elementwise(self.K.mul_grad, plan, (a, b, dy), outputs=2,
+                                 extra=self._mul_fields(mp))
 
     def fold_sum(self, plan, x):
         """emu.fold_sum on the device (emu/reduce.py has the definition and the plan)."""

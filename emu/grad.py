@@ -101,7 +101,8 @@ del _op
 
 
 def mul(a, b, dy, fmt: Format | str = float32, kind: str = "exact", mul="pam"):
-    """(δA, δB) of ``Y = emu.mul(A, B, fmt, mul=mul)``, host operands broadcast together.
+    """(δA, δB) of ``Y = emu.mul(A, B, fmt, mul=mul)``, operands (host or CUDA) broadcast
+    together.
 
     ``kind='exact'``: the multiplier's own derivative (emu/_scalar_mul.product_da): for a
     pattern sum a signed power of two with the constant in the mantissa carry, for

@@ -135,6 +135,22 @@ class HostBackend:
                                                        flat_u32(b, plan.shape), out, plan.fc)
         return finish(out, plan.shape, plan.scalar)
 
+    def mul(self, plan, a, b, mp):
+        """emu.mul: any multiplier (MulParams ``mp``)."""
+        out = alloc(plan.op, plan.shape).reshape(-1)
+        from ._kernels_mul import MUL          # compiled on first use
+        _pick(MUL[True], MUL[False], out)(flat_u32(a, plan.shape), flat_u32(b, plan.shape), out,
+                                          plan.fc, mp)
+        return finish(out, plan.shape, plan.scalar)
+
+    def mul_grad(self, plan, a, b, dy, mp):
+        """emu.grad.mul: its exact (δA, δB)."""
+        outs = [alloc(plan.op, plan.shape).reshape(-1) for _ in range(2)]
+        from ._kernels_mul import MUL_GRAD      # compiled on first use
+        _pick(MUL_GRAD[True], MUL_GRAD[False], outs[0])(
+            *(flat_u32(v, plan.shape) for v in (a, b, dy)), *outs, plan.fc, mp)
+        return tuple(finish(o, plan.shape, plan.scalar) for o in outs)
+
     def grad_unary(self, plan, x, dy):
         out = alloc(plan.op, plan.shape).reshape(-1)
         _pick(KG.UNARY, KG.UNARY_SERIAL, out)[plan.op](flat_u32(x, plan.shape),

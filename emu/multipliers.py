@@ -34,9 +34,9 @@ import numpy as np
 
 from . import _scalar as S
 from . import _scalar_mul as SM
-from . import cuda_backend
 from .formats import Format, float32, format
-from .host import HOST, HostBackend, _pick, alloc, finish, flat_u32
+from .backend import backend_for as _backend_for
+from .host import HOST, HostBackend
 from .shapes import elementwise
 
 __all__ = ["Multiplier", "MULTIPLIERS", "multiplier", "mul", "table_multiplier", "Table",
@@ -342,43 +342,23 @@ def table_multiplier(source, fmt, out_fmt="float32", *, name: str | None = None)
 def mul(a, b, fmt: Format | str = float32, mul="pam"):
     """The product of ``a`` and ``b`` in ``fmt`` by the multiplier ``mul`` (a name or a
     :class:`Multiplier`): operands rounded (RNE) into ``fmt``, then the multiplier's rule
-    (docs/semantics.md "Multipliers").  Host (numpy) operands; broadcast like
+    (docs/semantics.md "Multipliers").  Host (numpy) or CUDA operands, broadcast like
     ``emu.pam_mul``; ``mul="pam"`` is ``emu.pam_mul``."""
     return _product(a, b, fmt, multiplier(mul))
 
 
-def _host_only(**operands):
-    """ValueError for CUDA operands: emu.mul and its derivative have CPU kernels only."""
-    if cuda_backend.prepare(None, **operands) is not None:
-        raise ValueError("emu.mul and emu.grad.mul take host (numpy) operands only so far: "
-                         "copy CUDA operands to the host, or use mul='pam' (emu.pam_mul)")
-
-
-def _product(a, b, fmt, m: Multiplier):
-    _host_only(a=a, b=b)
-    mp = m.params(fmt)
+def _product(a, b, fmt, m: Multiplier, stream=None):
     fc = format(fmt).consts
-    av, bv = HostBackend.operand(a, "a"), HostBackend.operand(b, "b")
-    plan = elementwise("mul", fc, a=av, b=bv)
-    out = alloc("mul", plan.shape).reshape(-1)
-    from ._kernels_mul import MUL          # compiled on first use
-    _pick(MUL[True], MUL[False], out)(flat_u32(av, plan.shape), flat_u32(bv, plan.shape), out,
-                                      fc, mp)
-    return finish(out, plan.shape, plan.scalar)
+    backend, (av, bv) = _backend_for(stream, {"a": a, "b": b})
+    return backend.mul(elementwise("mul", fc, a=av, b=bv), av, bv, m.params(fmt))
 
 
-def _product_grad(a, b, dy, fmt, m: Multiplier):
+def _product_grad(a, b, dy, fmt, m: Multiplier, stream=None):
     """The exact (δA, δB) of ``mul(a, b, fmt, m)`` at δY = ``dy`` (emu.grad.mul)."""
-    _host_only(a=a, b=b, dy=dy)
-    mp = m.params(fmt)
     fc = format(fmt).consts
-    ops = {n: HostBackend.operand(v, n) for n, v in (("a", a), ("b", b), ("dy", dy))}
-    plan = elementwise("mul", fc, **ops)
-    outs = [alloc("mul", plan.shape).reshape(-1) for _ in range(2)]
-    from ._kernels_mul import MUL_GRAD      # compiled on first use
-    _pick(MUL_GRAD[True], MUL_GRAD[False], outs[0])(
-        *(flat_u32(v, plan.shape) for v in ops.values()), *outs, fc, mp)
-    return tuple(finish(o, plan.shape, plan.scalar) for o in outs)
+    backend, ops = _backend_for(stream, {"a": a, "b": b, "dy": dy})
+    return backend.mul_grad(elementwise("mul", fc, **dict(zip(("a", "b", "dy"), ops))), *ops,
+                            m.params(fmt))
 
 
 # --- corrected PAM tables: exhaustive search over integer corrections -------------------

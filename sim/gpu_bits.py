@@ -5,8 +5,9 @@ kernels on many operands, every format, every multiplier.
 deadline, in this order:
 
 1. **every operand pair of every format of at most 8 bits**, through every binary op
-   (both derivative kinds where the op has them) and through the matmul kernel with
-   every registry multiplier (a 2^w x 1 by 1 x 2^w outer product: K = 1);
+   (both derivative kinds where the op has them), and for every registry multiplier
+   and a table multiplier through emu.mul, its exact derivative (emu.grad.mul) and the
+   matmul kernel (a 2^w x 1 by 1 x 2^w outer product: K = 1);
 2. **matmuls whose shapes cross every tile edge** of the CUDA kernel (TM = TN = 64,
    TK = 16: sizes 1, 15-17, 63-65, 127-129) with every multiplier, every accumulator
    kind (float32, bf16, fp16, the fp8 steps), both derivatives;
@@ -160,6 +161,12 @@ def exhaustive(log, deadline, rng, formats):
             log.compare(f"matmul outer mul={mul}", fmt, v.size ** 2,
                         lambda: emu.matmul(A, B, fmt, mul=mul),
                         lambda: emu.matmul(dev(A), dev(B), fmt, mul=mul), (A, B))
+            log.compare(f"mul all pairs mul={mul}", fmt, a.size,
+                        lambda: emu.mul(a, b, fmt, mul=mul),
+                        lambda: emu.mul(dev(a), dev(b), fmt, mul=mul), (a, b))
+            log.compare(f"dmul exact all pairs mul={mul}", fmt, a.size,
+                        lambda: emu.grad.mul(a, b, dy, fmt, mul=mul),
+                        lambda: emu.grad.mul(dev(a), dev(b), dev(dy), fmt, mul=mul), (a, b, dy))
         if time.time() > deadline:
             return
 

@@ -33,7 +33,8 @@ LOG = "PAMSIM_CUDA_LAUNCH_LOG"
 
 # which kernels each group must launch; together: every kernel of emu._cuda
 GROUPS = {
-    "elementwise": ["quantize", "to_bits", "from_bits", *(op.name for op in ops())],
+    "elementwise": ["quantize", "to_bits", "from_bits", *(op.name for op in ops()), "mul",
+                    "mul_grad"],
     "exhaustive": [*(op.name for op in ops(2)), "operand_stats", "matmul_f32acc",
                    "matmul_fmtacc"],
     "matmul": ["operand_stats", "matmul_f32acc", "matmul_fmtacc", "gather"],
@@ -180,6 +181,35 @@ else:
         got = getattr(emu, name)(dev(x), dev(y), fmt, **kw)
         assert_bits_equal(host(got), getattr(emu, name)(x, y, fmt, **kw), x, y,
                           what=f"{op} {fmt}")
+
+    # every kind of multiplier (emu.mul, emu.grad.mul): constants, the exact and float
+    # products, a corrected PAM's table of constants; then a table multiplier, all pairs
+    MULS = ["lmul", "pam+3", "exact", "float", "cpam2-unbiased"]
+
+    @pytest.mark.parametrize("mul", MULS)
+    def test_elementwise_mul_every_multiplier(mul, rng):
+        fmt = "bfloat16"
+        c = np.concatenate([corner_values(fmt), corner_values("float32")])
+        a, b = (v.ravel() for v in np.meshgrid(c, c, indexing="ij"))
+        x = np.concatenate([a, sample(fmt, rng, 600)])
+        y = np.concatenate([b, rng.permutation(sample(fmt, rng, 600))])
+        d = rng.permutation(np.concatenate([sample(fmt, rng, 600), y]))[:x.size]
+        assert_bits_equal(host(emu.mul(dev(x), dev(y), fmt, mul=mul)),
+                          emu.mul(x, y, fmt, mul=mul), x, y, what=f"mul {mul}")
+        got = emu.grad.mul(dev(x), dev(y), dev(d), fmt, mul=mul)
+        for g, w, which in zip(got, emu.grad.mul(x, y, d, fmt, mul=mul), "ab"):
+            assert_bits_equal(host(g), w, x, y, d, what=f"d{which} {mul}")
+
+    def test_elementwise_mul_table_all_pairs(rng):
+        fmt = "float8_e4m3fn"
+        t = emu.table_multiplier(lambda p, q: p * q * 0.75 + 2 ** -9, fmt, name="cuda_sim_e4m3")
+        a, b = all_pairs(fmt)
+        d = rng.permutation(np.tile(all_values(fmt), 256))
+        assert_bits_equal(host(emu.mul(dev(a), dev(b), fmt, mul=t)), emu.mul(a, b, fmt, mul=t),
+                          a, b, what="table")
+        got = emu.grad.mul(dev(a), dev(b), dev(d), fmt, mul=t)
+        for g, w, which in zip(got, emu.grad.mul(a, b, d, fmt, mul=t), "ab"):
+            assert_bits_equal(host(g), w, a, b, d, what=f"table d{which}")
 
     # --- derivatives (emu.grad) ---------------------------------------------------------
 

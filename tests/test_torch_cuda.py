@@ -100,6 +100,20 @@ else:
             return res
         check(case, f"elementwise {fmt} {kind}")
 
+    @pytest.mark.parametrize("kind", ["exact", "approx"])
+    def test_elementwise_products_of_another_multiplier(kind):
+        """pam_mul's products by L-Mul and by a corrected PAM (emu.mul, emu.grad.mul on the
+        device), forward and backward."""
+        def case(move):
+            res = []
+            for mul in ("lmul", "cpam2-unbiased"):
+                a, b = leaf(move, 3, 4), leaf(move, 4)
+                y = tb.pam_mul(a, b, "bf16", backward=kind, mul=mul)
+                y.backward(move(torch.randn(3, 4)))
+                res += [y, a.grad, b.grad]
+            return res
+        check(case, f"other multipliers {kind}")
+
     @pytest.mark.parametrize("fmt,acc,kind,rounding", [
         ("float32", "float32", "approx", "nearest_even"),
         ("bf16", "float32", "exact", "nearest_even"),

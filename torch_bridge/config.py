@@ -72,8 +72,7 @@ class PAMConfig:
         (emu.mx_matmul; not ``float``, and mxint8 takes PAM only).  A multiplier must be
         defined in each format it runs in (ValueError).
         Its products bypass the fused PAM kernels of the composites and the optimizer
-        (the same bits as their graphs, slower), and its elementwise products run on
-        CPU tensors only so far.
+        (the same bits as their graphs, slower).
     """
     fmt: object = "bf16"
     backward: object = field(default="approx", compare=False)
