@@ -430,16 +430,10 @@ def _make_grad_blocked():
     qt, pt = K.MB // QR, K.NB // PW
 
     @njit_variant(f"grad blocked lanes={K.W}", parallel=True)
-    def kernel(g, x, w, ix, iw, fc):
-        nout, P, R = g.shape
+    def kernel(gp, Am, sta, Bp, Bm, stb, x, xnan, xt, ix, iw, fc, P):
+        nout, Pq, R = gp.shape
         C = x.shape[2]
-        Pq = (P + QR - 1) // QR * QR
-        gp = _rows_padded(g, Pq)
-        Am, sta = K.matmul_prepare_a(gp, fc)
-        Bp, Bm, stb = K.matmul_prepare_b(w, fc, S.ONE32, K.NO_TABLE, 0)    # w itself
         npan = Bp.shape[1]
-        xm, xnan = _x_mantissas(x, fc)
-        xt = _x_tiles(xm, Pq, npan)
         nq = Pq // QR
         ng = (R + KG - 1) // KG
         nti = (nq + qt - 1) // qt
@@ -508,10 +502,11 @@ def _make_grad_blocked():
                                     acc_row = acc[p, q * QR + r]
                                     c0 = (p0 + p) * PW
                                     for k in range(ka, ka + nk):
-                                        d = g[bo, i, k]
+                                        d = gp[bo, i, k]
+                                        w_row = Bp[bw, p0 + p, 0, k]       # w itself
                                         for j in range(min(PW, C - c0)):
                                             acc_row[j] += as_f32(np.int32(np.uint32(G.pam_mul_da(
-                                                x[bx, i, c0 + j], w[bw, k, c0 + j], d, fc))))
+                                                x[bx, i, c0 + j], w_row[j], d, fc))))
                             gi = g1
             for p in range(npl):
                 for q in range(nql):
@@ -524,7 +519,19 @@ def _make_grad_blocked():
                                 out[bo, i, c0 + j] = np.float32(np.nan) if v != v else v
         return out
 
-    return kernel
+    def run(g, x, w, ix, iw, fc):
+        """The operands prepared here, in whatever layout they come (δYᵀ and Bᵀ are
+        transposed views), so that the kernel below compiles once, for C arrays."""
+        P = g.shape[1]
+        gp = _rows_padded(g, (P + QR - 1) // QR * QR)
+        Am, sta = K.matmul_prepare_a(gp, fc)
+        Bp, Bm, stb = K.matmul_prepare_b(w, fc, S.ONE32, K.NO_TABLE, 0)    # w itself
+        x = np.ascontiguousarray(x)
+        xm, xnan = _x_mantissas(x, fc)
+        return kernel(gp, Am, sta, Bp, Bm, stb, x, xnan, _x_tiles(xm, gp.shape[1], Bp.shape[1]),
+                      ix, iw, fc, P)
+
+    return run
 
 
 _GRAD = {}          # the gradient kernels by accumulator kind, built on first use
