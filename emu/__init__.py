@@ -13,8 +13,8 @@ down in docs/semantics.md; every elementwise operation has one entry in
 :data:`emu.OPS` (emu/registry.py), from which its kernels and front ends derive.
 """
 from . import ops as _ops
-from .formats import (FORMATS, Format, bfloat16, float4_e2m1fn, float6_e2m3fn, float6_e3m2fn,
-                      float8_e3m4, float8_e4m3, float8_e4m3b11fnuz, float8_e4m3fn,
+from .formats import (FORMATS, P3109_FORMATS, Format, bfloat16, float4_e2m1fn, float6_e2m3fn,
+                      float6_e3m2fn, float8_e3m4, float8_e4m3, float8_e4m3b11fnuz, float8_e4m3fn,
                       float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, float8_e8m0fnu, float16,
                       float32, format)
 from .matmul import matmul, pam_matmul
@@ -24,7 +24,7 @@ from .ops import *  # noqa: F403 -- quantize, to_bits, from_bits, one function p
 from .reduce import fold_sum
 from .registry import OPS
 
-__all__ = ["FORMATS", "Format", "format", "float32", "bfloat16", "float16", "float8_e5m2",
+__all__ = ["FORMATS", "P3109_FORMATS", "Format", "format", "float32", "bfloat16", "float16", "float8_e5m2",
            "float8_e5m2fnuz", "float8_e4m3", "float8_e4m3fn", "float8_e4m3fnuz",
            "float8_e4m3b11fnuz", "float8_e3m4", "float8_e8m0fnu", "float6_e3m2fn",
            "float6_e2m3fn", "float4_e2m1fn", "MX_TYPES", "mx_quantize", "mx_dequantize",

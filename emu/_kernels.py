@@ -571,8 +571,11 @@ def float_consts(fc) -> FloatConsts:
     """The :class:`FloatConsts` of fmt (its ``consts``)."""
     sh = 23 - fc.man_bits
     low = (1 << sh) - 1
+    # the tie below minnorm goes to minnorm (odd n = 2^M - 1 below it), or with M = 0
+    # to zero (even code 0)
     thr = (np.int32(fc.minnorm32).view(np.float32)
-           * np.float32(1.0 - 2.0 ** -(fc.man_bits + 1))).view(np.int32)
+           * np.float32(1.0 - 2.0 ** -(fc.man_bits + 1))).view(np.int32) \
+        + np.int32(fc.man_bits == 0)
     none = fc.nan_kind == S.NAN_NONE
     inf = fc.ovf32 == S.INF32
     ovf = fc.max32 if none else (S.INF32 if inf else S.QNAN32)
@@ -589,6 +592,8 @@ def float_nb(a, b, fx):
     ua = a & np.int32(S.ABS32)
     ub = b & np.int32(S.ABS32)
     v = as_i32(as_f32(ua) * as_f32(ub))
+    # the pattern's last kept bit is the encoding's: with M = 0 (whose products of powers
+    # of two are exact) only the tie below minnorm rounds, by thr
     r = (v + fx.half + ((v >> fx.sh) & 1)) & fx.keep
     res = s | r
     res = (fx.ovf | (s & fx.ovf_sign)) if r > fx.max_finite else res

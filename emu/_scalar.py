@@ -102,7 +102,7 @@ def round_to_fmt(sign, sig, exp, fc, mode, subnormals, saturate, u):
     ``u + floor(frac * 2^32) >= 2^32`` (frac = discarded fraction of a quantum).
     Then, in order: a result beyond the largest finite magnitude becomes ±max if
     ``saturate`` or mode is RTZ (IEEE 754 §7.4) or the format has neither inf nor NaN,
-    else ±inf (IEEE formats) or the canonical NaN (fn, fnuz formats); with
+    else ±inf (IEEE and P3109 formats) or the canonical NaN (fn, fnuz formats); with
     ``subnormals`` false a result below the smallest normal becomes ±0.  A zero
     result is +0 where the format has no -0 (fnuz).
     """
@@ -124,7 +124,9 @@ def round_to_fmt(sign, sig, exp, fc, mode, subnormals, saturate, u):
         if mode == RNE:
             if sh <= 62:
                 half = np.int64(1) << (sh - 1)
-                if rem > half or (rem == half and (n & 1) == 1):
+                # ties to the even encoding: n's parity, or with M = 0 the exponent's
+                odd = (n + ((qe - fc.emin + man) << man)) & 1
+                if rem > half or (rem == half and odd == 1):
                     n += 1
         elif mode == SR:
             if sh <= 32:
@@ -178,7 +180,9 @@ def quantize(x, fc, mode, subnormals, saturate, key, idx):
             return (sign << 31) | a
         low = (np.int64(1) << sh) - 1
         if mode == RNE:
-            a = a + (low >> 1) + ((a >> sh) & 1)
+            # the encoding's last bit: the pattern's, but the exponent's parity with
+            # M = 0 differs from float32's unless the bias is odd like 127
+            a = a + (low >> 1) + (((a >> sh) - ((126 + fc.emin) << fc.man_bits)) & 1)
         elif mode == SR:
             a = a + (u >> (32 - sh))
         return (sign << 31) | (a & ~low)
@@ -223,8 +227,8 @@ def f32_to_bits(x, fc):
     top = ((np.int64(1) << fc.exp_bits) - 1) << man
     if a > INF32:
         return np.int64(fc.nanenc)
-    if a == INF32:
-        enc = top
+    if a == INF32:                                # P3109 (fnuz with inf): the all-ones code
+        enc = top if fc.nan_kind == NAN_IEEE else top | ((np.int64(1) << man) - 1)
     elif a >= 0x800000:
         e = (a >> 23) - 127
         if e >= fc.emin:
@@ -241,7 +245,7 @@ def bits_to_f32(b, fc):
     """Float32 pattern of the format encoding ``b`` (NaNs become the canonical NaN).
 
     NaN codes by policy: IEEE all-ones exponent with mantissa != 0; fn all ones;
-    fnuz the sign bit alone (the code of -0)."""
+    fnuz the sign bit alone (the code of -0), with ±inf at all ones where it has inf."""
     b = np.int64(b)
     man = fc.man_bits
     nbits = fc.exp_bits + man
@@ -259,6 +263,8 @@ def bits_to_f32(b, fc):
     elif fc.nan_kind == NAN_FNUZ:
         if b == np.int64(1) << nbits:
             return np.int64(QNAN32)
+        if fc.has_inf and mag == (np.int64(1) << nbits) - 1:     # P3109's ±inf
+            return (sign << 31) | INF32
     return (sign << 31) | enc_to_f32(mag, fc)
 
 

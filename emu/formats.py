@@ -8,11 +8,19 @@ bias and an **encoding policy** (in the manner of gfloat's ``FormatInfo``):
   ``"ieee"``: every all-ones-exponent code with a non-zero mantissa (``2 (2^M - 1)`` codes);
   ``"fn"``: one per sign, exponent and mantissa all ones (``ml_dtypes.float8_e4m3fn``);
   ``"fnuz"``: the single code ``1 << (width - 1)``, where −0 would be (so no −0);
+  with ``has_inf`` (IEEE P3109's "extended" domain) ±inf are the all-ones codes
+  ``0x7F``/``0xFF`` and the largest finite is the code below;
   ``"none"``: no NaN at all (the OCP MX element types ``float4_e2m1fn``, ``float6_*``);
 * ``bias`` — ``2^(E-1) - 1`` unless given (fnuz formats default to ``2^(E-1)``, as
   ml_dtypes; ``float8_e4m3b11fnuz`` has bias 11);
 * ``signed`` — False only for the MX scale type ``float8_e8m0fnu`` (no sign bit, no
   mantissa, no zero, every code ``2^(code-127)`` except the NaN 0xFF).
+
+IEEE P3109 binary8 (``p3109_p1`` … ``p3109_p7``: precision P, ``E = 8 − P``,
+``M = P − 1``, bias ``2^(E−1)``) is the fnuz policy with infinities, ``"e5m2uz"`` in the
+suffix syntax; its finite domain is fnuz itself (``float8_e5m2fnuz`` is P3 finite).
+``M = 0`` formats (``e7m0uz`` = P1) have no subnormals; their ties round to the even
+*encoding*, as gfloat (docs/formats.md "P3109").
 
 Derived: ``has_neg_zero`` (not fnuz, signed) and ``saturates`` (no inf and no NaN:
 overflow can only give ±max).  Exponent field 0 holds zero and subnormals (except
@@ -28,7 +36,7 @@ from functools import cached_property
 from fractions import Fraction
 from typing import NamedTuple
 
-__all__ = ["Format", "format", "FORMATS", "NAN_POLICIES", "float32", "bfloat16", "float16",
+__all__ = ["Format", "format", "FORMATS", "P3109_FORMATS", "NAN_POLICIES", "float32", "bfloat16", "float16",
            "float8_e5m2", "float8_e5m2fnuz", "float8_e4m3", "float8_e4m3fn",
            "float8_e4m3fnuz", "float8_e4m3b11fnuz", "float8_e3m4", "float8_e8m0fnu",
            "float6_e3m2fn", "float6_e2m3fn", "float4_e2m1fn"]
@@ -90,22 +98,30 @@ class Format:
     signed: bool = True
 
     def __post_init__(self):
-        if not isinstance(self.exp_bits, int) or not 2 <= self.exp_bits <= 8:
-            raise ValueError(f"exp_bits must be an int in [2, 8], got {self.exp_bits!r}")
+        if isinstance(self.exp_bits, bool) or not isinstance(self.exp_bits, int) \
+                or not 1 <= self.exp_bits <= 8:
+            raise ValueError(f"exp_bits must be an int in [1, 8], got {self.exp_bits!r}")
         if not isinstance(self.signed, bool):
             raise ValueError(f"signed must be a bool, got {self.signed!r}")
-        lo = 1 if self.signed else 0
-        if not isinstance(self.man_bits, int) or not lo <= self.man_bits <= 23:
-            raise ValueError(f"man_bits must be an int in [{lo}, 23], got {self.man_bits!r}")
+        if isinstance(self.man_bits, bool) or not isinstance(self.man_bits, int) \
+                or not 0 <= self.man_bits <= 23:
+            raise ValueError(f"man_bits must be an int in [0, 23], got {self.man_bits!r}")
         if not isinstance(self.has_inf, bool):
             raise ValueError(f"has_inf must be a bool, got {self.has_inf!r}")
         if self.nan is None:
             object.__setattr__(self, "nan", "ieee" if self.has_inf else "fn")
         if self.nan not in NAN_POLICIES:
             raise ValueError(f"nan must be one of {NAN_POLICIES}, got {self.nan!r}")
-        if self.has_inf != (self.nan == "ieee"):
-            raise ValueError(f"has_inf={self.has_inf} needs nan='ieee' and nan={self.nan!r} "
-                             "needs has_inf=False (inf only with IEEE NaNs)")
+        if self.has_inf and self.nan not in ("ieee", "fnuz"):
+            raise ValueError(f"has_inf=True needs nan='ieee' (inf at the all-ones exponent) "
+                             f"or nan='fnuz' (P3109: inf at the all-ones code); got "
+                             f"nan={self.nan!r}")
+        if self.nan == "ieee" and not (self.has_inf and self.man_bits >= 1
+                                       and self.exp_bits >= 2):
+            raise ValueError(f"nan='ieee' needs has_inf=True, man_bits >= 1 (its NaNs are "
+                             "the non-zero mantissas) and exp_bits >= 2; got "
+                             f"has_inf={self.has_inf}, exp_bits={self.exp_bits}, "
+                             f"man_bits={self.man_bits}")
         if not self.signed and (self.man_bits != 0 or self.nan != "fn"):
             raise ValueError("an unsigned format is an E8M0-style scale: man_bits=0, "
                              f"nan='fn', has_inf=False; got man_bits={self.man_bits}, "
@@ -115,6 +131,9 @@ class Format:
         if isinstance(self.bias, bool) or not isinstance(self.bias, int):
             raise ValueError(f"bias must be an int, got {self.bias!r}")
         # every value must be a float32 value: emu's arrays are float32
+        if self.max_encoding < 1:
+            raise ValueError(f"e{self.exp_bits}m{self.man_bits} with nan={self.nan!r} has no "
+                             "positive finite value")
         if self.emax > 127 or self.emin - self.man_bits < -149:
             raise ValueError(f"{self.name} spans 2^{self.emin - self.man_bits}..2^{self.emax}, "
                              "beyond float32's 2^-149..2^127 (fn formats need exp_bits <= 7)")
@@ -152,9 +171,16 @@ class Format:
         return (1 if self.signed else 0) - self.bias
 
     @property
+    def _top_code_special(self) -> bool:
+        """Whether the all-ones code (per sign) alone is special: NaN (fn), inf (P3109)."""
+        return self.nan == "fn" or (self.nan == "fnuz" and self.has_inf)
+
+    @property
     def _top_finite_field(self) -> int:
         top = (1 << self.exp_bits) - 1          # all-ones exponent field
-        return top - 1 if self.has_inf or self.man_bits == 0 else top
+        if self.nan == "ieee" or (self._top_code_special and self.man_bits == 0):
+            return top - 1
+        return top
 
     @property
     def emax(self) -> int:
@@ -165,15 +191,17 @@ class Format:
     def max_encoding(self) -> int:
         """Encoding (sign 0) of the largest finite magnitude."""
         ones = (1 << self.man_bits) - 1
-        man = ones - 1 if (self.nan == "fn" and self.man_bits) else ones
+        man = ones - 1 if (self._top_code_special and self.man_bits) else ones
         return (self._top_finite_field << self.man_bits) | man
 
     @property
     def inf_encoding(self) -> int | None:
-        """Encoding of +inf, or None for formats without inf."""
+        """Encoding of +inf, or None for formats without inf: the all-ones exponent
+        (IEEE), the all-ones code (P3109)."""
         if not self.has_inf:
             return None
-        return ((1 << self.exp_bits) - 1) << self.man_bits
+        top = ((1 << self.exp_bits) - 1) << self.man_bits
+        return top if self.nan == "ieee" else top | ((1 << self.man_bits) - 1)
 
     @property
     def nan_encoding(self) -> int | None:
@@ -215,11 +243,13 @@ class Format:
     # -- names ------------------------------------------------------------------
     @property
     def name(self) -> str:
-        for name, fmt in FORMATS.items():
-            if fmt == self:
-                return name
+        for catalog in (FORMATS, P3109_FORMATS):
+            for name, fmt in catalog.items():
+                if fmt == self:
+                    return name
         bias = "" if self.bias == _default_bias(self.exp_bits, self.nan) else f"b{self.bias}"
-        suffix = _SUFFIX[self.nan] if self.signed else "fnu"
+        suffix = "uz" if self.nan == "fnuz" and self.has_inf else _SUFFIX[self.nan]
+        suffix = suffix if self.signed else "fnu"
         return f"e{self.exp_bits}m{self.man_bits}{bias}{suffix}"
 
     def __str__(self) -> str:
@@ -244,6 +274,16 @@ class Format:
             raise ValueError(f"{argname}={self.name} is a scale format without sign, mantissa "
                              "or zero: only quantize, to_bits, from_bits and the MX functions "
                              "accept it")
+        return self
+
+    def accumulator(self, argname: str = "acc") -> "Format":
+        """The format as an accumulator (its :meth:`arithmetic`), or a ValueError naming
+        ``argname`` for an ``M = 0`` format: sums are rounded in float32-pattern space,
+        where ties to even need a mantissa bit (docs/semantics.md §1)."""
+        self.arithmetic(argname)
+        if self.man_bits == 0:
+            raise ValueError(f"{argname}={self.name} has no mantissa bit: an accumulator "
+                             "needs man_bits >= 1 (M = 0 formats are operand formats)")
         return self
 
 
@@ -335,6 +375,16 @@ FORMATS: dict[str, Format] = {
     "float4_e2m1fn": float4_e2m1fn,
 }
 
+def _p3109(k: int, p: int, extended: bool = True) -> Format:
+    """IEEE P3109 (interim report v3) signed binary K, precision P: gfloat's
+    ``format_info_p3109(k, p)``, extended (±inf) or finite domain."""
+    return Format(k - p, p - 1, extended, "fnuz", bias=1 << (k - p - 1))
+
+
+#: IEEE P3109 binary8, signed, extended domain: P1 (e7m0) ... P7 (e1m6).  The finite
+#: domain of P3/P4 is float8_e5m2fnuz / float8_e4m3fnuz; others parse as 'p3109_k8p2sf'.
+P3109_FORMATS: dict[str, Format] = {f"p3109_p{p}": _p3109(8, p) for p in range(1, 8)}
+
 _ALIASES = {
     "fp32": "float32", "f32": "float32", "single": "float32",
     "bf16": "bfloat16",
@@ -343,18 +393,22 @@ _ALIASES = {
     "fp8_e4m3fn": "float8_e4m3fn",
 }
 
-# [floatN_]eXmY[bB][fn|fnuz|sat|fnu]: N (if given) must be the width
-_EXMY = re.compile(r"(?:float(\d+)_)?e(\d+)m(\d+)(?:b(\d+))?(fnuz|fnu|fn|sat)?")
+# [floatN_]eXmY[bB][fn|fnuz|uz|sat|fnu]: N (if given) must be the width
+_EXMY = re.compile(r"(?:float(\d+)_)?e(\d+)m(\d+)(?:b(\d+))?(fnuz|fnu|fn|uz|sat)?")
 _POLICY = {None: (True, "ieee", True), "fn": (False, "fn", True),
-           "fnuz": (False, "fnuz", True), "sat": (False, "none", True),
-           "fnu": (False, "fn", False)}
+           "fnuz": (False, "fnuz", True), "uz": (True, "fnuz", True),
+           "sat": (False, "none", True), "fnu": (False, "fn", False)}
+# p3109_k<K>p<P>[s][e|f]: P3109's own names (gfloat's, less the unsigned ones)
+_P3109 = re.compile(r"p3109_k(\d+)p(\d+)(s?)([ef]?)")
 
 _ACCEPTED = ("a Format, a catalog name (" + ", ".join(FORMATS) + "), an alias ("
              + ", ".join(_ALIASES) + "), or '[floatN_]eXmY[bB][fn|fnuz|sat]' with "
-             "2 <= X <= 8, 1 <= Y <= 23, optional bias B: IEEE (e.g. 'e8m4'), 'fn' = no inf, "
-             "one NaN per sign (e.g. 'e4m3fn', X <= 7), 'fnuz' = no inf, the NaN at -0 "
-             "(e.g. 'e5m2fnuz'), 'sat' = no inf, no NaN, saturating (e.g. 'e2m1sat'), "
-             "or the unsigned scale 'e8m0fnu'")
+             "1 <= X <= 8, 0 <= Y <= 23, optional bias B: IEEE (e.g. 'e8m4', Y >= 1), 'fn' = "
+             "no inf, one NaN per sign (e.g. 'e4m3fn', X <= 7), 'fnuz' = no inf, the NaN at "
+             "-0 (e.g. 'e5m2fnuz'), 'uz' = the NaN at -0, inf at the all-ones codes (P3109, "
+             "e.g. 'e7m0uz'), 'sat' = no inf, no NaN, saturating (e.g. 'e2m1sat'), "
+             "the unsigned scale 'e8m0fnu', IEEE P3109 'p3109_p1' ... 'p3109_p7' or "
+             "'p3109_k<K>p<P>s[e|f]' (signed, K <= 9)")
 
 
 def format(spec, *, argname: str = "fmt") -> Format:  # noqa: A001 - mirrors emu.format in the spec
@@ -370,6 +424,14 @@ def format(spec, *, argname: str = "fmt") -> Format:  # noqa: A001 - mirrors emu
         key = _ALIASES.get(key, key)
         if key in FORMATS:
             return FORMATS[key]
+        if key in P3109_FORMATS:
+            return P3109_FORMATS[key]
+        m = _P3109.fullmatch(key)
+        if m and 1 <= int(m[2]) < int(m[1]) <= 9:
+            try:
+                return _p3109(int(m[1]), int(m[2]), m[4] != "f")
+            except ValueError:
+                pass
         m = _EXMY.fullmatch(key)
         if m:
             width, e, mant, bias, suffix = m.groups()

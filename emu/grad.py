@@ -185,7 +185,7 @@ def matmul(A, B, dY, fmt: Format | str = float32, acc: Format | str = float32,
     m = multiplier(mul)
     kind = _kind(kind)
     fmt = format(fmt, argname="fmt").arithmetic()
-    acc = format(acc, argname="acc").arithmetic("acc")
+    acc = format(acc, argname="acc").accumulator("acc")
     mp = params_of(m, fmt if mul_fmt is None else mul_fmt)     # None: the backends' PAM
     if mp is not None and mp.kind == SM.TABLE and kind == "approx":
         mp = MULTIPLIERS["exact"].params(fmt)       # a table's approximate rule: the product's

@@ -41,7 +41,7 @@ def matmul(A, B, fmt: Format | str = float32, acc: Format | str = float32, *, mu
     emu.mx_matmul: the element format, on float32 values of MX blocks).
     """
     fmt = format(fmt, argname="fmt").arithmetic()
-    acc = format(acc, argname="acc").arithmetic("acc")
+    acc = format(acc, argname="acc").accumulator("acc")
     mp = params_of(mul, fmt if mul_fmt is None else mul_fmt)
     backend, (a, b) = backend_for(stream, {"A": A, "B": B})
     return backend.matmul(matmul_shapes(a.shape, b.shape), a, b, fmt, acc, mp)

@@ -247,7 +247,7 @@ def mx_matmul(a, b, elem, block: int = 32, acc="float32", *, mul="pam", stream=N
     the device."""
     mx = MXFormat(elem, block)
     m, mul_fmt = mx_element_multiplier(mx, mul)
-    acc = format(acc, argname="acc").arithmetic("acc")
+    acc = format(acc, argname="acc").accumulator("acc")
     _, (av, bv) = backend_for(stream, {"a": a, "b": b})       # checked before any kernel
     matmul_shapes(av.shape, bv.shape, "mx_matmul")
     return matmul(mx.round(a, -1, stream=stream),

@@ -81,7 +81,11 @@ def _round(v: Fraction, fmt: Format, mode: str = "nearest_even", subnormals: boo
     n = math.floor(n_exact)
     frac = n_exact - n
     if mode == "nearest_even":
-        if frac > Fraction(1, 2) or (frac == Fraction(1, 2) and n % 2 == 1):
+        # the even encoding: n's parity, or with M = 0 (n = 1 above zero) the exponent
+        # field's, as gfloat's round_float
+        odd = n % 2 == 1 if fmt.man_bits else (
+            n != 0 and (_floor_log2(n * quantum) - fmt.emin + 1) % 2 == 1)
+        if frac > Fraction(1, 2) or (frac == Fraction(1, 2) and odd):
             n += 1
     elif mode == "stochastic":
         if u + math.floor(frac * 2 ** 32) >= 2 ** 32:
@@ -235,8 +239,9 @@ def pa_div(a: float, b: float, fmt="float32") -> float:
         return NAN if math.isinf(b) else _signed(s, INF)
     if math.isinf(b):
         return _signed(s, 0)
-    if zb:   # x/0 overflows: inf, or max where there is neither inf nor NaN
-        if za or not (fmt.has_inf or fmt.saturates):
+    if zb:   # x/0 overflows: inf, or max where there is neither inf nor NaN; an
+        # unsigned zero (fnuz, P3109) gives the result no sign: NaN
+        if za or not fmt.has_neg_zero or not (fmt.has_inf or fmt.saturates):
             return NAN
         return _signed(s, INF if fmt.has_inf else fmt.max)
     if za:

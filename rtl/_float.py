@@ -23,11 +23,17 @@ __all__ = ["FloatLayout", "Decoded", "FloatOp", "UnaryOp", "BinaryOp", "lzc", "r
 def as_format(spec, argname: str) -> emu.Format:
     """``emu.format`` with the argument name in the error message.  Every signed format
     (every encoding policy and bias of docs/semantics.md §9) has units; the unsigned
-    scale type (``float8_e8m0fnu``) has no arithmetic (ValueError)."""
+    scale type (``float8_e8m0fnu``) has no arithmetic (ValueError), and P3109's infinities
+    (at the all-ones code) and formats without a mantissa bit have no units yet."""
     fmt = emu.format(spec, argname=argname)
     if not fmt.signed:
         raise ValueError(f"{argname}={fmt.name} is the unsigned scale type, which has no "
                          "arithmetic (docs/semantics.md §9); the RTL units take signed formats")
+    if fmt.man_bits == 0 or (fmt.has_inf and fmt.nan == "fnuz"):
+        raise ValueError(f"{argname}={fmt.name}: the RTL units take formats with a mantissa "
+                         "bit and the ieee, fn, fnuz or none policy; P3109's extended domain "
+                         "and M = 0 formats are emu-only for now (the finite domain is fnuz, "
+                         "e.g. float8_e4m3fnuz)")
     return fmt
 
 

@@ -37,7 +37,8 @@ import emu
 import emu.grad
 from emu.registry import ops
 
-EIGHT_BIT = [n for n, f in emu.FORMATS.items() if f.width <= 8 and n != "float8_e8m0fnu"]
+EIGHT_BIT = [n for n, f in {**emu.FORMATS, **emu.P3109_FORMATS}.items()
+             if f.width <= 8 and n != "float8_e8m0fnu"]
 ACCS = ["float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "e3m2"]
 EDGES = [1, 15, 16, 17, 63, 64, 65, 127, 128, 129]
 
@@ -273,7 +274,7 @@ def main(argv=None) -> int:
     p.add_argument("--deadline", type=float, default=300, help="seconds (default 300)")
     p.add_argument("--parts", default="exhaustive,matmul,random",
                    help="which parts, comma separated (default all three)")
-    p.add_argument("--formats", default=",".join(emu.FORMATS),
+    p.add_argument("--formats", default=",".join([*emu.FORMATS, *emu.P3109_FORMATS]),
                    help="comma separated (default every format)")
     args = p.parse_args(argv)
     fmts = args.formats.split(",")

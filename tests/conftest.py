@@ -14,9 +14,13 @@ FP8 = ["float8_e5m2", "float8_e4m3fn", "e4m3"]     # e4m3: the IEEE-style twin o
 #: the other encoding policies, exhaustive in tests/test_ops.py: fnuz (an 8-bit one and a
 #: 6-bit one with a non-default bias) and the saturating MX element types in CI; the
 #: remaining catalog formats of 8 bits (same policies, other E/M/bias) marked slow
+#: P3109 (fnuz with inf) in 6 bits: M = 0 with an even bias (ties to the even exponent)
+#: and M = 2; binary8 P1 and P4 marked slow
 POLICIES = ["float8_e4m3fnuz", "e3m2b5fnuz", "float6_e3m2fn", "float6_e2m3fn", "float4_e2m1fn",
+            "p3109_k6p1se", "p3109_k6p3se",
             *(pytest.param(f, marks=pytest.mark.slow)
-              for f in ("float8_e5m2fnuz", "float8_e4m3b11fnuz", "float8_e3m4"))]
+              for f in ("float8_e5m2fnuz", "float8_e4m3b11fnuz", "float8_e3m4", "p3109_p1",
+                        "p3109_p4"))]
 
 
 def same_bits(actual, expected) -> np.ndarray:

@@ -72,6 +72,10 @@ def test_policy(name, has_inf, nan_codes, neg_zero, saturates, bias):
     ("float6_e2m3fn", Format(2, 3, False, "none")), ("float6_e2m3sat", Format(2, 3, False, "none")),
     ("e5m2b14", Format(5, 2, bias=14)), ("e8m0fnu", Format(8, 0, False, "fn", signed=False)),
     ("float8_e3m4", Format(3, 4)), ("e3m3b2sat", Format(3, 3, False, "none", 2)),
+    ("p3109_p3", Format(5, 2, True, "fnuz", 16)), ("e7m0uz", Format(7, 0, True, "fnuz", 64)),
+    ("p3109_p7", Format(1, 6, True, "fnuz", 1)), ("p3109_k8p1se", Format(7, 0, True, "fnuz")),
+    ("p3109_k8p3sf", Format(5, 2, False, "fnuz")), ("p3109_k6p2s", Format(4, 1, True, "fnuz")),
+    ("e7m0fn", Format(7, 0, False, "fn")), ("e3m0sat", Format(3, 0, False, "none")),
 ])
 def test_parse(spec, expect):
     assert emu.format(spec) == expect
@@ -87,12 +91,77 @@ def test_names_are_canonical():
     assert str(emu.format("e3m2sat")) == "float6_e3m2fn"  # ml_dtypes' fn6: no NaN at all
     assert emu.format("e4m3b9fnuz").name == "e4m3b9fnuz"
     assert emu.format("e5m2b14").name == "e5m2b14"
-    for name in emu.FORMATS:
+    for name in [*emu.FORMATS, *emu.P3109_FORMATS]:
         assert emu.format(name).name == name
+    assert emu.format("p3109_k8p4sf").name == "float8_e4m3fnuz"   # P3109's finite domain
+    assert emu.format("p3109_k6p3se").name == "e3m2uz"
+
+
+def test_p3109_facts():
+    """The encodings of IEEE P3109 binary8 (interim report): 0x80 NaN, ±inf at 0x7F/0xFF,
+    max at 0x7E, no -0; P1 is the powers of two 2^-63 ... 2^62."""
+    for p, f in enumerate(emu.P3109_FORMATS.values(), start=1):
+        assert (f.width, f.man_bits, f.bias, f.nan_codes) == (8, p - 1, 2 ** (7 - p), 1)
+        assert (f.inf_encoding, f.max_encoding, f.nan_encoding) == (0x7F, 0x7E, 0x80)
+        codes = np.array([0x00, 0x7E, 0x7F, 0x80, 0xFF], np.uint16)
+        v = emu.from_bits(codes, f)
+        assert v[0] == 0 and v[1] == f.max and v[2] == np.inf and np.isnan(v[3])
+        assert v[4] == -np.inf and not f.has_neg_zero
+        assert emu.to_bits(np.array([np.inf, -np.inf, -0.0, np.nan], np.float32), f).tolist() \
+            == [0x7F, 0xFF, 0x00, 0x80]
+    p1 = emu.format("p3109_p1")
+    assert (p1.max, p1.smallest_subnormal) == (2.0 ** 62, 2.0 ** -63)
+    # M = 0: the tie 1.5 * 2^e goes to the even code (1.0 is code 64), not always up
+    x = np.array([1.5, 3.0, 6.0, 12.0], np.float32)
+    assert emu.quantize(x, p1).tolist() == [1.0, 4.0, 4.0, 16.0]
+    with pytest.raises(ValueError, match="acc=p3109_p1 has no mantissa bit"):
+        emu.matmul(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32), "p3109_p4",
+                   "p3109_p1")
+
+
+def _gfloat_p3109():
+    gf = pytest.importorskip("gfloat")
+    from gfloat.formats import format_info_p3109
+    from gfloat.types import Domain
+    return gf, [(format_info_p3109(k, p, domain=d), f"p3109_k{k}p{p}s{'ef'[i]}")
+                for k in (4, 6, 8) for p in range(1, k)
+                for i, d in enumerate((Domain.Extended, Domain.Finite))]
+
+
+def test_p3109_equals_gfloat():
+    """Every signed P3109 format of K = 4, 6, 8 in both domains: from_bits of every code,
+    to_bits of every value, quantize (RNE and toward zero, with and without saturation) of
+    every value, midpoint, quarter point and out-of-range value equal gfloat's, bit for bit
+    (quantize of ±inf with saturation excepted: docs/semantics.md §9)."""
+    gf, formats = _gfloat_p3109()
+    modes = (("nearest_even", gf.RoundMode.TiesToEven), ("toward_zero", gf.RoundMode.TowardZero))
+    for fi, name in formats:
+        f = emu.format(name)
+        codes = np.arange(2 ** fi.k, dtype=np.uint16)
+        ours = emu.from_bits(codes, f)
+        ref = np.array([gf.decode_float(fi, int(c)).fval for c in codes], np.float32)
+        assert_bits_equal(ours, ref, codes, what=f"from_bits {name}")
+        vals = ours[~np.isnan(ours)]
+        assert (emu.to_bits(vals, f) == codes[~np.isnan(ours)]).all(), name
+        fin = np.unique(np.abs(ref[np.isfinite(ref)])).astype(np.float64)
+        lo, hi = fin[:-1], fin[1:]
+        q = np.concatenate([fin, (lo + hi) / 2, (3 * lo + hi) / 4, (lo + 3 * hi) / 4,
+                            fin[-1] * np.array([1.25, 1.5, 2, 1e3]), fin[1] * np.array([.5, .25]),
+                            [np.inf]])
+        q = np.concatenate([q, -q]).astype(np.float32)
+        for mode, rm in modes:
+            for sat in (False, True):
+                got = emu.quantize(q, f, rounding=mode, overflow="saturate" if sat else None)
+                want = np.array([v if sat and np.isinf(v) and fi.domain.name == "Extended"
+                                 else gf.round_float(fi, float(v), rm, sat) for v in q],
+                                np.float32)
+                assert_bits_equal(got, want, q, what=f"quantize {name} {mode} sat={sat}")
 
 
 @pytest.mark.parametrize("bad", ["bf17", "e9m2", "e1m2", "e5m0", "e5m24", "e8m3fn", "", "float",
-                                 3, None, 1.5, "float6_e4m3", "e4m3fnu", "e4m3b200", "e8m3b100sat"])
+                                 3, None, 1.5, "float6_e4m3", "e4m3fnu", "e4m3b200", "e8m3b100sat",
+                                 "p3109_p8", "p3109_p0", "p3109_k8p8s", "p3109_k8p3u",
+                                 "p3109_k10p3s", "e1m0uz", "e0m3fn", "e4m3uzfn"])
 def test_parse_rejects(bad):
     with pytest.raises(ValueError, match="fmt=.*expected"):
         emu.format(bad)
@@ -107,7 +176,11 @@ def test_parse_rejects(bad):
                                 dict(exp_bits=5, man_bits=2, has_inf=False, nan="few"),
                                 dict(exp_bits=5, man_bits=2, bias=200), dict(exp_bits=5, man_bits=2, bias=-120),
                                 dict(exp_bits=5, man_bits=2, bias=1.0),
-                                dict(exp_bits=8, man_bits=2, signed=False)])
+                                dict(exp_bits=8, man_bits=2, signed=False),
+                                dict(exp_bits=5, man_bits=2, has_inf=True, nan="none"),
+                                dict(exp_bits=1, man_bits=0, has_inf=True, nan="fnuz"),
+                                dict(exp_bits=1, man_bits=3),       # IEEE needs E >= 2
+                                dict(exp_bits=5, man_bits=True)])
 def test_format_validation(kw):
     with pytest.raises(ValueError):
         Format(**kw)

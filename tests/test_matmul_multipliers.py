@@ -55,17 +55,20 @@ def test_every_multiplier_against_the_oracle(mul, fmt, acc, rng):
                       what=f"{mul} {fmt}/{acc}")
 
 
-@pytest.mark.parametrize("mul", ["pam", "lmul", "exact", "float", "cpam2-unbiased"])
-def test_every_e4m3_pair_k1(mul):
-    """Exhaustive for an 8-bit format: every pair of e4m3fn operands as a k = 1 matmul
-    (the product rounded into each accumulator), against the scalar oracle."""
-    v = all_values("float8_e4m3fn")
+@pytest.mark.parametrize("fmt,mul", [
+    *(("float8_e4m3fn", m) for m in ("pam", "lmul", "exact", "float", "cpam2-unbiased")),
+    # M = 0 with an even bias: the float product's ties go to the even exponent field
+    *(("p3109_k6p1se", m) for m in ("pam", "lmul", "exact", "float"))])
+def test_every_pair_k1(fmt, mul):
+    """Exhaustive for an 8-bit and a 6-bit P3109 format: every pair of operands as a
+    k = 1 matmul (the product rounded into each accumulator), against the scalar oracle."""
+    v = all_values(fmt)
     for acc in ("float32", "bfloat16"):
-        got = emu.matmul(v[:, None], v[None, :], "float8_e4m3fn", acc, mul=mul)
+        got = emu.matmul(v[:, None], v[None, :], fmt, acc, mul=mul)
         if mul == "exact":
             want = [[RM.fma(0.0, float(a), float(b), acc) for b in v] for a in v]
         else:
-            want = [[RM.fma(0.0, RM.mul(float(a), float(b), "float8_e4m3fn", mul), 1.0, acc)
+            want = [[RM.fma(0.0, RM.mul(float(a), float(b), fmt, mul), 1.0, acc)
                      for b in v] for a in v]
         assert_bits_equal(got, np.array(want, np.float32), what=f"{mul} acc {acc}")
 

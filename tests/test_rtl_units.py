@@ -50,6 +50,8 @@ def test_verilog_module_name_and_options():
     (lambda: rtl.make_unit("mul", "bf17"), "fmt='bf17' is not a format"),
     (lambda: rtl.make_unit("mul", "float8_e8m0fnu"), "fmt=float8_e8m0fnu is the unsigned scale"),
     (lambda: rtl.PAMMac("bf16", "float8_e8m0fnu"), "acc_fmt=float8_e8m0fnu is the unsigned"),
+    (lambda: rtl.make_unit("mul", "p3109_p4"), "fmt=p3109_p4: the RTL units take formats with"),
+    (lambda: rtl.PAMMac("e5m0fn", "bf16"), "in_fmt=e5m0fn: the RTL units take"),
     (lambda: rtl.PAMMac("bf16", "nope"), "acc_fmt='nope'"),
     (lambda: rtl.PAMMac("bf16", stages=0), r"stages=0: expected an int in \[1, 3\]"),
     (lambda: rtl.PAMMac("bf16", stages=True), "stages=True"),

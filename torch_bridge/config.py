@@ -86,7 +86,7 @@ class PAMConfig:
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)     # noqa: E731 (frozen)
         set_("fmt", _operand_fmt(self.fmt))
-        set_("acc", _fmt(self.acc, "acc"))
+        set_("acc", _fmt(self.acc, "acc").accumulator("acc"))
         set_("pa_fmt", _fmt(self.pa_fmt, "pa_fmt"))
         ops = [self.ops] if isinstance(self.ops, str) else self.ops
         try:
