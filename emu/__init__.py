@@ -21,6 +21,8 @@ from .matmul import matmul, pam_matmul
 from .multipliers import MULTIPLIERS, Multiplier, mul, multiplier, table_multiplier
 from .mx import MX_TYPES, mx_dequantize, mx_matmul, mx_pam_matmul, mx_quantize
 from .ops import *  # noqa: F403 -- quantize, to_bits, from_bits, one function per registry op
+from .recipes import (RECIPES, Recipe, RecipeState, recipe, recipe_dequantize, recipe_matmul,
+                      recipe_quantize)
 from .reduce import fold_sum
 from .registry import OPS
 
@@ -29,4 +31,5 @@ __all__ = ["FORMATS", "P3109_FORMATS", "Format", "format", "float32", "bfloat16"
            "float8_e4m3b11fnuz", "float8_e3m4", "float8_e8m0fnu", "float6_e3m2fn",
            "float6_e2m3fn", "float4_e2m1fn", "MX_TYPES", "mx_quantize", "mx_dequantize",
            "mx_matmul", "mx_pam_matmul", *_ops.__all__, "matmul", "pam_matmul", "fold_sum", "OPS", "Multiplier", "table_multiplier",
-           "MULTIPLIERS", "multiplier", "mul"]
+           "MULTIPLIERS", "multiplier", "mul", "RECIPES", "Recipe", "RecipeState", "recipe",
+           "recipe_quantize", "recipe_dequantize", "recipe_matmul"]
