@@ -402,7 +402,7 @@ _POLICY = {None: (True, "ieee", True), "fn": (False, "fn", True),
 _P3109 = re.compile(r"p3109_k(\d+)p(\d+)(s?)([ef]?)")
 
 _ACCEPTED = ("a Format, a catalog name (" + ", ".join(FORMATS) + "), an alias ("
-             + ", ".join(_ALIASES) + "), or '[floatN_]eXmY[bB][fn|fnuz|sat]' with "
+             + ", ".join(_ALIASES) + "), or '[floatN_]eXmY[bB][fn|fnuz|uz|sat]' with "
              "1 <= X <= 8, 0 <= Y <= 23, optional bias B: IEEE (e.g. 'e8m4', Y >= 1), 'fn' = "
              "no inf, one NaN per sign (e.g. 'e4m3fn', X <= 7), 'fnuz' = no inf, the NaN at "
              "-0 (e.g. 'e5m2fnuz'), 'uz' = the NaN at -0, inf at the all-ones codes (P3109, "

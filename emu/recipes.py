@@ -287,6 +287,22 @@ class Recipe:
         """The block shape ``(rows, cols)`` of ``role``."""
         return self.block[_role(role)]
 
+    def multiplier(self, mul="pam", roles=("act", "weight")) -> Multiplier:
+        """The multiplier ``mul`` of a :func:`recipe_matmul` on ``roles``, or the
+        ValueError that call would raise before any work (torch_bridge checks each of a
+        training step's three GEMMs with it)."""
+        if not (isinstance(roles, tuple) and len(roles) == 2):
+            raise ValueError(f"roles={roles!r}: expected a pair of roles from {list(ROLES)}")
+        return _multipliers(self, mul, self.element(roles[0]), self.element(roles[1]))[0]
+
+    def current(self) -> "Recipe":
+        """The recipe with current scaling in place of delayed scaling (itself if it
+        has no history): the same elements, margin and ``/pow2``."""
+        if not self.history:
+            return self
+        return Recipe("fp8_current", self.elem, self.block, self.scale, self.rule,
+                      self.tensor_scale, self.pow2, self.margin)
+
 
 def _role(role) -> int:
     if role not in ROLES:
@@ -588,7 +604,7 @@ def recipe_matmul(a, b, recipe, acc="float32", *, mul="pam", roles=("act", "weig
     increasing order of ``RN_acc(C + mul(P, S))`` from +0; a per-tensor scale pair is
     applied last, ``mul(C, mul(t_a, t_b))`` in float32.  Returns float32."""
     r = _recipe(recipe)
-    acc = format(acc, argname="acc").arithmetic("acc")
+    acc = format(acc, argname="acc").accumulator("acc")
     if not (isinstance(roles, tuple) and len(roles) == 2):
         raise ValueError(f"roles={roles!r}: expected a pair of roles from {list(ROLES)}")
     ia, ib = _role(roles[0]), _role(roles[1])
@@ -610,8 +626,14 @@ def recipe_matmul(a, b, recipe, acc="float32", *, mul="pam", roles=("act", "weig
     if ga != gb:
         raise ValueError(f"recipe {r.name!r}: roles {roles} have K-blocks {ga} and {gb}; "
                          "recipe_matmul needs one K-block")
+    M, N = ashape[-2], bshape[-1]
+    if not isinstance(a, Quantized):
+        a = _padded(a, r.block[ia], -1, r)
+    if not isinstance(b, Quantized):
+        b = _padded(b, r.block[ib], -2, r)
     qa = a if isinstance(a, Quantized) else recipe_quantize(a, r, roles[0], axis=-1)
     qb = b if isinstance(b, Quantized) else recipe_quantize(b, r, roles[1], axis=-2)
+    K = qa.elements.shape[-1]
 
     nb = -(-K // ga)
     ea, eb = qa.elements, qb.elements
@@ -619,14 +641,14 @@ def recipe_matmul(a, b, recipe, acc="float32", *, mul="pam", roles=("act", "weig
         ea = np.concatenate([ea, np.zeros(ea.shape[:-1] + (nb * ga - K,), np.float32)], -1)
         eb = np.concatenate([eb, np.zeros(eb.shape[:-2] + (nb * ga - K, eb.shape[-1]),
                                           np.float32)], -2)
-    M, N = ashape[-2], bshape[-1]
+    Mp, Np = ea.shape[-2], eb.shape[-1]
     ea = np.swapaxes(ea.reshape(ea.shape[:-1] + (nb, ga)), -3, -2)     # (..., nb, M, g)
-    eb = eb.reshape(eb.shape[:-2] + (nb, ga, N))                         # (..., nb, g, N)
+    eb = eb.reshape(eb.shape[:-2] + (nb, ga, Np))                        # (..., nb, g, N)
     p = matmul(ea, eb, float32, acc, mul=m, mul_fmt=mf)                  # (..., nb, M, N)
 
-    sa = _expand(qa.scales, qa.scales.shape[:-2] + (M, nb),
+    sa = _expand(qa.scales, qa.scales.shape[:-2] + (Mp, nb),
                  (1,) * (qa.scales.ndim - 2) + (_reps(qa)[-2], 1))
-    sb = _expand(qb.scales, qb.scales.shape[:-2] + (nb, N),
+    sb = _expand(qb.scales, qb.scales.shape[:-2] + (nb, Np),
                  (1,) * (qb.scales.ndim - 1) + (_reps(qb)[-1],))
     sa = np.swapaxes(sa, -1, -2)[..., None]                              # (..., nb, M|1, 1)
     sb = sb[..., None, :]                                                # (..., nb, 1, N|1)
@@ -638,7 +660,23 @@ def recipe_matmul(a, b, recipe, acc="float32", *, mul="pam", roles=("act", "weig
         c = _fold(np.broadcast_to(t, p.shape), acc)
     if r.tensor_scale:
         c = _mul(c, _mul(qa.tensor_scale, qb.tensor_scale, m), m)
-    return np.asarray(c, np.float32)
+    return np.asarray(c[..., :M, :N], np.float32)
+
+
+def _padded(x: np.ndarray, block: tuple, k_axis: int, r: Recipe) -> np.ndarray:
+    """``x`` with +0 appended along K (``k_axis``) to a multiple of the block's ``cols``
+    and along the other of its last two axes to a multiple of its ``rows``: a zero adds
+    nothing to a block's amax or its sum, so these are the blocks a shorter last block
+    would make (MX's, which emu.mx quantizes itself, are left alone)."""
+    if r.rule == "ocp":
+        return x
+    rows, cols = block
+    other = -2 if k_axis == -1 else -1
+    pad = [(0, 0)] * x.ndim
+    for axis, g in ((k_axis, cols), (other, rows if rows > 1 else 0)):
+        if g and x.shape[axis] % g:
+            pad[axis] = (0, -x.shape[axis] % g)
+    return np.pad(x, pad) if any(p[1] for p in pad) else x
 
 
 _PAM, _EXACT = multiplier("pam"), multiplier("exact")

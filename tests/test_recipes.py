@@ -475,6 +475,23 @@ def test_recipe_matmul_equals_the_oracle(operands, name, acc, mul):
     assert same_bits(emu.recipe_matmul(qa, qb, r, acc, mul=mul), got)   # pre-quantized
 
 
+@pytest.mark.parametrize("name", ["fp8_block/8", "nvfp4"])
+def test_recipe_matmul_pads_shapes_its_blocks_do_not_divide(name):
+    """K = 21 and N = 13 against blocks of 8 (16) and 8 x 8 weight tiles: the zero-padded
+    operands' product, cut back, and the oracle on them, bit for bit."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((6, 21)).astype(np.float32)
+    b = rng.standard_normal((21, 13)).astype(np.float32)
+    r = emu.recipe(name)
+    g = r.block_of("act")[1]
+    kp, n_pad = -21 % g, -13 % r.block_of("weight")[0] if r.block_of("weight")[0] > 1 else 0
+    ap, bp = np.pad(a, ((0, 0), (0, kp))), np.pad(b, ((0, kp), (0, n_pad)))
+    got = emu.recipe_matmul(a, b, r, "bfloat16", mul="lmul")
+    assert got.shape == (6, 13)
+    qa, qb = emu.recipe_quantize(ap, r, "act"), emu.recipe_quantize(bp, r, "weight", axis=-2)
+    assert same_bits(got, oracle_matmul(qa, qb, r, "bfloat16", "lmul")[:, :13])
+
+
 def test_recipe_matmul_with_batches_roles_and_specials(operands):
     a, b = operands
     A = np.stack([a, 2 * a, -a])

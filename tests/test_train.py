@@ -166,7 +166,7 @@ def test_ablate_command(tmp_path, capsys):
     (["train", "--ops", "gelu"], "unknown op group"),
     (["train", "--fmt", "bf17"], "fmt='bf17' is not a format"),
     (["sweep", "--mantissa", "0,7"], "expected comma-separated integers in [1, 23]"),
-    (["sweep", "--mx", "mxfp5"], "--mx='mxfp5' is not an MX element type")])
+    (["sweep", "--mx", "mxfp5"], "--fmt='mxfp5' is not an MX element type")])
 def test_bad_arguments(argv, msg, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)

@@ -9,6 +9,8 @@ import emu
 import emu.mx
 from emu.lowlevel import ROUNDING, ROUNDING_ALIASES
 
+from ._recipes import GEMM_ROLES
+
 __all__ = ["OP_GROUPS", "PAMConfig", "check_config", "Numerics", "check_numerics"]
 
 #: The operation groups of the paper's Table 3, in its order, then "elementwise": the
@@ -28,11 +30,32 @@ def _fmt(value, name, allow_none=False):
         raise
 
 
-def _operand_fmt(value):
-    """The matmul operand format: an emu format, an MX type (emu.mx) or None."""
-    if isinstance(value, (str, emu.mx.MXFormat)) and str(value).strip().lower().startswith("mx"):
-        return emu.mx.mx_format(value, argname="fmt")
-    return _fmt(value, "fmt", allow_none=True)
+def operand_format(value, argname: str = "fmt"):
+    """The matmul operand format ``fmt`` takes: an emu format, an OCP MX type (emu.mx),
+    a scaling recipe (emu.recipe: ``nvfp4``, ``fp8_current``, ``fp8_delayed``,
+    ``fp8_block``, ...) or None; ValueError naming ``argname`` otherwise."""
+    if value is None or isinstance(value, (emu.Format, emu.mx.MXFormat, emu.Recipe)):
+        return value
+    if isinstance(value, str) and value.strip().lower().startswith("mx"):
+        return emu.mx.mx_format(value, argname=argname)
+    try:
+        return emu.format(value, argname=argname)
+    except ValueError as exc:
+        if isinstance(value, str) and value.strip().lower().split("/")[0] in _RECIPE_NAMES:
+            return emu.recipe(value, argname=argname)
+        raise ValueError(f"{exc}; or an OCP MX type (e.g. 'mxfp8_e4m3', 'mxfp4/16'), a "
+                         f"scaling recipe ({', '.join(_RECIPE_NAMES)}, with /-parameters: "
+                         "docs/semantics.md §10b), or None for native torch") from None
+
+
+_RECIPE_NAMES = [n for n in emu.RECIPES if not n.startswith("mx")] + \
+    ["fp8_tensorwise", "fp8_rowwise"]
+
+
+def blocked(fmt) -> bool:
+    """Whether ``fmt`` scales its operands in blocks (an MX type or a recipe): no
+    per-element format, so no fused composite and no range diagnostics."""
+    return isinstance(fmt, (emu.mx.MXFormat, emu.Recipe))
 
 
 @dataclass(frozen=True)
@@ -45,7 +68,13 @@ class PAMConfig:
         ``"mxfp6_e2m3"``, ``"mxfp4"``, ``"mxint8"``; ``"mxfp4/16"`` for blocks of 16):
         operands MX-quantized in blocks along the contraction axis, gradients along
         their last axis, round to nearest only (docs/semantics.md, "MX block
-        formats").  ``None``: no change at all, every op native.
+        formats"), or a scaling recipe (``"nvfp4"``, ``"fp8_current"``,
+        ``"fp8_delayed"``, ``"fp8_block"``, ``"fp8_rowwise"``, with /-parameters;
+        an ``emu.Recipe``): the products with a weight run as the recipe's forward,
+        dgrad and wgrad GEMMs (emu.recipe_matmul, each with its roles' formats and
+        scales), the products of activations in float32 operands; CPU tensors,
+        ``backward`` 'approx' for matmuls (docs/torch_bridge.md "Scaling recipes").
+        ``None``: no change at all, every op native.
     backward: ``"approx"`` (the paper's approximate/mimic derivative) or ``"exact"``
         (the true piecewise-constant derivative, Table 1), or a mapping from op group
         to kind, e.g. ``{"loss": "exact"}`` (unlisted groups: approx).
@@ -85,7 +114,7 @@ class PAMConfig:
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)     # noqa: E731 (frozen)
-        set_("fmt", _operand_fmt(self.fmt))
+        set_("fmt", operand_format(self.fmt))
         set_("acc", _fmt(self.acc, "acc").accumulator("acc"))
         set_("pa_fmt", _fmt(self.pa_fmt, "pa_fmt"))
         ops = [self.ops] if isinstance(self.ops, str) else self.ops
@@ -120,9 +149,12 @@ class PAMConfig:
             raise ValueError(f"rounding={self.rounding!r}; expected one of {sorted(ROUNDING)} "
                              f"(aliases {sorted(ROUNDING_ALIASES)})")
         set_("rounding", key)
-        if isinstance(self.fmt, emu.mx.MXFormat) and key != "nearest_even":
-            raise ValueError(f"rounding={self.rounding!r} with fmt={self.fmt.name}: MX "
-                             "quantization rounds to nearest even only")
+        if blocked(self.fmt) and key != "nearest_even":
+            raise ValueError(f"rounding={self.rounding!r} with fmt={self.fmt.name}: MX and "
+                             "recipe quantization round to nearest even only")
+        if isinstance(self.fmt, emu.Recipe) and kinds["matmul"] != "approx":
+            raise ValueError(f"backward['matmul']='exact' with fmt={self.fmt.name}: a "
+                             "recipe's backward is its dgrad and wgrad GEMMs ('approx')")
         set_("mul", emu.multiplier(self.mul))
         if self.mul != _PAM:
             self._check_mul()
@@ -132,7 +164,14 @@ class PAMConfig:
         if self.fmt is None:
             return
         mm_fmt = self.fmt
-        if isinstance(self.fmt, emu.mx.MXFormat) and "matmul" in self.ops:
+        if isinstance(self.fmt, emu.Recipe) and "matmul" in self.ops:
+            for gemm, roles in GEMM_ROLES.items():
+                try:
+                    self.fmt.multiplier(self.mul, roles)
+                except ValueError as exc:
+                    raise ValueError(f"fmt={self.fmt.name}, {gemm} GEMM: {exc}") from None
+            mm_fmt = emu.float32            # the products of activations (attention)
+        elif isinstance(self.fmt, emu.mx.MXFormat) and "matmul" in self.ops:
             try:
                 mm_fmt = emu.mx.mx_element_multiplier(self.fmt, self.mul)[1]
             except ValueError as exc:

@@ -15,7 +15,7 @@ import warnings
 import torch
 from torch import nn
 
-import emu.mx
+from .config import blocked
 
 #: a share of one layer's nonzero operands (activations, weights or gradients) that
 #: flush or saturate at or above this stops that layer from learning
@@ -26,8 +26,9 @@ LOSS_MOVE = 0.02
 MIN_LOSS_STEPS = 8
 
 REMEDY = ("Remedy: a scaled recipe (an OCP MX format, e.g. mxfp8_e4m3, scales each block "
-          "of 32 operands), more exponent bits for the gradients (e5m2: smallest normal "
-          "2^-14), or loss scaling; docs/formats.md.")
+          "of 32 operands; fp8_current scales each tensor, e5m2 for gradients), more "
+          "exponent bits for the gradients (e5m2: smallest normal 2^-14), or loss scaling; "
+          "docs/formats.md.")
 
 
 class LearningWarning(UserWarning):
@@ -43,7 +44,7 @@ class Watch:
         fmt = getattr(config, "fmt", None)
         # MX formats scale every block: their elements' range says nothing
         self.fmt = None if (config is None or "matmul" not in config.ops
-                            or isinstance(fmt, emu.mx.MXFormat)) else fmt
+                            or blocked(fmt)) else fmt
         self.steps, self.seen, self.closed = steps, 0, False
         self.counts = {}                # (layer, kind) -> [flushed, saturated, nonzero]
         self.hooks = [model.register_forward_pre_hook(self._step)]

@@ -33,9 +33,10 @@ from . import _compose
 from . import composites as D
 from ._functions import Constant, PABinary, PAMMatmul, PAUnary, constant_ok
 from ._linear import LinearFunction
+from ._recipes import RecipeMatmul, is_weight, states_for
 from ._sums import add, expand, fold_sum
 from ._tensors import check_tensor
-from .config import Numerics, PAMConfig, check_config, check_numerics
+from .config import Numerics, PAMConfig, blocked, check_config, check_numerics
 
 __all__ = ["pam_matmul", "pam_linear", "pam_conv2d", "conv_args", "pam_conv1d", "pam_conv3d",
            "pam_conv_transpose", "pa_softmax", "pa_layer_norm",
@@ -45,12 +46,17 @@ __all__ = ["pam_matmul", "pam_linear", "pam_conv2d", "conv_args", "pam_conv1d", 
 # --- PAM matmul family ---------------------------------------------------------------
 
 def pam_matmul(a, b, fmt="float32", *, acc="float32", mul="pam", backward="approx",
-               rounding="nearest_even") -> torch.Tensor:
+               rounding="nearest_even", recipe_states=None) -> torch.Tensor:
     """PAM matrix product with torch.matmul's shapes (1-D, 2-D, batched, broadcast).
 
     Operands are rounded into ``fmt``, products are PAM (eqs. 5-8), accumulation is
     emu's sequential fold in ``acc``.  Backward: ``"approx"`` (section 3.2: PAM matmuls
     of the transposes) or ``"exact"`` (Table 1), both computed by emu.grad.
+
+    A scaling recipe ``fmt`` (emu.recipe) quantizes a product with a weight (a
+    parameter or a view of one) by its three GEMMs' roles (torch_bridge._recipes; CPU
+    tensors, approximate backward); ``recipe_states``: delayed scaling's
+    :class:`~torch_bridge._recipes.RecipeStates` (None: the weight's own).
     """
     check_tensor(a, "a")
     check_tensor(b, "b")
@@ -58,14 +64,41 @@ def pam_matmul(a, b, fmt="float32", *, acc="float32", mul="pam", backward="appro
     if a.dim() == 0 or b.dim() == 0:
         raise ValueError(f"pam_matmul operands must have at least one dimension, got "
                          f"a.shape={tuple(a.shape)}, b.shape={tuple(b.shape)}")
+    if isinstance(nm.fmt, emu.Recipe):
+        return _recipe_matmul(a, b, nm, recipe_states)
     return PAMMatmul.apply(a, b, nm)
 
 
+def _recipe_matmul(a, b, nm, states, b_weight=False):
+    """pam_matmul in a recipe: the weight as ``b`` (``b_weight``, or a parameter or a view
+    of one; a product whose weight is ``a``, as a convolution's, transposed), at least
+    2-D; a product of activations in float32 operands."""
+    if not b_weight and is_weight(a) and not is_weight(b) and a.dim() > 1 and b.dim() > 1:
+        return _recipe_matmul(b.transpose(-1, -2), a.transpose(-1, -2), nm,
+                              states).transpose(-1, -2)
+    if not (b_weight or is_weight(b)) or b.dim() == 1:
+        return PAMMatmul.apply(a, b, check_numerics(emu.float32, nm.backward, nm.rounding,
+                                                    nm.acc, nm.mul))
+    if nm.backward != "approx":
+        raise ValueError(f"backward={nm.backward!r} with the recipe {nm.fmt.name}: a "
+                         "recipe's backward is its dgrad and wgrad GEMMs ('approx')")
+    if a.is_cuda or b.is_cuda:
+        raise ValueError(f"fmt={nm.fmt.name}: scaling recipes run on CPU tensors for now "
+                         "(emu.recipe_matmul); move the model to the CPU")
+    r = nm.fmt
+    if r.history and states is None:
+        states = states_for(b, r)
+    a2 = a.unsqueeze(0) if a.dim() == 1 else a
+    c = RecipeMatmul.apply(a2, b, nm, states)
+    return c.squeeze(-2) if a.dim() == 1 else c
+
+
 def pam_linear(x, weight, bias=None, fmt="float32", *, acc="float32", mul="pam", backward="approx",
-               rounding="nearest_even") -> torch.Tensor:
+               rounding="nearest_even", recipe_states=None) -> torch.Tensor:
     """``x @ weight.T + bias`` with a PAM matmul over the flattened leading dimensions
     (so the weight gradient is one fold over every token); the bias add is float32, the
-    bias gradient reduced in emu.fold_sum's order."""
+    bias gradient reduced in emu.fold_sum's order.  A recipe ``fmt`` quantizes ``weight``
+    as the weight (:func:`pam_matmul`)."""
     check_tensor(x, "input")
     check_tensor(weight, "weight")
     if weight.dim() != 2 or x.dim() == 0 or x.shape[-1] != weight.shape[1]:
@@ -73,11 +106,15 @@ def pam_linear(x, weight, bias=None, fmt="float32", *, acc="float32", mul="pam",
                          f"{tuple(weight.shape)} (expected (..., {weight.shape[-1]}) and a "
                          f"2-D weight)")
     nm = check_numerics(fmt, backward, rounding, acc, mul)
-    if (_compose.fusable(nm, x, weight, bias) and not isinstance(nm.fmt, emu.mx.MXFormat)
+    if (_compose.fusable(nm, x, weight, bias) and not blocked(nm.fmt)
             and x.numel() * weight.shape[0] <= sizes.SERIAL_WORK and x.numel()):
         return LinearFunction.apply(x, weight, bias, nm)     # the graph below, fused
     x2 = x.reshape(-1, x.shape[-1])
-    y = pam_matmul(x2, weight.t(), fmt, acc=acc, mul=mul, backward=backward, rounding=rounding)
+    if isinstance(nm.fmt, emu.Recipe):
+        y = _recipe_matmul(x2, weight.t(), nm, recipe_states, b_weight=True)
+    else:
+        y = pam_matmul(x2, weight.t(), fmt, acc=acc, mul=mul, backward=backward,
+                       rounding=rounding)
     y = y.reshape(*x.shape[:-1], weight.shape[0])
     return y if bias is None else add(y, bias)
 
@@ -539,12 +576,14 @@ def matmul(a, b, config: PAMConfig | None = None):
     return pam_matmul(a, b, config.fmt, **_mm_kw(config))
 
 
-def linear(x, weight, bias=None, config: PAMConfig | None = None):
-    """F.linear, as a PAM linear layer when ``config`` enables 'matmul'."""
+def linear(x, weight, bias=None, config: PAMConfig | None = None, *, recipe_states=None):
+    """F.linear, as a PAM linear layer when ``config`` enables 'matmul' (``recipe_states``:
+    delayed scaling's states, :func:`pam_linear`)."""
     if not _on(config, "matmul"):
         return F.linear(x, weight, bias)
     x, weight, bias = autocast_operands(x, weight, bias)
-    return pam_linear(x, weight, bias, config.fmt, **_mm_kw(config))
+    return pam_linear(x, weight, bias, config.fmt, recipe_states=recipe_states,
+                      **_mm_kw(config))
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,

@@ -13,7 +13,10 @@ from functools import cache
 from torch import nn
 from torch.nn import functional as F
 
+import emu
+
 from . import functional as PF
+from ._recipes import RecipeStates
 from .compiling import eager_under_compile
 from .config import PAMConfig, check_config
 
@@ -55,16 +58,43 @@ class PAModule:
 
 
 class PAMLinear(PAModule, nn.Linear):
-    """nn.Linear with a PAM matmul (forward and backward) when config enables 'matmul'."""
+    """nn.Linear with a PAM matmul (forward and backward) when config enables 'matmul'.
+
+    Under a delayed-scaling recipe (``fmt="fp8_delayed"``) the amax histories and scales
+    of its three roles are the buffers ``recipe_amax`` (3, history) and ``recipe_scale``
+    (3,): ``state_dict`` saves them and a run resumes exactly."""
     _native = nn.Linear
 
     def __init__(self, in_features, out_features, bias=True, device=None, dtype=None, *,
                  config: PAMConfig | None = None):
         super().__init__(in_features, out_features, bias, device, dtype)
         self.config = check_config(config)
+        self._recipe_buffers()
+
+    @classmethod
+    def from_module(cls, module, config):
+        new = super().from_module(module, config)
+        new._recipe_buffers()
+        return new
+
+    def _recipe_buffers(self):
+        """The delayed-scaling states in this module's buffers (made if missing or of
+        another history length), or None without delayed scaling."""
+        r = getattr(self.config, "fmt", None)
+        if not (isinstance(r, emu.Recipe) and r.history and self.config.enabled("matmul")):
+            return None
+        amax = getattr(self, "recipe_amax", None)
+        if amax is None or tuple(amax.shape) != (3, r.history):
+            st = RecipeStates.new(r, self.weight.device)
+            self.register_buffer("recipe_amax", st.amax)
+            self.register_buffer("recipe_scale", st.scale)
+        return RecipeStates(self.recipe_amax, self.recipe_scale)
 
     def forward(self, x):
-        return PF.linear(x, self.weight, self.bias, self.config)
+        states = self._recipe_buffers()
+        if states is None:
+            return PF.linear(x, self.weight, self.bias, self.config)
+        return PF.linear(x, self.weight, self.bias, self.config, recipe_states=states)
 
 
 class PAMConv2d(PAModule, nn.Conv2d):

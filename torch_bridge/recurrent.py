@@ -21,14 +21,13 @@ from torch.nn import functional as F
 
 import emu
 from emu import sizes
-import emu.mx
 
 from . import _compose
 from . import composites as D
 from . import elementwise as PE
 from . import functional as PF
 from ._recurrence import CELL_INPUTS, recurrence
-from .config import check_numerics
+from .config import blocked, check_numerics
 
 __all__ = ["pa_recurrent"]
 
@@ -62,7 +61,7 @@ class _Ops:
             return None
         if torch.is_autocast_enabled("cpu") or cfg.acc != emu.float32 or \
                 cfg.mul != emu.MULTIPLIERS["pam"] or \
-                isinstance(cfg.fmt, emu.mx.MXFormat) or h.dim() != 2:
+                blocked(cfg.fmt) or h.dim() != 2:
             return None
         if not _compose.fusable(cfg, gi, h, c, w_hh, b_hh) or \
                 h.shape[0] * w_hh.numel() > sizes.SMALL or not gi.numel() or \

@@ -18,13 +18,15 @@ def mantissas_arg(text: str) -> list[int]:
     return ms
 
 
-def mx_arg(text: str) -> list[str]:
-    """Comma-separated OCP MX types (emu.mx), e.g. mxfp8_e4m3,mxfp6_e3m2,mxfp4."""
+def rows_arg(text: str) -> list[str]:
+    """Comma-separated operand formats PAMConfig's ``fmt`` takes, as canonical names:
+    OCP MX types (mxfp8_e4m3, mxfp4/16), scaling recipes (nvfp4, fp8_current,
+    fp8_block/32), formats (p3109_p4, e4m3fn)."""
     import argparse
 
-    import emu.mx
+    from torch_bridge.config import operand_format
     try:
-        return [emu.mx.mx_format(t.strip(), argname="--mx").name
+        return [operand_format(t.strip(), argname="--fmt").name
                 for t in text.split(",") if t.strip()]
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
@@ -40,9 +42,11 @@ def register(sub):
                         "float32)")
     p.add_argument("--exp-bits", type=int_in(2, 8), default=8,
                    help="exponent bits of the PAM operands")
-    p.add_argument("--mx", type=mx_arg, default=[],
-                   help="OCP MX operand types to add as rows next to the eXmY rows, e.g. "
-                        "mxfp8_e4m3,mxfp6_e3m2,mxfp4 (blocks of 32 along K)")
+    p.add_argument("--fmt", "--mx", dest="mx", type=rows_arg, default=[],
+                   help="operand formats to add as rows next to the eXmY rows: OCP MX types "
+                        "(mxfp8_e4m3,mxfp6_e3m2,mxfp4: blocks of 32 along K), scaling "
+                        "recipes (nvfp4, fp8_current, fp8_delayed, fp8_block/32: "
+                        "docs/semantics.md §10b) or any format (p3109_p4)")
     p.add_argument("--seeds", type=seeds_arg, default=3, help="seeds 0..N-1")
     p.add_argument("--ops", type=ops_arg, default="matmul",
                    help="op groups made PA (Appendix D narrows only the matmul inputs)")

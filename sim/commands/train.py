@@ -37,17 +37,16 @@ def multipliers_arg(text: str) -> list:
 
 
 def operand_format_arg(text: str):
-    """argparse type: what PAMConfig's ``fmt`` accepts, a number format (bf16, e8m4) or
-    an OCP MX type (mxfp8_e4m3, mxfp4/16)."""
+    """argparse type: what PAMConfig's ``fmt`` accepts, a number format (bf16, e8m4,
+    p3109_p4), an OCP MX type (mxfp8_e4m3, mxfp4/16) or a scaling recipe (nvfp4,
+    fp8_current, fp8_delayed/h16, fp8_block/32)."""
     import argparse
 
-    import emu.mx
-    if text.strip().lower().startswith("mx"):
-        try:
-            return emu.mx.mx_format(text, argname="--fmt")
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    return format_arg(text)
+    from torch_bridge.config import operand_format
+    try:
+        return operand_format(text, argname="--fmt")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def ops_arg(text: str) -> frozenset:
@@ -180,8 +179,10 @@ def register(sub):
                                      "(the main job)")
     add_spec_arguments(p, epochs_default=12)
     p.add_argument("--fmt", type=operand_format_arg, default=emu.bfloat16,
-                   help="format of the PAM matmul operands, e.g. float32, e8m4, e5m2, or an "
-                        "OCP MX type, e.g. mxfp8_e4m3, mxfp4/16")
+                   help="format of the PAM matmul operands, e.g. float32, e8m4, e5m2, "
+                        "p3109_p4, an OCP MX type, e.g. mxfp8_e4m3, mxfp4/16, or a scaling "
+                        "recipe, e.g. nvfp4, fp8_current, fp8_delayed, fp8_block/32 "
+                        "(docs/semantics.md §10b)")
     p.add_argument("--ops", type=ops_arg, default="all", help=OPS_HELP)
     p.add_argument("--backward", choices=("approx", "exact", "paper"), default="paper",
                    help="derivative kind of every op group: approx, exact, or paper (approx "
@@ -296,7 +297,9 @@ def run(args) -> int:
         print(note)
     if cached:
         print(f"(float32 baseline reused from {out / 'cache'}; --no-cache retrains it)")
-    stem = f"train_{spec.data}_{spec.model}_{config.fmt.name}" + settings_tag(
+    # '/' of a block size (mxfp4/16, fp8_block/32) is no file name character
+    fmt = config.fmt.name.replace("/", "-")
+    stem = f"train_{spec.data}_{spec.model}_{fmt}" + settings_tag(
         args, ignore=("data", "model", "fmt", "out", "no_cache", "quiet", "threads"))
     out.mkdir(parents=True, exist_ok=True)
     js = out / f"{stem}.json"
