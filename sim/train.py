@@ -531,6 +531,10 @@ def multiplier_facts(mul, fmt, acc) -> dict:
     import emu
     from costs import analytic as A
     from emu.multipliers import error_stats
+    if isinstance(fmt, emu.mx.MXFormat):        # a scaled format: its forward elements
+        fmt = emu.recipe(fmt.mx)
+    if isinstance(fmt, emu.Recipe):
+        fmt = fmt.element("act")
     fmt_ = emu.float32 if mul is None else fmt
     m = emu.multiplier("exact" if mul is None else mul)
     st = error_stats(m, fmt_)

@@ -1,6 +1,7 @@
-"""``pamsim study table3|table6|multipliers``: the paper's Tables 3 and 6, and the
-multipliers beside native float32 (issue 23), on two set-ups, over seeds, with Welch's
-t-test against native float32, plots and a markdown report (sim/study.py)."""
+"""``pamsim study table3|table6|multipliers|recipes``: the paper's Tables 3 and 6, the
+multipliers beside native float32 (issue 23) and the scaling recipes with each multiplier
+(issue 26), on two set-ups, over seeds, with Welch's t-test against native float32, plots
+and a markdown report (sim/study.py)."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import emu
-from sim.cli import fail, format_arg, formats_arg, int_in, multiplier_arg, output_dir, settings_tag
+from sim.cli import fail, format_arg, int_in, multiplier_arg, output_dir, settings_tag
 from sim.commands.sweep import mantissas_arg
 from sim.commands.train import MAX_THREADS, MUL_HELP, multipliers_arg, ops_arg, seeds_arg
 
@@ -32,7 +33,23 @@ SETUPS = {"table3": {"lm": ("char transformer LM on KJV", _LM),
                      "vision": ("ViT on digits", _VIT)},
           "table6": {"lm": ("char transformer LM on KJV", _LM),
                      "vision": ("CNN on digits", _CNN)}}
-SETUPS["multipliers"] = SETUPS["table3"]
+SETUPS["multipliers"] = SETUPS["recipes"] = SETUPS["table3"]
+#: the recipes study's defaults: float8 tensorwise (e4m3/e5m2 hybrid), MXFP8, NVFP4, MXFP4,
+#: block-scaled float8, each with the exact product and with PAM, on the matmuls
+RECIPE_DEFAULTS = {"formats": "fp8_current,mxfp8_e4m3,nvfp4,mxfp4_e2m1,fp8_block",
+                   "muls": "exact,pam", "groups": "matmul"}
+
+
+def _operand_formats_arg(text):
+    """argparse type: comma-separated operand formats, MX types or scaling recipes."""
+    import argparse
+
+    from sim.commands.train import operand_format_arg
+    fmts = [operand_format_arg(t.strip()) for t in text.split(",") if t.strip()]
+    if not fmts:
+        raise argparse.ArgumentTypeError(f"got {text!r}; expected comma-separated formats "
+                                         "or recipes, e.g. bf16,nvfp4")
+    return fmts
 
 
 def _groups_arg(text):
@@ -58,9 +75,12 @@ def register(sub):
     p = sub.add_parser("study", help="the paper's Table 3 or Table 6, or the multipliers, on a "
                                      "char LM and a vision model, seeds, Welch's t-test, plots, "
                                      "markdown")
-    p.add_argument("table", choices=("table3", "table6", "multipliers"),
+    p.add_argument("table", choices=("table3", "table6", "multipliers", "recipes"),
                    help="table3: per-op derivatives; table6: mantissa widths; multipliers: "
-                        "native float32 beside each of --muls at each of --formats and --groups")
+                        "native float32 beside each of --muls at each of --formats and "
+                        "--groups; recipes: the same with scaling recipes as --formats ("
+                        f"default {RECIPE_DEFAULTS['formats']}, --muls "
+                        f"{RECIPE_DEFAULTS['muls']}, --groups {RECIPE_DEFAULTS['groups']})")
     p.add_argument("--setups", type=_setups_arg, default=["lm", "vision"],
                    help="comma-separated: lm (char transformer on KJV, val bits/char), "
                         "vision (digits: ViT for table3, CNN for table6)")
@@ -73,9 +93,10 @@ def register(sub):
                    help="table3, table6: " + MUL_HELP.replace("the matmuls' multiplier",
                                                               "the multiplier of every config"))
     p.add_argument("--muls", type=multipliers_arg, default="exact,pam,lmul,cpam2-unbiased",
-                   help="multipliers: the rows beside native float32")
-    p.add_argument("--formats", type=formats_arg, default="bf16,float8_e4m3fn",
-                   help="multipliers: operand formats, one set-up each")
+                   help="multipliers, recipes: the rows beside native float32")
+    p.add_argument("--formats", type=_operand_formats_arg, default="bf16,float8_e4m3fn",
+                   help="multipliers, recipes: operand formats (MX types and scaling "
+                        "recipes too), one set-up each")
     p.add_argument("--groups", type=_groups_arg, default="matmul/all",
                    help="multipliers: op groups made PA, one set-up each, sets separated by "
                         "'/' (matmul: every matmul; all: every multiply)")
@@ -101,19 +122,19 @@ def run(args) -> int:
             if args.quick:
                 kw = {**kw, **_QUICK, **_QUICK_MODEL[kw["model"]]}
             setups[name] = (title, [T.TrainSpec(**kw, seed=s) for s in range(args.seeds)])
-        if args.table == "multipliers":
+        if args.table in ("multipliers", "recipes"):
             default = args.parser.get_default("mul")
             if str(args.mul) != default:
-                raise ValueError(f"--mul {args.mul} is for table3 and table6; the multipliers "
-                                 "study takes its rows from --muls")
+                raise ValueError(f"--mul {args.mul} is for table3 and table6; the "
+                                 f"{args.table} study takes its rows from --muls")
         elif args.table == "table3":
             S.table3_configs(args.fmt, args.mul)
         else:
             S.table6_configs(args.mantissa, mul=args.mul)
     except ValueError as exc:
         return fail(args, exc)
-    if args.table == "multipliers":
-        return _multipliers(args, setups)
+    if args.table in ("multipliers", "recipes"):
+        return _multipliers(args, setups, *_rows(args))
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
@@ -169,10 +190,22 @@ def run(args) -> int:
     return 0
 
 
-def _multipliers(args, setups) -> int:
-    """``pamsim study multipliers``: per model set-up, per op-group set and operand format,
-    native float32 beside each multiplier of --muls; a set-up PAMConfig refuses is reported
-    in one line and left out."""
+def _rows(args) -> tuple:
+    """(formats, multipliers, op-group sets) of a multipliers or recipes study: the
+    options, where the recipes study takes RECIPE_DEFAULTS for those left at default."""
+    got = {k: getattr(args, k) for k in RECIPE_DEFAULTS}
+    if args.table == "recipes":
+        for k, text in RECIPE_DEFAULTS.items():
+            action = next(a for a in args.parser._actions if a.dest == k)
+            if got[k] == action.type(args.parser.get_default(k)):
+                got[k] = action.type(text)
+    return got["formats"], got["muls"], got["groups"]
+
+
+def _multipliers(args, setups, formats, muls, groups) -> int:
+    """``pamsim study multipliers|recipes``: per model set-up, per op-group set and operand
+    format (or recipe), native float32 beside each multiplier of ``muls``; a set-up
+    PAMConfig refuses is reported in one line and left out."""
     from sim import study as S
     from sim import train as T
     out = Path(args.out)
@@ -181,20 +214,20 @@ def _multipliers(args, setups) -> int:
     sections, summary, compute, panels = [], {}, 0.0, {}
     for name, (title, specs) in setups.items():
         key, label = T.metric_names(specs[0])
-        print(f"pamsim study multipliers: {title} ({specs[0].label()}), {len(specs)} seeds; "
-              f"metric: {label}", flush=True)
+        print(f"pamsim study {args.table}: {title} ({specs[0].label()}), {len(specs)} "
+              f"seeds; metric: {label}", flush=True)
         runs = S.Runs(specs, out / "runs" / name, progress=not args.quiet)
         summary[name] = {"title": title, "spec": specs[0].__dict__, "metric": key, "setups": {}}
         sections.append(f"### {title}: {label}\n\n`{_spec_text(specs[0])}`, seeds "
                         f"0..{len(specs) - 1}.\n")
         native = None
-        for gname, ops in args.groups:
-            for fmt in args.formats:
+        for gname, ops in groups:
+            for fmt in formats:
                 what = f"{fmt.name} operands, ops={gname}"
-                configs, refused = S.multiplier_configs(fmt, ops, args.muls)
+                configs, refused = S.multiplier_configs(fmt, ops, muls)
                 why = "".join(f"\n* {m}: not runnable: {exc}" for m, exc in refused)
                 for m, exc in refused:
-                    print(f"pamsim study multipliers: set-up {name}, {what}, {m}: not "
+                    print(f"pamsim study {args.table}: set-up {name}, {what}, {m}: not "
                           f"runnable: {exc}", flush=True)
                 if not configs:
                     sections.append(f"#### {what}\n{why}\n")
@@ -218,17 +251,18 @@ def _multipliers(args, setups) -> int:
             curve = ", ".join(f"{v:.2f}" if key == "acc" else f"{v:.3f}" for v in conv["curve"])
             sections.append(f"Native float32 per epoch (mean over seeds): {curve} (change in "
                             f"the last epoch: {conv['last_change']:+.3g}).\n")
-            png = out / f"multipliers_{name}{tag}.png"
+            png = out / f"{args.table}_{name}{tag}.png"
             S.plot_quality_vs_cost(key, label, panels[name], png,
-                                   f"multipliers: {title}, {len(specs)} seeds")
-            sections.append(f"![multipliers {name}]({png.name})\n")
+                                   f"{args.table}: {title}, {len(specs)} seeds")
+            sections.append(f"![{args.table} {name}]({png.name})\n")
     wall = time.perf_counter() - t0
-    command = (f"pamsim study multipliers --setups {','.join(setups)} --seeds {args.seeds} "
-               f"--muls {','.join(map(str, args.muls))} "
-               f"--formats {','.join(f.name for f in args.formats)} "
-               f"--groups {'/'.join(g for g, _ in args.groups)}"
+    command = (f"pamsim study {args.table} --setups {','.join(setups)} --seeds {args.seeds} "
+               f"--muls {','.join(map(str, muls))} "
+               f"--formats {','.join(f.name for f in formats)} "
+               f"--groups {'/'.join(g for g, _ in groups)}"
                + (" --quick" if args.quick else "") + f" --out {args.out}")
-    head = ("## The multipliers\n\n"
+    head = (("## The multipliers" if args.table == "multipliers" else
+             "## Scaling recipes and multipliers") + "\n\n"
             f"Command: `{command}`"
             f"  \nMachine: {_machine()}; date {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
             f"  \nRuntime: {wall / 60:.1f} min wall for this invocation; the runs took "
@@ -236,12 +270,13 @@ def _multipliers(args, setups) -> int:
             "Cells: mean ± sd over seeds; change from native float32; p = Welch's t-test "
             "against native (resolved at p < 0.05, else 'not resolved'); the multiplier's "
             "relative error over every pair of normal mantissas of the operand format "
+            "(a recipe's or MX type's: its forward elements) "
             "(sampled for float32); its MAC (float32 accumulator) in the 45 nm model of "
             "docs/costs.md, energy and area as % of the float-multiplier MAC in the same "
             "format.\n")
     text = head + "\n" + "\n".join(sections)
-    stem = ("multipliers" if set(setups) == {"lm", "vision"} else
-            f"multipliers_{'_'.join(setups)}") + tag
+    stem = (args.table if set(setups) == {"lm", "vision"} else
+            f"{args.table}_{'_'.join(setups)}") + tag
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.md").write_text(text)
     (out / f"{stem}.json").write_text(json.dumps(summary, indent=1))
