@@ -259,10 +259,13 @@ else:
 
     # the exact fold with the float32 accumulator, the approximate one (two forward
     # matmuls) with bf16: test_grad_matmul_narrow_accumulators has the exact narrow folds
-    @pytest.mark.parametrize("acc,kind", [("float32", "exact"), ("bfloat16", "approx")])
-    @pytest.mark.parametrize("sa,sb", [((5, 7), (7, 3)), ((2, 5, 4), (4, 6)),
-                                       ((2, 1, 3, 4), (3, 4, 2)), ((4,), (4, 3)),
-                                       ((3, 4), (4,)), ((2, 3, 0), (0, 2))])
+    # (CI time: the batched exact case is the broadcast one, (2, 1, 3, 4) x (3, 4, 2))
+    @pytest.mark.parametrize("sa,sb,acc,kind", [
+        (sa, sb, acc, kind)
+        for sa, sb in [((5, 7), (7, 3)), ((2, 5, 4), (4, 6)), ((2, 1, 3, 4), (3, 4, 2)),
+                       ((4,), (4, 3)), ((3, 4), (4,)), ((2, 3, 0), (0, 2))]
+        for acc, kind in [("float32", "exact"), ("bfloat16", "approx")]
+        if (sa, kind) != ((2, 5, 4), "exact")])
     def test_grad_matmul(sa, sb, acc, kind, rng):
         """δA, δB of emu.pam_matmul on the device: 2-D, batched, a broadcast (weight)
         operand whose gradient folds over the batch, 1-D operands, K = 0."""

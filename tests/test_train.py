@@ -255,6 +255,23 @@ def test_study_command_caches_resumes_and_tests(tmp_path, capsys, monkeypatch):
         .startswith("native-")
 
 
+def test_recipes_study(tmp_path, capsys):
+    """``pamsim study recipes``: the multipliers study with recipes as operand formats;
+    left at their defaults, its rows are the issue's five recipes with exact and PAM."""
+    from sim.cli import build_parser
+    from sim.commands import study as C
+    argv = ["study", "recipes", "--setups", "vision", "--seeds", "1", "--formats",
+            "fp8_block/16", "--muls", "pam", "--quick", "--out", str(tmp_path), "--quiet"]
+    assert main(argv) == 0
+    md = next(tmp_path.glob("recipes_vision_*.md")).read_text()
+    assert "## Scaling recipes and multipliers" in md and "| PAM |" in md
+    assert "#### fp8_block/16 operands, ops=matmul" in md
+    args = build_parser().parse_args(["study", "recipes"])
+    fmts, muls, groups = C._rows(args)
+    assert [f.name for f in fmts] == C.RECIPE_DEFAULTS["formats"].split(",")
+    assert [str(m) for m in muls] == ["exact", "pam"] and [g for g, _ in groups] == ["matmul"]
+
+
 def test_study_statistics():
     from sim import study as S
     assert S.welch_p([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]) == pytest.approx(1.0)
