@@ -650,14 +650,7 @@ def recipe_matmul(a, b, recipe, acc="float32", *, mul="pam", roles=("act", "weig
                  (1,) * (qa.scales.ndim - 2) + (_reps(qa)[-2], 1))
     sb = _expand(qb.scales, qb.scales.shape[:-2] + (nb, Np),
                  (1,) * (qb.scales.ndim - 1) + (_reps(qb)[-1],))
-    sa = np.swapaxes(sa, -1, -2)[..., None]                              # (..., nb, M|1, 1)
-    sb = sb[..., None, :]                                                # (..., nb, 1, N|1)
-    with np.errstate(invalid="ignore", over="ignore"):
-        if r.pow2_scales:   # an exponent add: exact in float64, then rounded once
-            t = _nan(p.astype(np.float64) * sa.astype(np.float64) * sb)
-        else:
-            t = _mul(p, _mul(sa, sb, m), m)
-        c = _fold(np.broadcast_to(t, p.shape), acc)
+    c = _scale_fold(p, np.swapaxes(sa, -1, -2), sb, r.pow2_scales, acc, m)
     if r.tensor_scale:
         c = _mul(c, _mul(qa.tensor_scale, qb.tensor_scale, m), m)
     return np.asarray(c[..., :M, :N], np.float32)
@@ -689,18 +682,23 @@ def _nan(x) -> np.ndarray:
     return np.where(np.isnan(x), _NAN32, x) if np.isnan(x).any() else x
 
 
-def _fold(t, acc: Format) -> np.ndarray:
-    """The fold over axis -3 in increasing order, from +0, of ``RN_acc(C + T)``: a
-    numpy float32 add per block for float32, else emu.matmul's fused step with 1."""
-    if acc == float32:
-        c = np.zeros(t.shape[:-3] + t.shape[-2:], np.float32)
-        for kb in range(t.shape[-3]):
-            c += t[..., kb, :, :]
-        return _nan(c)
-    nb = t.shape[-3]
-    tt = np.ascontiguousarray(np.moveaxis(t, -3, -1))
-    return matmul(tt.reshape(-1, nb), np.ones((nb, 1), np.float32), float32, acc,
-                  mul="exact").reshape(tt.shape[:-1])
+def _scale_fold(p, sa, sb, pow2: bool, acc: Format, m: Multiplier) -> np.ndarray:
+    """Steps 2-3 of §10b on the partial products ``p`` (..., nb, M, N) with the block
+    scales ``sa`` (..., nb, M|1) and ``sb`` (..., nb, N|1): each ``T_b`` (an exponent add
+    for ``pow2`` scales, else ``mul(P, mul(s_a, s_b))`` in float32) folded over b in
+    increasing order from +0 as ``RN_acc(C + T_b)``, one pass (emu/_kernels_recipes.py)."""
+    from ._kernels_recipes import SCALE_FOLD
+    from .host import _pick
+    *batch, nb, M, N = p.shape
+    t = int(np.prod(batch, dtype=np.int64))
+    u32 = lambda x, shape: np.ascontiguousarray(                            # noqa: E731
+        np.broadcast_to(x, tuple(batch) + shape), np.float32).reshape((t,) + shape) \
+        .view(np.uint32)
+    out = np.empty((t, M, N), np.uint32)
+    _pick(*(SCALE_FOLD[par] for par in (True, False)), out)(
+        u32(p, (nb, M, N)), u32(sa, (nb, M)), u32(sb, (nb, N)), out, pow2, float32.consts,
+        acc.consts, m.params(float32), _EXACT.params(float32))
+    return out.view(np.float32).reshape(tuple(batch) + (M, N))
 
 
 def _mul(x, y, m: Multiplier):
