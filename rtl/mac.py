@@ -1,26 +1,87 @@
-"""Pipelined PAM multiply-accumulate and an output-stationary array of them.
+"""Pipelined multiply-accumulate and an output-stationary array of them, with PAM or
+another multiplier of emu's registry (:data:`MAC_MULTIPLIERS`).
 
 A dot product streamed through :class:`PAMMac` equals one entry of
-``emu.pam_matmul(A, B, fmt=in_fmt, acc=acc_fmt)`` bit for bit: the products are
-``pam_mul`` in ``in_fmt`` and are added in stream order, from +0.0, by a
-:class:`~rtl.FloatAdder` that rounds the exact sum of accumulator and product once
-into ``acc_fmt`` (docs/semantics.md §5).
+``emu.matmul(A, B, fmt=in_fmt, acc=acc_fmt, mul=multiplier)`` bit for bit (with
+``"pam"``, the default, ``emu.pam_matmul``): the products are ``emu.mul(a, b, in_fmt,
+multiplier)`` and are added in stream order, from +0.0, by a :class:`~rtl.FloatAdder`
+that rounds the exact sum of accumulator and product once into ``acc_fmt``
+(docs/semantics.md §5 and "Multipliers").
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from emu.multipliers import MULTIPLIERS, Multiplier, multiplier as registry_multiplier
+
 from ._float import FloatLayout, as_format
 from .ieee import FloatAdder, FloatMultiplier
-from .pa import PAMMultiplier
+from .pa import LMulMultiplier, PAMMultiplier
 
-__all__ = ["PAMMac", "PAMDotArray", "MAX_STAGES", "MAX_ARRAY_SIDE", "check_stages",
-           "check_side"]
+__all__ = ["PAMMac", "PAMDotArray", "MAX_STAGES", "MAX_ARRAY_SIDE", "MAC_MULTIPLIERS",
+           "check_stages", "check_side", "check_multiplier", "mac_module_name",
+           "array_module_name"]
 
 MAX_STAGES = 3
 MAX_ARRAY_SIDE = 32
+
+
+class MacMultiplier(NamedTuple):
+    """The combinational unit that computes a registry multiplier's products, and the
+    prefix of the MAC's and array's Verilog module names."""
+    cls: type
+    prefix: str
+
+
+#: emu's registry multipliers (emu.MULTIPLIERS) that have RTL -> their unit.  Every
+#: unit is combinational, ``cls(fmt)``, and equals ``emu.mul(a, b, fmt, mul)`` (its
+#: comb bench: rtl.UNITS ``mul``, ``lmul``, ``fmul``); none makes a subnormal product,
+#: which the accumulator's ``b_daz`` relies on.  ``exact`` (a fused multiply-add in
+#: emu.matmul), ``cpam``, the offsets and ``table:`` multipliers have no RTL yet.
+MAC_MULTIPLIERS: dict[Multiplier, MacMultiplier] = {
+    MULTIPLIERS["pam"]: MacMultiplier(PAMMultiplier, "pam"),
+    MULTIPLIERS["lmul"]: MacMultiplier(LMulMultiplier, "lmul"),
+    MULTIPLIERS["float"]: MacMultiplier(FloatMultiplier, "fp"),
+}
+
+
+def check_multiplier(spec) -> str:
+    """The registry name (``str(emu.multiplier(spec))``) of ``spec`` if the MAC has RTL
+    for it (:data:`MAC_MULTIPLIERS`), else ValueError naming ``multiplier=``."""
+    accepted = [str(m) for m in MAC_MULTIPLIERS]
+    try:
+        m = registry_multiplier(spec)
+    except (ValueError, TypeError):
+        raise ValueError(f"multiplier={spec!r}; expected one of {accepted} (emu's registry "
+                         "multipliers that have RTL)") from None
+    if m not in MAC_MULTIPLIERS:
+        raise ValueError(f"multiplier={spec!r}; expected one of {accepted}: emu's multiplier "
+                         f"{str(m)!r} has no RTL (offsets, cpam, exact and table multipliers "
+                         "have none yet)")
+    return str(m)
+
+
+def _prefix(multiplier) -> str:
+    return MAC_MULTIPLIERS[registry_multiplier(check_multiplier(multiplier))].prefix
+
+
+def mac_module_name(in_fmt, acc_fmt, stages: int, multiplier: str = "pam") -> str:
+    """Verilog module name of ``PAMMac(in_fmt, acc_fmt, stages, multiplier)`` (the
+    simulator harness names modules without building them)."""
+    return (f"{_prefix(multiplier)}_mac_{as_format(in_fmt, 'in_fmt').name}_"
+            f"{as_format(acc_fmt, 'acc_fmt').name}_s{stages}")
+
+
+def array_module_name(rows: int, cols: int, in_fmt, acc_fmt, stages: int,
+                      multiplier: str = "pam") -> str:
+    """Verilog module name of ``PAMDotArray(rows, cols, in_fmt, acc_fmt, stages,
+    multiplier)``."""
+    return (f"{_prefix(multiplier)}_dot_array_{rows}x{cols}_{as_format(in_fmt, 'in_fmt').name}"
+            f"_{as_format(acc_fmt, 'acc_fmt').name}_s{stages}")
 
 
 def check_stages(stages) -> int:
@@ -43,7 +104,7 @@ def check_side(name: str, v) -> int:
 
 
 class PAMMac(wiring.Component):
-    """Pipelined PAM multiply-accumulate with a stream interface.
+    """Pipelined multiply-accumulate (PAM by default) with a stream interface.
 
     ``i_stream`` (always ready): payload ``a``, ``b`` (:class:`FloatLayout` of
     ``in_fmt``), ``first`` (start a new dot product: the accumulator is taken as
@@ -56,20 +117,24 @@ class PAMMac(wiring.Component):
     ``stages``: 1 = multiply and accumulate in one cycle; 2 = register the product
     (default); 3 = also register the inputs.
 
-    ``multiplier="float"`` swaps the PAM multiplier for :class:`FloatMultiplier` (RNE,
-    subnormals flushed): the mixed-precision float MAC that costs/ compares against
-    (its products equal ``emu.fp_mul(a, b, in_fmt, subnormals=False)``).
+    ``multiplier``: a multiplier of emu's registry (a name, or an ``emu.Multiplier``)
+    that has RTL (:data:`MAC_MULTIPLIERS`); the results are then
+    ``emu.matmul(..., mul=multiplier)``'s.  ``"pam"`` (default): :class:`PAMMultiplier`;
+    ``"lmul"``: :class:`LMulMultiplier` (L-Mul, PAM plus ``2^-l(M)``); ``"float"``:
+    :class:`FloatMultiplier` (RNE, subnormals flushed), the mixed-precision float MAC
+    that costs/ compares against (products ``emu.fp_mul(a, b, in_fmt,
+    subnormals=False)``, emu's ``float`` multiplier).  :attr:`multiplier` is the
+    registry name.
     """
 
-    MULTIPLIERS = ("pam", "float")
+    #: the registry names the MAC takes
+    MULTIPLIERS = tuple(str(m) for m in MAC_MULTIPLIERS)
 
-    def __init__(self, in_fmt, acc_fmt="float32", stages: int = 2, multiplier: str = "pam"):
+    def __init__(self, in_fmt, acc_fmt="float32", stages: int = 2, multiplier="pam"):
         self.in_fmt = as_format(in_fmt, "in_fmt")
         self.acc_fmt = as_format(acc_fmt, "acc_fmt")
         self.stages = check_stages(stages)
-        if multiplier not in self.MULTIPLIERS:
-            raise ValueError(f"multiplier={multiplier!r}; expected one of {self.MULTIPLIERS}")
-        self.multiplier = multiplier
+        self.multiplier = check_multiplier(multiplier)
         in_layout = data.StructLayout({"a": FloatLayout(self.in_fmt), "b": FloatLayout(self.in_fmt),
                                        "first": 1, "last": 1})
         out_layout = data.StructLayout({"result": FloatLayout(self.acc_fmt), "last": 1})
@@ -78,15 +143,14 @@ class PAMMac(wiring.Component):
 
     @property
     def module_name(self) -> str:
-        kind = "pam" if self.multiplier == "pam" else "fp"
-        return f"{kind}_mac_{self.in_fmt.name}_{self.acc_fmt.name}_s{self.stages}"
+        return mac_module_name(self.in_fmt, self.acc_fmt, self.stages, self.multiplier)
 
     def elaborate(self, platform):
         m = Module()
-        mul_cls = PAMMultiplier if self.multiplier == "pam" else FloatMultiplier
+        mul_cls = MAC_MULTIPLIERS[registry_multiplier(self.multiplier)].cls
         m.submodules.mul = mul = mul_cls(self.in_fmt)
-        # PAM products are never subnormal, nor are the flushed float ones, so b_daz is
-        # exact and every format pair works
+        # no registered multiplier makes a subnormal product (PAM and L-Mul flush, the
+        # float one flushes too), so b_daz is exact and every format pair works
         m.submodules.add = add = FloatAdder(self.acc_fmt, b_fmt=self.in_fmt, b_daz=True)
         valid, pay = self.i_stream.valid, self.i_stream.payload
         if self.stages >= 3:                               # input register
@@ -109,23 +173,26 @@ class PAMMac(wiring.Component):
 
 
 class PAMDotArray(wiring.Component):
-    """A ``rows x cols`` tile of C = A·B from a grid of :class:`PAMMac`s.
+    """A ``rows x cols`` tile of C = A·B from a grid of :class:`PAMMac`s (PAM by default).
 
     Output-stationary with broadcast operands: each cycle ``i_stream`` carries one
     column ``a`` (``rows`` values) of A and one row ``b`` (``cols`` values) of B for
     the same k; MAC (i, j) accumulates ``a[i] ·̂ b[j]``.  ``first``/``last`` delimit a
     tile's k range as for :class:`PAMMac`, and ``o_stream.payload.c[i][j]`` follows
     each accepted column ``stages`` cycles later; at ``last`` it is the tile of
-    ``emu.pam_matmul(A, B, in_fmt, acc_fmt)``.  A systolic version would pass
-    operands between neighbours to shorten the broadcast nets of large arrays; the
-    sums, and so the results, would be the same.
+    ``emu.matmul(A, B, in_fmt, acc_fmt, mul=multiplier)`` (``multiplier`` as for
+    :class:`PAMMac`; default ``"pam"``: ``emu.pam_matmul``).  A systolic version would
+    pass operands between neighbours to shorten the broadcast nets of large arrays;
+    the sums, and so the results, would be the same.
     """
 
-    def __init__(self, rows: int, cols: int, in_fmt, acc_fmt="float32", stages: int = 2):
+    def __init__(self, rows: int, cols: int, in_fmt, acc_fmt="float32", stages: int = 2,
+                 multiplier="pam"):
         self.rows, self.cols = check_side("rows", rows), check_side("cols", cols)
         self.in_fmt = as_format(in_fmt, "in_fmt")
         self.acc_fmt = as_format(acc_fmt, "acc_fmt")
         self.stages = check_stages(stages)
+        self.multiplier = check_multiplier(multiplier)
         fin, facc = FloatLayout(self.in_fmt), FloatLayout(self.acc_fmt)
         in_layout = data.StructLayout({"a": data.ArrayLayout(fin, rows),
                                        "b": data.ArrayLayout(fin, cols),
@@ -137,15 +204,15 @@ class PAMDotArray(wiring.Component):
 
     @property
     def module_name(self) -> str:
-        return (f"pam_dot_array_{self.rows}x{self.cols}_{self.in_fmt.name}_{self.acc_fmt.name}"
-                f"_s{self.stages}")
+        return array_module_name(self.rows, self.cols, self.in_fmt, self.acc_fmt, self.stages,
+                                 self.multiplier)
 
     def elaborate(self, platform):
         m = Module()
         pay = self.i_stream.payload
         for i in range(self.rows):
             for j in range(self.cols):
-                mac = PAMMac(self.in_fmt, self.acc_fmt, self.stages)
+                mac = PAMMac(self.in_fmt, self.acc_fmt, self.stages, self.multiplier)
                 m.submodules[f"mac_{i}_{j}"] = mac
                 m.d.comb += [mac.i_stream.valid.eq(self.i_stream.valid),
                              mac.i_stream.payload.a.eq(pay.a[i]),

@@ -73,12 +73,12 @@ class Unit:
         return (self.build or self.cls)(fmt, **kw)
 
 
-def _mac(fmt, acc, stages):
-    return PAMMac(fmt, acc, stages)
+def _mac(fmt, acc, stages, mul):
+    return PAMMac(fmt, acc, stages, multiplier=mul)
 
 
-def _array(fmt, rows, cols, acc, stages):
-    return PAMDotArray(rows, cols, fmt, acc, stages)
+def _array(fmt, rows, cols, acc, stages, mul):
+    return PAMDotArray(rows, cols, fmt, acc, stages, multiplier=mul)
 
 
 UNITS: dict[str, Unit] = {u.name: u for u in (
@@ -94,11 +94,13 @@ UNITS: dict[str, Unit] = {u.name: u for u in (
          emu.fp_add, V.add_pairs),
     Unit("fmul", FloatMultiplier, "IEEE multiplier, RNE, subnormals flushed (combinational)",
          "comb", 2, partial(emu.fp_mul, subnormals=False), V.fmul_pairs),
-    Unit("mac", PAMMac, "pipelined PAM multiply-accumulate (stream in/out)", "stream", 2,
-         bench="sim.tb.test_pam_mac", options={"acc": "float32", "stages": 2}, build=_mac),
-    Unit("array", PAMDotArray, "rows x cols grid of PAM MACs computing a tile of A.B",
-         "stream", 2, bench="sim.tb.test_pam_dot_array",
-         options={"rows": 4, "cols": 4, "acc": "float32", "stages": 2}, build=_array),
+    Unit("mac", PAMMac, "pipelined multiply-accumulate, PAM or mul=lmul/float (stream in/out)",
+         "stream", 2, bench="sim.tb.test_pam_mac",
+         options={"acc": "float32", "stages": 2, "mul": "pam"}, build=_mac),
+    Unit("array", PAMDotArray, "rows x cols grid of MACs (PAM or mul=lmul/float) computing "
+         "a tile of A.B", "stream", 2, bench="sim.tb.test_pam_dot_array",
+         options={"rows": 4, "cols": 4, "acc": "float32", "stages": 2, "mul": "pam"},
+         build=_array),
 )}
 
 

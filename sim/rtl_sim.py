@@ -97,7 +97,8 @@ class Harness:
 
     ``kind``: ``"comb"`` (one of each combinational unit in ``units`` for ``fmt``,
     rtl.UNITS names), ``"mac"`` (one PAMMac) or ``"array"`` (one ``rows x cols``
-    PAMDotArray).
+    PAMDotArray); ``mul`` (mac, array): the registry name of their multiplier
+    (rtl.mac.MAC_MULTIPLIERS), whose emu.matmul the benches compare with.
 
     The harness top (:meth:`top_verilog`) holds ``slots`` operand sets in wide input
     ports and a free-running slot counter: in each clock cycle the unit gets slot
@@ -114,6 +115,7 @@ class Harness:
     cols: int = 1
     units: tuple = field(default=())
     lanes: int = 1
+    mul: str = "pam"
 
     @classmethod
     def comb(cls, fmt, slots: int = COMB_SLOTS, units=None,
@@ -131,28 +133,32 @@ class Harness:
                    units=tuple(u for u in every if u in units))
 
     @classmethod
-    def mac(cls, fmt, acc="float32", stages: int = 2, slots: int = STREAM_SLOTS) -> "Harness":
+    def mac(cls, fmt, acc="float32", stages: int = 2, slots: int = STREAM_SLOTS, *,
+            mul="pam") -> "Harness":
         from rtl import as_format
-        from rtl.mac import check_stages
+        from rtl.mac import check_multiplier, check_stages
         return cls("mac", as_format(fmt, "fmt").name, as_format(acc, "acc").name,
-                   check_stages(stages), _positive(slots, "slots"))
+                   check_stages(stages), _positive(slots, "slots"),
+                   mul=check_multiplier(mul))
 
     @classmethod
     def array(cls, rows: int, cols: int, fmt, acc="float32", stages: int = 2,
-              slots: int = ARRAY_SLOTS) -> "Harness":
+              slots: int = ARRAY_SLOTS, *, mul="pam") -> "Harness":
         from rtl import as_format
-        from rtl.mac import check_side, check_stages
+        from rtl.mac import check_multiplier, check_side, check_stages
         return cls("array", as_format(fmt, "fmt").name, as_format(acc, "acc").name,
                    check_stages(stages), _positive(slots, "slots"), check_side("rows", rows),
-                   check_side("cols", cols))
+                   check_side("cols", cols), mul=check_multiplier(mul))
 
     @property
     def key(self) -> str:
         if self.kind == "comb":
             return f"comb-{self.fmt}-{'-'.join(self.units)}-n{self.slots}x{self.lanes}"
+        # PAM keeps the keys (and build directories) it had before mul existed
+        kind = self.kind if self.mul == "pam" else f"{self.kind}-{self.mul}"
         if self.kind == "mac":
-            return f"mac-{self.fmt}-{self.acc}-s{self.stages}-n{self.slots}"
-        return f"array-{self.rows}x{self.cols}-{self.fmt}-{self.acc}-s{self.stages}-n{self.slots}"
+            return f"{kind}-{self.fmt}-{self.acc}-s{self.stages}-n{self.slots}"
+        return f"{kind}-{self.rows}x{self.cols}-{self.fmt}-{self.acc}-s{self.stages}-n{self.slots}"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -179,8 +185,9 @@ class Harness:
         if self.kind == "comb":
             return {u: rtl.make_unit(u, self.fmt) for u in self.units}
         if self.kind == "mac":
-            return {"unit": rtl.PAMMac(self.fmt, self.acc, self.stages)}
-        return {"unit": rtl.PAMDotArray(self.rows, self.cols, self.fmt, self.acc, self.stages)}
+            return {"unit": rtl.PAMMac(self.fmt, self.acc, self.stages, self.mul)}
+        return {"unit": rtl.PAMDotArray(self.rows, self.cols, self.fmt, self.acc, self.stages,
+                                        self.mul)}
 
     def module_names(self) -> dict:
         """Verilog module name of each unit, without constructing it (an Amaranth
@@ -189,9 +196,11 @@ class Harness:
         if self.kind == "comb":
             from rtl.registry import UNITS
             return {u: f"{UNITS[u].cls.kind}_{self.fmt}" for u in self.units}
+        from rtl.mac import array_module_name, mac_module_name
         if self.kind == "mac":
-            return {"unit": f"pam_mac_{self.fmt}_{self.acc}_s{self.stages}"}
-        return {"unit": f"pam_dot_array_{self.rows}x{self.cols}_{self.fmt}_{self.acc}_s{self.stages}"}
+            return {"unit": mac_module_name(self.fmt, self.acc, self.stages, self.mul)}
+        return {"unit": array_module_name(self.rows, self.cols, self.fmt, self.acc, self.stages,
+                                          self.mul)}
 
     @property
     def cycles(self) -> int:
@@ -418,8 +427,13 @@ def ci_harnesses() -> list[tuple[Harness, str]]:
                                                ("bfloat16", "bfloat16", 2),
                                                ("float8_e4m3fn", "float16", 2))]
     v += [Harness.array(4, 4, "bfloat16", "float32", 2), Harness.array(2, 3, "float32", "bfloat16", 3)]
+    # L-Mul (issue 24): the MAC and the array with another registry multiplier
+    v += [Harness.mac("bfloat16", "float32", 2, mul="lmul"),
+          Harness.array(2, 2, "float8_e4m3fn", "bfloat16", 2, mul="lmul"),
+          Harness.array(4, 4, "bfloat16", "float32", 2, mul="lmul")]
     i = [Harness.comb("float8_e5m2"), Harness.mac("bfloat16", "float32", 2),
-         Harness.array(4, 4, "bfloat16", "float32", 2)]
+         Harness.array(4, 4, "bfloat16", "float32", 2),
+         Harness.mac("float8_e4m3fn", "bfloat16", 2, mul="lmul")]
     # the other encoding policies (docs/semantics.md §9), exhaustive: cheap Icarus builds
     i += [Harness.comb(f) for f in ("float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn",
                                     "float8_e4m3fnuz")]
@@ -520,14 +534,16 @@ def _operand(x, name: str) -> np.ndarray:
     return arr
 
 
-def _matmul_job(A, B, fmt, acc, unit, sim, rows, cols, stages):
+def _matmul_job(A, B, fmt, acc, unit, sim, rows, cols, stages, mul):
     """Shared by rtl_matmul and verify_matmul: returns (C, stats)."""
+    from rtl.mac import check_multiplier
     from rtl.registry import UNITS
     fmt = emu.format(fmt, argname="fmt")
     acc = emu.format(acc, argname="acc")
     streams = [n for n, u in UNITS.items() if u.kind == "stream"]
     if unit not in streams:
         raise ValueError(f"unit={unit!r}: expected a stream unit, one of {streams}")
+    mul = check_multiplier(mul)
     for v, name in ((rows, "rows"), (cols, "cols"), (stages, "stages")):
         _positive(v, name)
     a, b = _operand(A, "A"), _operand(B, "B")
@@ -543,9 +559,9 @@ def _matmul_job(A, B, fmt, acc, unit, sim, rows, cols, stages):
         cbits = np.zeros(batch + (m, n), np.uint32)
     else:
         if unit == "mac":
-            h = Harness.mac(fmt, acc, stages)
+            h = Harness.mac(fmt, acc, stages, mul=mul)
         else:
-            h = Harness.array(rows, cols, fmt, acc, stages)
+            h = Harness.array(rows, cols, fmt, acc, stages, mul=mul)
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="pamsim-matmul-") as tmp:
             job = Path(tmp) / "job.npz"
@@ -566,17 +582,19 @@ def _matmul_job(A, B, fmt, acc, unit, sim, rows, cols, stages):
 
 
 def rtl_matmul(A, B, fmt="float32", acc="float32", *, unit: str = "mac", sim: str | None = None,
-               rows: int = 4, cols: int = 4, stages: int = 2) -> np.ndarray:
-    """``emu.pam_matmul(A, B, fmt, acc)`` computed by the simulated RTL.
+               rows: int = 4, cols: int = 4, stages: int = 2, mul="pam") -> np.ndarray:
+    """``emu.matmul(A, B, fmt, acc, mul=mul)`` computed by the simulated RTL (``mul``:
+    a registry multiplier with RTL, rtl.mac.MAC_MULTIPLIERS: ``pam``, the default, i.e.
+    ``emu.pam_matmul``, ``lmul`` or ``float``).
 
     ``unit="mac"``: every output entry is a dot product streamed, k in increasing
     order, through one PAMMac (back to back, ``first`` marking each start);
     ``unit="array"``: tiles of C through one ``rows x cols`` PAMDotArray.
     ``sim``: verilator (default, or ``$SIM``) or icarus.  Shapes follow
     ``np.matmul`` (1-D operands, broadcast batch dimensions).  Returns float32;
-    compare it with ``emu.pam_matmul`` bit for bit to unit-test a layer against RTL.
+    compare it with ``emu.matmul`` bit for bit to unit-test a layer against RTL.
     """
-    return _matmul_job(A, B, fmt, acc, unit, sim, rows, cols, stages)[0]
+    return _matmul_job(A, B, fmt, acc, unit, sim, rows, cols, stages, mul)[0]
 
 
 # --- pamsim verify ----------------------------------------------------------------------
@@ -606,9 +624,10 @@ def same_bits(actual, expected) -> np.ndarray:
 
 
 def verify_matmul(fmt, acc, vectors: int, *, unit: str = "mac", sim: str | None = None,
-                  seed: int = 0, k: int = 64, specials: float = 0.01, **kw) -> dict:
+                  seed: int = 0, k: int = 64, specials: float = 0.01, mul="pam", **kw) -> dict:
     """Random matrices with specials (about ``vectors`` multiply-accumulates, contraction
-    length ``k``) through :func:`rtl_matmul`, compared with ``emu.pam_matmul`` bit for bit.
+    length ``k``) through :func:`rtl_matmul`, compared with ``emu.matmul(A, B, fmt, acc,
+    mul=mul)`` bit for bit (``mul="pam"``: ``emu.pam_matmul``).
 
     ``vectors``: 1 to :data:`MAX_VECTORS`; ``kw``: ``rows``, ``cols``, ``stages`` of
     the unit.  Returns ``vectors`` (multiply-accumulates), ``mismatches`` (entries of C that
@@ -629,10 +648,11 @@ def verify_matmul(fmt, acc, vectors: int, *, unit: str = "mac", sim: str | None 
     A = random_values(rng, fmt, (side, k), specials)
     B = random_values(rng, fmt, (k, side), specials)
     C, stats = _matmul_job(A, B, fmt, acc, unit, sim, kw.get("rows", 4), kw.get("cols", 4),
-                           kw.get("stages", 2))
-    want = emu.pam_matmul(A, B, fmt, acc)
+                           kw.get("stages", 2), mul)
+    want = emu.matmul(A, B, fmt, acc, mul=mul)
     ok = same_bits(C, want)
     bad = np.argwhere(~ok)[:4]
     stats.update(mismatches=int((~ok).sum()), entries=int(ok.size), shape=(side, k, side),
+                 mul=str(emu.multiplier(mul)),
                  examples=[f"C[{i},{j}]: rtl {C[i, j]!r} emu {want[i, j]!r}" for i, j in bad])
     return stats

@@ -87,6 +87,11 @@ ARRAY_CASES = [
     (4, 4, "bfloat16", "float32", 2),
     (2, 3, "float32", "bfloat16", 3),
 ]
+#: the MAC and the array with L-Mul (emu.matmul(..., mul="lmul")): bf16 into float32
+#: and an fp8 into a narrow accumulator (the MAC's under Icarus: test_cli_verify_lmul,
+#: with the 4x4 bf16 array, pamsim verify's default)
+LMUL_MAC_CASES = [("bfloat16", "float32", 2, 200)]
+LMUL_ARRAY_CASES = [(2, 2, "float8_e4m3fn", "bfloat16", 2)]
 
 
 @pytest.mark.parametrize("fmt,acc,stages,dots", MAC_CASES)
@@ -105,6 +110,33 @@ def test_dot_array_tiles(rows, cols, fmt, acc, stages):
     reports = rtl_sim.run_cocotb(h, "sim.tb.test_pam_dot_array", {"tiles": 150})
     assert {r["kind"] for r in reports} == {"back_to_back", "random_gaps"}
     assert all(r["tiles"] == 150 and r["mismatches"] == 0 for r in reports)
+
+
+@pytest.mark.parametrize("fmt,acc,stages,dots", LMUL_MAC_CASES)
+def test_lmul_mac_dot_products(fmt, acc, stages, dots):
+    """The L-Mul MAC against emu.matmul(..., mul="lmul"): every prefix of every dot
+    product, special values among the operands."""
+    h = rtl_sim.Harness.mac(fmt, acc, stages, mul="lmul")
+    assert h.module_names() == {"unit": f"lmul_mac_{fmt}_{acc}_s{stages}"}
+    reports = rtl_sim.run_cocotb(h, "sim.tb.test_pam_mac", {"dots": dots})
+    assert {r["kind"] for r in reports} == {"back_to_back", "random_gaps"}
+    for r in reports:
+        assert r["mul"] == "lmul" and r["dots"] == dots
+        assert r["mismatches"] == 0 and r["dot_mismatches"] == 0
+        assert r["vectors"] > dots * 100
+        # operands of every special class: ±0, subnormals, inf/NaN, ±max
+        assert set(r["specials"]) == {"zero", "subnormal", "inf_nan", "max"}
+        assert all(n > 0 for n in r["specials"].values()), r["specials"]
+
+
+@pytest.mark.parametrize("rows,cols,fmt,acc,stages", LMUL_ARRAY_CASES)
+def test_lmul_dot_array_tiles(rows, cols, fmt, acc, stages):
+    h = rtl_sim.Harness.array(rows, cols, fmt, acc, stages, mul="lmul")
+    reports = rtl_sim.run_cocotb(h, "sim.tb.test_pam_dot_array", {"tiles": 150})
+    assert {r["kind"] for r in reports} == {"back_to_back", "random_gaps"}
+    assert all(r["mul"] == "lmul" and r["tiles"] == 150 and r["mismatches"] == 0
+               for r in reports)
+    assert all(n > 0 for r in reports for n in r["specials"].values()), reports
 
 
 # --- rtl_matmul and pamsim verify -------------------------------------------------------
@@ -155,6 +187,11 @@ def test_prebuild_covers_the_suite():
     used = {(rtl_sim.Harness.comb(f).key, "verilator") for f in FP8 + WIDE}
     used |= {(rtl_sim.Harness.mac(f, a, s).key, "verilator") for f, a, s, _ in MAC_CASES}
     used |= {(rtl_sim.Harness.array(*c).key, "verilator") for c in ARRAY_CASES}
+    used |= {(rtl_sim.Harness.mac(f, a, s, mul="lmul").key, "verilator")
+             for f, a, s, _ in LMUL_MAC_CASES}
+    used |= {(rtl_sim.Harness.array(*c, mul="lmul").key, "verilator") for c in LMUL_ARRAY_CASES}
+    used |= {(rtl_sim.Harness.array(4, 4, "bfloat16", "float32", mul="lmul").key, "verilator"),
+             (rtl_sim.Harness.mac("float8_e4m3fn", "bfloat16", mul="lmul").key, "icarus")}
     used |= {(rtl_sim.Harness.comb(f).key, "icarus") for f in POLICIES}
     used |= {(rtl_sim.Harness.comb("float8_e5m2").key, "icarus"),
              (rtl_sim.Harness.mac("bfloat16", "float32").key, "icarus"),
@@ -187,7 +224,56 @@ def test_cli_verify(capsys):
     assert main(["verify", "--fmt", "bf16"]) == 2
     assert "--unit is required" in capsys.readouterr().err
     assert main(["verify", "--prebuild", "--sim", "icarus"]) == 0      # warm: checks stamps
-    assert f"{4 + len(POLICIES)} harnesses ready" in capsys.readouterr().out
+    assert f"{5 + len(POLICIES)} harnesses ready" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("unit,mul,fmt,acc,stages,sim", [
+    ("mac", "lmul", "float8_e4m3fn", "bfloat16", 2, "verilator"),
+    ("mac", "float", "bfloat16", "float32", 2, "verilator"),
+    ("mac", "float", "float8_e5m2", "float16", 1, "icarus"),
+    ("mac", "lmul", "float16", "float16", 3, "verilator"),
+    ("mac", "lmul", "float4_e2m1fn", "float8_e4m3fnuz", 2, "icarus"),
+    ("array", "lmul", "bfloat16", "bfloat16", 3, "verilator"),
+    ("array", "float", "float8_e4m3fn", "float32", 1, "verilator")])
+def test_mac_multipliers_more_formats(unit, mul, fmt, acc, stages, sim):
+    """The float MAC (emu's ``float`` multiplier, the flushing FloatMultiplier) and more
+    L-Mul formats, stage counts and both simulators; builds on demand (not prebuilt)."""
+    if unit == "mac":
+        h = rtl_sim.Harness.mac(fmt, acc, stages, mul=mul)
+        reports = rtl_sim.run_cocotb(h, "sim.tb.test_pam_mac", {"dots": 300}, sim=sim)
+        assert all(r["dots"] == 300 and r["dot_mismatches"] == 0 for r in reports)
+    else:
+        h = rtl_sim.Harness.array(3, 2, fmt, acc, stages, mul=mul)
+        reports = rtl_sim.run_cocotb(h, "sim.tb.test_pam_dot_array", {"tiles": 200}, sim=sim)
+    assert len(reports) == 2
+    assert all(r["mul"] == mul and r["mismatches"] == 0 for r in reports)
+    nonfinite = emu.format(fmt).nan != "none"           # float4_e2m1fn has neither
+    assert all(n > 0 for r in reports for k, n in r["specials"].items()
+               if nonfinite or k != "inf_nan"), reports
+
+
+def test_cli_verify_lmul(capsys):
+    """--mul: the MAC (e4m3fn into bf16, Icarus) and the 4x4 array (bf16 into float32,
+    Verilator) with L-Mul against emu.matmul(..., mul="lmul"), specials among the
+    operands; refused, one line and exit 2, where it does not apply."""
+    assert main(["verify", "--unit", "mac", "--mul", "lmul", "--fmt", "e4m3fn", "--acc", "bf16",
+                 "--vectors", "3000", "--sim", "icarus"]) == 0
+    out = capsys.readouterr().out
+    assert "--mul lmul (icarus, mac-lmul-float8_e4m3fn-bfloat16-s2-n256)" in out
+    assert "0 of" in out and "differ from emu.matmul(mul='lmul')" in out
+    assert main(["verify", "--unit", "array", "--mul", "lmul", "--fmt", "bf16",
+                 "--vectors", "5000"]) == 0
+    out = capsys.readouterr().out
+    assert "(verilator, array-lmul-4x4-bfloat16-float32-s2-n256)" in out and "0 of" in out
+    for argv, msg in ((["--unit", "lmul", "--mul", "lmul"], "unit='lmul' takes no mul option"),
+                      (["--unit", "mac", "--mul", "exact"], "multiplier='exact'; expected"),
+                      (["--unit", "array", "--mul", "cpam1-unbiased"],
+                       "multiplier='cpam1-unbiased'"),
+                      (["--unit", "mac", "--mul", "bogus"], "multiplier='bogus'; expected")):
+        assert main(["verify", "--fmt", "bf16", "--vectors", "100", *argv]) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("pamsim verify: error: ") and msg in err and "\n" not in err
 
 
 def test_bench_rtl_quick(capsys):

@@ -92,3 +92,35 @@ def test_registry_rejects_incomplete_entries():
         registry.Unit("x", rtl.PAMMac, "x", "seq", 2, bench="sim.tb.test_pam_mac")
     with pytest.raises(ValueError, match="needs its cocotb bench"):
         registry.Unit("x", rtl.PAMMac, "x", "stream", 2)
+
+
+def _option_strings(command: str) -> set:
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return {o for a in sub.choices[command]._actions for o in a.option_strings}
+
+
+def test_stream_units_take_a_registry_multiplier():
+    """mac and array take ``mul`` (default pam; the names of emu's registry that have
+    RTL, rtl.mac.MAC_MULTIPLIERS), reach pamsim verilog/verify as --mul, and name their
+    harness and module after it (costs/ builds mac and fmac as before:
+    tests/test_costs_fpga_units.py)."""
+    import emu
+    from rtl.mac import MAC_MULTIPLIERS
+    for unit in ("mac", "array"):
+        assert rtl.UNITS[unit].options["mul"] == "pam"
+    assert [str(m) for m in MAC_MULTIPLIERS] == ["pam", "lmul", "float"]
+    assert all(emu.MULTIPLIERS[str(m)] == m for m in MAC_MULTIPLIERS)
+    for command in ("verilog", "verify"):
+        assert "--mul" in _option_strings(command), command
+    h = rtl_sim.Harness.array(2, 2, "e4m3fn", "bf16", mul="lmul")
+    assert h.key == "array-lmul-2x2-float8_e4m3fn-bfloat16-s2-n256"
+    assert h.module_names() == {"unit": "lmul_dot_array_2x2_float8_e4m3fn_bfloat16_s2"}
+    assert rtl_sim.Harness.from_json(h.to_json()) == h
+    # PAM keeps its keys and names (build directories, figures)
+    assert rtl_sim.Harness.mac("bf16").key == "mac-bfloat16-float32-s2-n256"
+    assert rtl_sim.Harness.mac("bf16", mul="float").module_names() == \
+        {"unit": "fp_mac_bfloat16_float32_s2"}
+    with pytest.raises(ValueError, match="multiplier='exact'"):
+        rtl_sim.Harness.mac("bf16", mul="exact")
+    with pytest.raises(ValueError, match="multiplier='table:x'"):
+        rtl_sim.rtl_matmul(np.ones((1, 0)), np.ones((0, 1)), mul="table:x")

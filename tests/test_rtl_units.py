@@ -43,7 +43,37 @@ def test_verilog_module_name_and_options():
         rtl.verilog(rtl.PAMMultiplier("bf16"), "2bad")
 
 
+def test_mac_and_array_multipliers_emit_verilog():
+    """The MAC and the array take PAM, L-Mul and the float multiplier (named by emu's
+    registry); the module names say which, PAM's and float's as before."""
+    names = {m: rtl.make_unit("mac", "e4m3fn", acc="bf16", mul=m).module_name
+             for m in ("pam", "lmul", "float")}
+    assert names == {"pam": "pam_mac_float8_e4m3fn_bfloat16_s2",
+                     "lmul": "lmul_mac_float8_e4m3fn_bfloat16_s2",
+                     "float": "fp_mac_float8_e4m3fn_bfloat16_s2"}
+    assert rtl.PAMMac("bf16").multiplier == "pam"
+    assert rtl.PAMMac("bf16", multiplier=emu.multiplier("lmul")).multiplier == "lmul"
+    assert rtl.make_unit("array", "bf16", rows=1, cols=2, mul="float").module_name == \
+        "fp_dot_array_1x2_bfloat16_float32_s2"
+    assert set(rtl.PAMMac.MULTIPLIERS) == {"pam", "lmul", "float"} <= set(emu.MULTIPLIERS)
+    texts = {m: rtl.verilog(rtl.make_unit("mac", "e4m3fn", mul=m), "m") for m in ("pam", "lmul")}
+    assert texts["pam"] != texts["lmul"]                  # the constant in the adder
+
+
+_ONE_OF = r"; expected one of \['pam', 'lmul', 'float'\]"
+_NO_RTL = _ONE_OF + ": emu's multiplier '.*' has no RTL"
+
+
 @pytest.mark.parametrize("call,msg", [
+    (lambda: rtl.PAMMac("bf16", multiplier="exact"), "multiplier='exact'" + _NO_RTL),
+    (lambda: rtl.PAMMac("bf16", multiplier="cpam2-minimax"), "multiplier='cpam2-minimax'" + _NO_RTL),
+    (lambda: rtl.PAMMac("bf16", multiplier="lmul+3"), "multiplier='lmul\\+3'" + _NO_RTL),
+    (lambda: rtl.PAMMac("bf16", multiplier="nope"), "multiplier='nope'" + _ONE_OF),
+    (lambda: rtl.PAMMac("bf16", multiplier="table:nosuch"), "multiplier='table:nosuch'" + _ONE_OF),
+    (lambda: rtl.PAMMac("bf16", multiplier=None), "multiplier=None" + _ONE_OF),
+    (lambda: rtl.PAMDotArray(2, 2, "bf16", multiplier="exact"), "multiplier='exact'" + _NO_RTL),
+    (lambda: rtl.make_unit("mac", "bf16", mul="cpam1-unbiased"), "multiplier='cpam1-unbiased'"),
+    (lambda: rtl.make_unit("lmul", "bf16", mul="lmul"), "unit='lmul' takes no mul option"),
     (lambda: rtl.make_unit("nosuch", "bf16"), r"unit='nosuch': expected one of"),
     (lambda: rtl.make_unit("mul", "bf16", stages=2), "takes no stages option"),
     (lambda: rtl.make_unit("mac", "bf16", rows=2), "takes no rows option"),
@@ -82,6 +112,23 @@ def test_cli_verilog(tmp_path, capsys):
     assert "unit='mul' takes no stages option" in capsys.readouterr().err
     assert main(["verilog", "--unit", "array", "--rows", "40"]) == 2
     assert "rows=40" in capsys.readouterr().err
+    # --mul: the multiplier of mac/array, refused elsewhere
+    assert main(["verilog", "--unit", "mac", "--mul", "lmul", "--fmt", "e4m3fn", "--acc", "bf16",
+                 "-o", str(out)]) == 0
+    assert "module lmul_mac_float8_e4m3fn_bfloat16_s2(" in out.read_text()
+    capsys.readouterr()
+    assert main(["verilog", "--unit", "array", "--mul", "lmul", "--rows", "1", "--cols", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "module lmul_dot_array_1x2_bfloat16_float32_s2(" in text
+    assert len(re.findall(r"^module \\lmul_dot_array_\w+\.mac_0_\d\.mul\b", text, re.M)) == 2
+    assert main(["verilog", "--unit", "mac", "--mul", "float"]) == 0
+    assert "module fp_mac_bfloat16_float32_s2(" in capsys.readouterr().out
+    for argv, msg in ((["--unit", "mul", "--mul", "lmul"], "unit='mul' takes no mul option"),
+                      (["--unit", "mac", "--mul", "exact"], "multiplier='exact'; expected"),
+                      (["--unit", "array", "--mul", "lmul+1"], "multiplier='lmul+1'")):
+        assert main(["verilog", *argv]) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("pamsim verilog: error: ") and msg in err and "\n" not in err
     with pytest.raises(SystemExit):
         main(["verilog", "--unit", "nosuch"])
     assert "invalid choice" in capsys.readouterr().err
@@ -172,19 +219,23 @@ def _dot_stream(dots, f):
     return seq
 
 
-@pytest.mark.parametrize("fmt,acc,stages", [
-    ("bfloat16", "float32", 1), ("bfloat16", "float32", 2), ("bfloat16", "float32", 3),
+@pytest.mark.parametrize("fmt,acc,stages,mul", [
+    ("bfloat16", "float32", 1, "pam"), ("bfloat16", "float32", 2, "pam"),
+    ("bfloat16", "float32", 3, "pam"),
     # other encoding policies (docs/semantics.md §9) for operands and accumulator
-    ("float4_e2m1fn", "float16", 2), ("float8_e4m3fnuz", "float8_e4m3fnuz", 2)])
-def test_mac_stream_in_amaranth_sim(fmt, acc, stages, rng):
+    ("float4_e2m1fn", "float16", 2, "pam"), ("float8_e4m3fnuz", "float8_e4m3fnuz", 2, "pam"),
+    # other registry multipliers: emu.matmul(..., mul=...)
+    ("bfloat16", "float32", 2, "lmul"), ("float8_e4m3fn", "bfloat16", 1, "lmul"),
+    ("float4_e2m1fn", "float8_e4m3fnuz", 3, "lmul"), ("float8_e5m2", "float16", 1, "float")])
+def test_mac_stream_in_amaranth_sim(fmt, acc, stages, mul, rng):
     """Two dot products with an idle cycle between, then a third after reset state:
     every output after ``stages`` cycles equals emu's running sum; ``last`` passes."""
     f, acc = emu.format(fmt), emu.format(acc)
     dots = [V.random_values(rng, f, (2, n), 0.05 if f.width > 8 else 0.2) for n in (5, 7, 3)]
-    dut = rtl.PAMMac(f, acc, stages)
+    dut = rtl.PAMMac(f, acc, stages, multiplier=mul)
     want = []
     for x, y in dots:
-        want += [int(emu.to_bits(emu.pam_matmul(x[:k + 1], y[:k + 1], f, acc), acc))
+        want += [int(emu.to_bits(emu.matmul(x[:k + 1], y[:k + 1], f, acc, mul=mul), acc))
                  for k in range(x.size)]
     outs = _mac_outputs(dut, _dot_stream(dots, f), stages)
     assert len(outs) == len(want)
@@ -214,3 +265,31 @@ def test_mac_saturating_accumulator_in_amaranth_sim(fmt, acc, rng):
     assert same_encoding(got, want, acc).all(), (got, want)
     top = acc.max_encoding
     assert {top, top | (1 << (acc.width - 1))} & set(want), "no saturation reached"
+
+
+@pytest.mark.parametrize("fmt,acc,mul", [pytest.param("bfloat16", "float32", "lmul",
+                                                      marks=pytest.mark.slow),
+                                         ("float8_e4m3fn", "bfloat16", "lmul"),
+                                         ("float8_e4m3fn", "float16", "float")])
+def test_mac_special_products_in_amaranth_sim(fmt, acc, mul, rng):
+    """Every ordered pair of special encodings (±0, subnormals, the smallest normals, 1,
+    1.5, 2 - ulp, max, inf and NaNs) as the first element of a dot product of length 2,
+    the second a random pair: each output equals emu.matmul(..., mul=mul)'s running
+    sum."""
+    f, acc = emu.format(fmt), emu.format(acc)
+    a0, b0 = (emu.from_bits(x, f) for x in V.corner_operands(f))
+    a1, b1 = (V.random_values(rng, f, a0.size, 0.1) for _ in range(2))
+    x, y = np.stack([a0, a1], 1), np.stack([b0, b1], 1)
+    ea, eb = emu.to_bits(x, f).reshape(-1), emu.to_bits(y, f).reshape(-1)
+    seq = [(1, int(ea[i]), int(eb[i]), int(i % 2 == 0), int(i % 2 == 1)) for i in range(ea.size)]
+    want = np.stack([emu.to_bits(emu.matmul(x[:, None, :k], y[:, :k, None], f, acc, mul=mul)
+                                 .reshape(-1), acc) for k in (1, 2)], 1).reshape(-1)
+    outs = _mac_outputs(rtl.PAMMac(f, acc, 2, multiplier=mul), seq, 2)
+    got = np.array([o for o, _ in outs])
+    assert got.size == want.size
+    ok = same_encoding(got, want, acc)
+    assert ok.all(), [(hex(ea[i]), hex(eb[i]), hex(got[i]), hex(want[i]))
+                      for i in np.flatnonzero(~ok)[:5]]
+    if mul == "lmul":           # the constant matters here: some product differs from PAM's
+        assert not same_encoding(emu.to_bits(emu.mul(a0, b0, f, mul), f),
+                                 emu.to_bits(emu.pam_mul(a0, b0, f), f), f).all()

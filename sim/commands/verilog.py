@@ -15,6 +15,8 @@ def register(sub):
                    help="operand format, e.g. bf16, float32, e4m3fn")
     p.add_argument("--acc", type=format_arg, help="accumulation format of mac/array (default float32)")
     p.add_argument("--stages", type=positive_int, help="pipeline stages of mac/array, 1-3 (default 2)")
+    p.add_argument("--mul", help="multiplier of mac/array, a name of emu's registry with "
+                                 f"RTL: {'/'.join(_muls())} (default pam)")
     p.add_argument("--rows", type=positive_int, help="array rows (default 4)")
     p.add_argument("--cols", type=positive_int, help="array columns (default 4)")
     p.add_argument("--name", help="Verilog module name (if not given: from the unit and "
@@ -24,11 +26,16 @@ def register(sub):
     p.set_defaults(run=run)
 
 
+def _muls():
+    from rtl.mac import PAMMac
+    return PAMMac.MULTIPLIERS
+
+
 def run(args) -> int:
     import rtl
     try:
         unit = rtl.make_unit(args.unit, args.fmt, acc=args.acc, stages=args.stages,
-                             rows=args.rows, cols=args.cols)
+                             rows=args.rows, cols=args.cols, mul=args.mul)
         text = rtl.verilog(unit, args.name)
     except (ValueError, TypeError) as exc:
         print(f"pamsim verilog: error: {exc}", file=sys.stderr)

@@ -1,11 +1,13 @@
-"""cocotb bench: rtl.PAMDotArray against emu.pam_matmul, bit for bit (NaNs by class).
+"""cocotb bench: rtl.PAMDotArray against emu.matmul(..., mul=the harness's multiplier)
+(``pam``: emu.pam_matmul), bit for bit (NaNs by class).
 
 Random tiles A (rows x k) and B (k x cols), k in 1..``max_k``, specials mixed into
 a share of them, are streamed one k-step per cycle, back to back and with random
 idle cycles carrying junk payloads.  Every output is checked: after step k the
-tile equals ``emu.pam_matmul(A[:, :k+1], B[:k+1, :], in_fmt, acc)`` (emu's running sums,
-:func:`sim.tb.driver.prefix_sums`; the final tile also by a direct pam_matmul call).
-``matmul_job`` runs whole matrix products for sim.rtl_matmul(unit="array").
+tile equals ``emu.matmul(A[:, :k+1], B[:k+1, :], in_fmt, acc, mul=mul)`` (emu's
+running sums, :func:`sim.tb.driver.prefix_sums` of emu's products; the final tile
+also by a direct emu.matmul call).  ``matmul_job`` runs whole matrix products for
+sim.rtl_matmul(unit="array").
 """
 import time
 from pathlib import Path
@@ -16,6 +18,7 @@ import numpy as np
 import emu
 from rtl import vectors as V
 from sim.tb import driver
+from sim.tb.test_pam_mac import products, special_counts
 
 FLOWS = {"back_to_back": 0.0, "random_gaps": 0.35}
 
@@ -60,23 +63,26 @@ async def tiles_match_emu(dut, flow):
     # tile, as one batch of dot products a = A[r, :], b = B[:, c]
     ea = np.concatenate([np.repeat(A, C, axis=0).reshape(-1) for A, _ in tiles])
     eb = np.concatenate([np.tile(B.T, (R, 1)).reshape(-1) for _, B in tiles])
-    prefix = driver.prefix_sums(ea, eb, np.repeat(ks, R * C), fin, facc)
+    mul = tb.h.mul
+    prefix = driver.prefix_sums(*products(ea, eb, fin, mul), np.repeat(ks, R * C), fin, facc)
     bad, examples, off = 0, [], 0
     for t, ((A, B), (out, last)) in enumerate(zip(tiles, got)):
         k = A.shape[1]
         want = prefix[off:off + R * C * k].reshape(R, C, k).transpose(2, 0, 1)
         off += R * C * k
         ok = driver.same_encoding(out, want, facc).all(axis=(1, 2)) & (last == (np.arange(k) == k - 1))
-        ok[-1] &= driver.same_encoding(out[-1], emu.to_bits(emu.pam_matmul(A, B, fin, facc), facc),
-                                       facc).all()
+        ok[-1] &= driver.same_encoding(
+            out[-1], emu.to_bits(emu.matmul(A, B, fin, facc, mul=mul), facc), facc).all()
         if not ok.all():
             bad += int((~ok).sum())
             i = int(np.flatnonzero(~ok)[0])
             examples.append(f"tile {t} (k={k}) step {i}: rtl {out[i].tolist()} emu {want[i].tolist()}")
     t2 = time.perf_counter()
-    driver.write_report({"test": f"array-{R}x{C}-{fin.name}-{facc.name}-{flow}", "unit": "array",
+    driver.write_report({"test": f"array-{mul}-{R}x{C}-{fin.name}-{facc.name}-{flow}",
+                         "unit": "array", "mul": mul,
                          "fmt": fin.name, "acc": facc.name, "kind": flow, "tiles": n,
                          "vectors": int(ks.sum()) * R * C, "mismatches": bad,
+                         "specials": special_counts(np.concatenate([ea, eb]), fin),
                          "seconds": t2 - t0, "sim_seconds": t1 - t0, "examples": examples[:4]})
     assert bad == 0, f"{bad} tile steps differ from emu: {examples[:4]}"
 

@@ -1,12 +1,14 @@
-"""cocotb bench: rtl.PAMMac against emu.pam_matmul, bit for bit (NaNs by class).
+"""cocotb bench: rtl.PAMMac against emu.matmul(..., mul=the harness's multiplier)
+(``pam``: emu.pam_matmul), bit for bit (NaNs by class).
 
 Random dot products of lengths 1..256 (specials mixed into a share of them) are
 streamed back to back and with random idle cycles carrying junk payloads; the
 first one relies on the reset accumulator instead of ``first``.  *Every* output is
 checked: after each element the result equals emu's running accumulator (the
-fold over that prefix, :func:`sim.tb.driver.prefix_sums`), at ``last`` it equals
-``emu.pam_matmul(a, b, in_fmt, acc)`` of the whole dot product, and ``last`` is
-passed through.  ``matmul_job`` runs whole matrix products for sim.rtl_matmul.
+fold over that prefix, :func:`sim.tb.driver.prefix_sums` of emu's products), at
+``last`` it equals ``emu.matmul(a, b, in_fmt, acc, mul=mul)`` of the whole dot
+product, and ``last`` is passed through.  ``matmul_job`` runs whole matrix products
+for sim.rtl_matmul.
 """
 import time
 from pathlib import Path
@@ -20,6 +22,40 @@ from sim.tb import driver
 
 #: stream flows: idle-cycle probability before each element
 FLOWS = {"back_to_back": 0.0, "random_gaps": 0.35}
+
+
+def products(a, b, fmt, mul):
+    """``emu.mul(a, b, fmt, mul)`` and ones, as operands whose PAM products are those
+    products: every product of a multiplier with RTL is a value of ``fmt`` and never
+    subnormal (rtl.mac.MAC_MULTIPLIERS), and ``pam_mul(p, 1) = p`` for those (1.0 a
+    normal value of ``fmt``, which prefix_sums' own ``L @ ones`` assumes as well), so
+    sim.tb.driver's PAM fold (:func:`~sim.tb.driver.prefix_sums`) folds ``mul``'s
+    products."""
+    return emu.mul(a, b, fmt, mul), np.ones(np.shape(a), np.float32)
+
+
+def special_counts(x, fmt) -> dict:
+    """How many operand values of each special class ``x`` holds (a bench's report)."""
+    x = np.asarray(x, np.float32)
+    return {"zero": int((x == 0).sum()),
+            "subnormal": int(((x != 0) & (np.abs(x) < fmt.smallest_normal)).sum()),
+            "inf_nan": int((~np.isfinite(x)).sum()), "max": int((np.abs(x) == fmt.max).sum())}
+
+
+def dot_results(a, b, lengths, fmt, acc, mul) -> np.ndarray:
+    """``emu.matmul(a_d, b_d, fmt, acc, mul=mul)`` of every dot product d as ``acc``
+    encodings, one emu.matmul call per length: no zero padding, so the reference is
+    emu.matmul of exactly the streamed operands (a padded +0 product would turn a −0
+    accumulator into +0)."""
+    lengths = np.asarray(lengths, np.int64)
+    ends = np.cumsum(lengths)
+    out = np.empty(lengths.size, np.uint32)
+    for k in np.unique(lengths):
+        d = np.flatnonzero(lengths == k)
+        idx = (ends[d] - k)[:, None] + np.arange(k)
+        out[d] = emu.to_bits(emu.matmul(a[idx][:, None, :], b[idx][:, :, None], fmt, acc,
+                                        mul=mul).reshape(-1), acc)
+    return out
 
 
 class PAMMacTB(driver.StreamTB):
@@ -54,8 +90,9 @@ async def dot_products_match_emu(dut, flow):
     t1 = time.perf_counter()
     xa = np.concatenate([x for x, _ in ops])
     xb = np.concatenate([y for _, y in ops])
-    want = driver.prefix_sums(xa, xb, lengths, fin, facc)
-    whole = driver.dot_results(xa, xb, lengths, fin, facc)
+    mul = tb.h.mul
+    want = driver.prefix_sums(*products(xa, xb, fin, mul), lengths, fin, facc)
+    whole = dot_results(xa, xb, lengths, fin, facc, mul)
     ends = np.cumsum(lengths)
     assert driver.same_encoding(want[ends - 1], whole, facc).all(), "emu's prefix fold"
     got = np.concatenate([r for r, _ in per_dot])
@@ -66,10 +103,11 @@ async def dot_products_match_emu(dut, flow):
     examples = [f"element {i} (dot {int(np.searchsorted(ends, i, 'right'))}): rtl {int(got[i]):#x} "
                 f"last {int(last[i])}, emu {int(want[i]):#x}" for i in np.flatnonzero(~ok)[:8]]
     t2 = time.perf_counter()
-    driver.write_report({"test": f"mac-{fin.name}-{facc.name}-{flow}", "unit": "mac",
-                         "fmt": fin.name, "acc": facc.name, "kind": flow, "dots": n,
+    driver.write_report({"test": f"mac-{mul}-{fin.name}-{facc.name}-{flow}", "unit": "mac",
+                         "mul": mul, "fmt": fin.name, "acc": facc.name, "kind": flow, "dots": n,
                          "vectors": int(lengths.sum()), "mismatches": bad,
                          "dot_mismatches": int((~ok_whole).sum()),
+                         "specials": special_counts(np.concatenate([xa, xb]), fin),
                          "seconds": t2 - t0, "sim_seconds": t1 - t0, "examples": examples})
     assert bad == 0, f"{bad} outputs differ from emu: {examples}"
 
