@@ -567,7 +567,7 @@ def _multipliers(r: Recipe, mul, ea: Format, eb: Format):
         raise ValueError(f"mul={str(m)!r} with recipe {r.name!r}: recipe products take every "
                          "multiplier but 'float' and tables (scales are no encodings)")
     elif ea == eb or m.kind in ("pam", "exact") and not m.offset:
-        mf = ea if ea == eb else float32        # PAM's and exact's products need no format
+        mf = ea if ea == eb else _joint(ea, eb)  # PAM's and exact's products need no format
     else:
         raise ValueError(f"mul={str(m)!r} with elements {ea.name} x {eb.name}: a multiplier "
                          "with a constant needs one element format; use pam or exact")
@@ -577,6 +577,17 @@ def _multipliers(r: Recipe, mul, ea: Format, eb: Format):
     except ValueError as exc:
         raise ValueError(f"mul={str(m)!r} with recipe {r.name!r}: {exc}") from None
     return m, mf
+
+
+def _joint(ea: Format, eb: Format) -> Format:
+    """A format holding every value of both (the IEEE eXmY of the larger E and M, where it
+    does; else float32): the rule format of a product of two element formats, whose PAM
+    and exact products do not depend on it, and which lets emu.matmul see that e4m3 x e5m2
+    products are exact in float32 (its fast fused step)."""
+    f = Format(max(ea.exp_bits, eb.exp_bits), max(ea.man_bits, eb.man_bits))
+    holds = all(f.max >= e.max and f.smallest_subnormal <= e.smallest_subnormal
+                for e in (ea, eb))
+    return f if holds else float32
 
 
 def _operand(x, r: Recipe, role: str, argname: str, k_axis_from_end: int):

@@ -504,6 +504,9 @@ def test_recipe_matmul_with_batches_roles_and_specials(operands):
     qb = emu.recipe_quantize(b, "fp8_current", "weight", axis=-2)
     assert same_bits(g, oracle_matmul(qa, qb, emu.recipe("fp8_current"), "float32", "pam"))
     assert same_bits(g, emu.recipe_matmul(qa, qb, "fp8_current", roles=("grad", "weight")))
+    for acc in ("float32", "bfloat16"):     # exact: the fast fused step of e4m3 x e5m2
+        g = emu.recipe_matmul(qa, qb, "fp8_current", acc, mul="exact", roles=("grad", "weight"))
+        assert same_bits(g, oracle_matmul(qa, qb, emu.recipe("fp8_current"), acc, "exact"))
     an = a.copy()
     an[0, 3] = np.nan
     c = emu.recipe_matmul(an, b, "mxfp8")
