@@ -227,15 +227,13 @@ def test_cli_verify(capsys):
     assert f"{5 + len(POLICIES)} harnesses ready" in capsys.readouterr().out
 
 
+# One case in CI (`make test` runs slow tests too; each builds its harness, ~8 s).  These
+# passed once on 2026-11-27 (54 s): mac lmul e4m3fn/bf16 s2 verilator, mac float bf16/f32
+# s2 verilator, mac float e5m2/f16 s1 icarus, mac lmul f16/f16 s3 verilator, array lmul
+# bf16/bf16 s3 verilator, array float e4m3fn/f32 s1 verilator.
 @pytest.mark.slow
 @pytest.mark.parametrize("unit,mul,fmt,acc,stages,sim", [
-    ("mac", "lmul", "float8_e4m3fn", "bfloat16", 2, "verilator"),
-    ("mac", "float", "bfloat16", "float32", 2, "verilator"),
-    ("mac", "float", "float8_e5m2", "float16", 1, "icarus"),
-    ("mac", "lmul", "float16", "float16", 3, "verilator"),
-    ("mac", "lmul", "float4_e2m1fn", "float8_e4m3fnuz", 2, "icarus"),
-    ("array", "lmul", "bfloat16", "bfloat16", 3, "verilator"),
-    ("array", "float", "float8_e4m3fn", "float32", 1, "verilator")])
+    ("mac", "lmul", "float4_e2m1fn", "float8_e4m3fnuz", 2, "icarus")])
 def test_mac_multipliers_more_formats(unit, mul, fmt, acc, stages, sim):
     """The float MAC (emu's ``float`` multiplier, the flushing FloatMultiplier) and more
     L-Mul formats, stage counts and both simulators; builds on demand (not prebuilt)."""

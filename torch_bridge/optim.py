@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 
 import numpy as np
 import torch
@@ -109,11 +110,19 @@ def _flags(**flags):
             raise TypeError(f"{name} must be True or False, got {v!r}")
 
 
+def _local(t):
+    """The tensor an update works on: a DTensor's local shard (FSDP2's ``fully_shard``
+    parameters, their gradients and the optimizer states made from them), else ``t``.
+    The PA updates are elementwise, so updating each shard is updating the whole."""
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    return t.to_local() if dtensor is not None and isinstance(t, dtensor.DTensor) else t
+
+
 def _fusable(p, state) -> bool:
     """Whether emu's fused CPU kernel can run PAAdamW's update of ``p``: contiguous
     float32 CPU tensors (CUDA ones, and those of the simulator tests' CUDA backend, take
-    the sequence of emu calls)."""
-    ts = (p, p.grad, state["exp_avg"], state["exp_avg_sq"])
+    the sequence of emu calls; a DTensor's: its local shards)."""
+    ts = (_local(t) for t in (p, p.grad, state["exp_avg"], state["exp_avg_sq"]))
     return not cuda_backend_active() and all(
         t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in ts)
 
@@ -183,25 +192,26 @@ class PAAdamW(_PAStep, torch.optim.AdamW):
                                                            memory_format=torch.preserve_format)
                 state["step"] += 1
                 t = float(state["step"])
+                local = [_local(x) for x in (p, p.grad, state["exp_avg"], state["exp_avg_sq"])]
+                n = local[0].numel()
                 if ops.pam and _fusable(p, state):
-                    with emu_threads(p.numel()):
-                        ops.fused_adamw((p, p.grad, state["exp_avg"], state["exp_avg_sq"]),
-                                        lr, wd, b1, b2, eps, t, group["maximize"])
+                    with emu_threads(n):
+                        ops.fused_adamw(local, lr, wd, b1, b2, eps, t, group["maximize"])
                     continue
-                g = as_float32(p.grad)
+                g = as_float32(local[1])
                 if group["maximize"]:
                     g = -g
-                P, M, V = (as_float32(t) for t in (p, state["exp_avg"], state["exp_avg_sq"]))
-                with emu_threads(p.numel()):
+                P, M, V = (as_float32(local[i]) for i in (0, 2, 3))
+                with emu_threads(n):
                     if wd != 0:
                         P = P - ops.mul(P, lr * wd)
                     M = M + ops.mul(g - M, 1 - b1)
                     V = V + ops.mul(ops.mul(g, g) - V, 1 - b2)
                     denom = ops.div(ops.sqrt(V), math.sqrt(1 - b2 ** t)) + np.float32(eps)
                     P = P - ops.mul(ops.div(M, denom), lr / (1 - b1 ** t))
-                _write(state["exp_avg"], M)
-                _write(state["exp_avg_sq"], V)
-                _write(p, P)
+                _write(local[2], M)
+                _write(local[3], V)
+                _write(local[0], P)
 
 
 class PASGD(_PAStep, torch.optim.SGD):
@@ -227,15 +237,15 @@ class PASGD(_PAStep, torch.optim.SGD):
             lr, wd = float(group["lr"]), float(group["weight_decay"])
             for p in group["params"]:
                 if p.grad is not None:
-                    with emu_threads(p.numel()):
+                    with emu_threads(_local(p).numel()):
                         self._update(p, group, ops, lr, wd)
 
     def _update(self, p, group, ops, lr, wd):
         mu, damp = float(group["momentum"]), float(group["dampening"])
-        d = as_float32(p.grad)
+        d = as_float32(_local(p.grad))
         if group["maximize"]:
             d = -d
-        P = as_float32(p)
+        P = as_float32(_local(p))
         if wd != 0:
             d = d + ops.mul(P, wd)
         if mu != 0:
@@ -243,13 +253,17 @@ class PASGD(_PAStep, torch.optim.SGD):
             buf = state.get("momentum_buffer")
             if buf is None:
                 new = d.clone()
-                state["momentum_buffer"] = new.to(p.dtype)
+                if _local(p) is p:
+                    state["momentum_buffer"] = new.to(p.dtype)
+                else:               # a DTensor parameter: a DTensor buffer, as torch's SGD
+                    state["momentum_buffer"] = buf = torch.empty_like(p)
+                    _write(_local(buf), new)
             else:
                 step = ops.mul(d, 1 - damp) if damp != 0 else d
-                new = ops.mul(as_float32(buf), mu) + step
-                _write(buf, new)
+                new = ops.mul(as_float32(_local(buf)), mu) + step
+                _write(_local(buf), new)
             d = d + ops.mul(new, mu) if group["nesterov"] else new
-        _write(p, P - ops.mul(d, lr))
+        _write(_local(p), P - ops.mul(d, lr))
 
 
 def make_optimizer(name: str, params, config: PAMConfig | None = None, **hyper):
