@@ -204,8 +204,10 @@ def test_fast_plain_steps_match_fold(acc, case, mul, rng):
                           what=f"{acc} {case} {fast}")
 
 
-@pytest.mark.parametrize("acc,mul", [(a, "pam") for a in ("bfloat16", "float16", "e8m3", "e8m21")]
-                         + [("bfloat16", "lmul"), ("e8m10", "lmul")])
+# (CI time: e8m21 with PAM and bf16 with L-Mul left, 2026-11-28; e8m10 keeps L-Mul and
+# a wide accumulator, the other three PAM at 7, 10 and 3 mantissa bits)
+@pytest.mark.parametrize("acc,mul", [(a, "pam") for a in ("bfloat16", "float16", "e8m3")]
+                         + [("e8m10", "lmul")])
 @pytest.mark.parametrize("case", ["dense", "cancel", "tiny", "huge"])
 def test_sticky_blocked_matches_fold(acc, case, mul, rng):
     """The register-blocked STICKY step (round-to-odd, then in place on an E = 8 grid or

@@ -88,10 +88,10 @@ ARRAY_CASES = [
     (2, 3, "float32", "bfloat16", 3),
 ]
 #: the MAC and the array with L-Mul (emu.matmul(..., mul="lmul")): bf16 into float32
-#: and an fp8 into a narrow accumulator (the MAC's under Icarus: test_cli_verify_lmul,
-#: with the 4x4 bf16 array, pamsim verify's default)
+#: (an fp8 into a narrow accumulator: the MAC under Icarus in test_cli_verify_lmul; the
+#: 2x2 e4m3fn/bf16 array passed once, 2026-11-27, and left CI for its harness build)
 LMUL_MAC_CASES = [("bfloat16", "float32", 2, 200)]
-LMUL_ARRAY_CASES = [(2, 2, "float8_e4m3fn", "bfloat16", 2)]
+LMUL_ARRAY_CASES = [(4, 4, "bfloat16", "float32", 2)]     # the harness pamsim verify uses
 
 
 @pytest.mark.parametrize("fmt,acc,stages,dots", MAC_CASES)
