@@ -31,7 +31,7 @@ from emu.matmul import host_matmul
 from ._compose import fusable
 from ._lean import (binary_grad_kernel, binary_kernel, flat, kernel_consts, lean, new,
                     round_lean, rounded_lean, unary_grad_kernel, unary_kernel)
-from ._sums import fold_to
+from ._sums import grad_out as _grad_out
 from ._tensors import as_float32, broadcast_shape, emu_call, kernel_fmt, round_to, same_device
 from ._threads import emu_threads
 
@@ -53,15 +53,6 @@ def _rounded(ctx, tensors, fmt, rounding, axes=None):
     ctx.save_for_backward(*saved)
     ctx.operands = [(t.shape, t.dtype) for t in tensors]
     return rounded
-
-
-def _grad_out(g, operand) -> torch.Tensor:
-    """A gradient from emu as a tensor shaped and typed like its operand; a broadcast
-    operand's gradient is reduced in emu.fold_sum's order (:func:`fold_to`)."""
-    shape, dtype = operand
-    if g.shape != shape:
-        g = fold_to(g, shape)
-    return g.to(dtype)
 
 
 def _matmul_work(a, b) -> int:

@@ -21,7 +21,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 import emu
 from emu.recipes import ROLES
 
-from ._sums import fold_to
+from ._sums import grad_out
 from ._tensors import as_float32
 
 __all__ = ["RecipeMatmul", "RecipeStates", "GEMM_ROLES", "is_weight", "states_for"]
@@ -83,16 +83,13 @@ def states_for(weight: torch.Tensor, recipe: emu.Recipe) -> RecipeStates:
     return st
 
 
-def _quantized(x: np.ndarray, r: emu.Recipe, role: str, axis: int, states, update: bool):
-    """With delayed scaling ``x`` quantized as ``role`` along ``axis`` by the role's
-    state, which ``update`` advances; else ``x`` itself (emu.recipe_matmul quantizes it,
-    padding shapes its blocks do not divide)."""
+def _quantized(x: np.ndarray, r: emu.Recipe, role: str, axis: int, state):
+    """With delayed scaling ``x`` quantized as ``role`` along ``axis`` by ``state`` (an
+    emu.RecipeState; the result's ``.history`` is the next one); else ``x`` itself
+    (emu.recipe_matmul quantizes it, padding shapes its blocks do not divide)."""
     if not r.history:
         return x
-    q = emu.recipe_quantize(x, r, role, axis=axis, history=states.get(role))
-    if update:
-        states.put(role, q.history)
-    return q
+    return emu.recipe_quantize(x, r, role, axis=axis, history=state)
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -108,11 +105,14 @@ class RecipeMatmul(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b, nm, states):
         r, mul = nm.fmt, nm.mul or "pam"
-        if r.history:       # the states this step's operands are quantized by
-            ctx.used = {role: states.get(role) for role in ("act", "weight")}
-        A, B = _np(a), _np(b)
-        qa = _quantized(A, r, "act", -1, states, True)
-        qb = _quantized(B, r, "weight", -2, states, True)
+        # the states this step's operands are quantized by (the backward's too)
+        used = {role: states.get(role) for role in ("act", "weight")} if r.history else {}
+        qa = _quantized(_np(a), r, "act", -1, used.get("act"))
+        qb = _quantized(_np(b), r, "weight", -2, used.get("weight"))
+        if r.history:
+            states.put("act", qa.history)
+            states.put("weight", qb.history)
+        ctx.used = used
         c = emu.recipe_matmul(qa, qb, r, nm.acc, mul=mul, roles=GEMM_ROLES["forward"])
         ctx.save_for_backward(a, b)
         ctx.nm, ctx.states = nm, states
@@ -126,19 +126,15 @@ class RecipeMatmul(torch.autograd.Function):
         a, b = ctx.saved_tensors
         need = ctx.needs_input_grad[:2]
         G = _np(dc)
-        old = RecipeStates.new(r) if r.history else None
-        if r.history:
-            for role, st in ctx.used.items():
-                old.put(role, st)
-            old.put("grad", states.get("grad"))
+        used = {**ctx.used, "grad": states.get("grad")} if r.history else {}
         dA = dB = qg = None
         if need[0]:     # dgrad: dC along N, B along N
-            qg = _quantized(G, r, "grad", -1, old, False)
-            qbt = _quantized(np.swapaxes(_np(b), -1, -2), r, "weight", -2, old, False)
+            qg = _quantized(G, r, "grad", -1, used.get("grad"))
+            qbt = _quantized(np.swapaxes(_np(b), -1, -2), r, "weight", -2, used.get("weight"))
             dA = emu.recipe_matmul(qg, qbt, r, nm.acc, mul=mul, roles=GEMM_ROLES["dgrad"])
         if need[1]:     # wgrad: A along M, dC along M
-            qat = _quantized(np.swapaxes(_np(a), -1, -2), r, "act", -1, old, False)
-            qg = _quantized(G, r, "grad", -2, old, False)
+            qat = _quantized(np.swapaxes(_np(a), -1, -2), r, "act", -1, used.get("act"))
+            qg = _quantized(G, r, "grad", -2, used.get("grad"))
             dB = emu.recipe_matmul(qat, qg, r, nm.acc, mul=mul, roles=GEMM_ROLES["wgrad"])
         if r.history:       # delayed scaling is tensorwise: either axis gives the same state
             states.put("grad", qg.history)
@@ -146,10 +142,5 @@ class RecipeMatmul(torch.autograd.Function):
 
 
 def _grad(g, operand):
-    """An emu gradient as a tensor shaped (a broadcast operand's reduced in emu.fold_sum's
-    order) and typed like its operand, or None."""
-    if g is None:
-        return None
-    shape, dtype = operand
-    t = torch.from_numpy(np.ascontiguousarray(g))
-    return (fold_to(t, shape) if t.shape != shape else t).to(dtype)
+    """An emu gradient (numpy) as :func:`grad_out` makes it, or None."""
+    return None if g is None else grad_out(torch.from_numpy(np.ascontiguousarray(g)), operand)

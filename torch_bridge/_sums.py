@@ -112,3 +112,13 @@ class Add(torch.autograd.Function):
 def add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a + b``, by :class:`Add` where the operands broadcast (a bias add)."""
     return a + b if a.shape == b.shape else Add.apply(a, b)
+
+
+def grad_out(g, operand) -> torch.Tensor:
+    """A gradient from emu as a tensor shaped and typed like its operand ``(shape,
+    dtype)``; a broadcast operand's gradient is reduced in emu.fold_sum's order
+    (:func:`fold_to`)."""
+    shape, dtype = operand
+    if g.shape != shape:
+        g = fold_to(g, shape)
+    return g.to(dtype)
