@@ -54,7 +54,7 @@ from .matmul import matmul
 from .multipliers import Multiplier, multiplier
 from .multipliers import mul as emu_mul
 from .mx import MAX_BLOCK, MX_TYPES, MXFormat, mx_element_multiplier, mx_quantize, mx_type
-from .ops import from_bits, pam_mul, quantize
+from .ops import from_bits, quantize
 
 __all__ = ["Recipe", "recipe", "RECIPES", "ROLES", "RecipeState", "Quantized",
            "recipe_quantize", "recipe_dequantize", "recipe_matmul"]
@@ -663,7 +663,8 @@ def recipe_matmul(a, b, recipe, acc="float32", *, mul="pam", roles=("act", "weig
                  (1,) * (qb.scales.ndim - 1) + (_reps(qb)[-1],))
     c = _scale_fold(p, np.swapaxes(sa, -1, -2), sb, r.pow2_scales, acc, m)
     if r.tensor_scale:
-        c = _mul(c, _mul(qa.tensor_scale, qb.tensor_scale, m), m)
+        ts = emu_mul(qa.tensor_scale, qb.tensor_scale, float32, m)
+        c = emu_mul(c, ts, float32, m)
     return np.asarray(c[..., :M, :N], np.float32)
 
 
@@ -683,14 +684,7 @@ def _padded(x: np.ndarray, block: tuple, k_axis: int, r: Recipe) -> np.ndarray:
     return np.pad(x, pad) if any(p[1] for p in pad) else x
 
 
-_PAM, _EXACT = multiplier("pam"), multiplier("exact")
-_NAN32 = np.uint32(0x7FC00000).view(np.float32)     # emu's canonical NaN
-
-
-def _nan(x) -> np.ndarray:
-    """``x`` rounded to float32 with emu's canonical NaN."""
-    x = np.asarray(x, np.float32)
-    return np.where(np.isnan(x), _NAN32, x) if np.isnan(x).any() else x
+_EXACT = multiplier("exact")
 
 
 def _scale_fold(p, sa, sb, pow2: bool, acc: Format, m: Multiplier) -> np.ndarray:
@@ -710,15 +704,3 @@ def _scale_fold(p, sa, sb, pow2: bool, acc: Format, m: Multiplier) -> np.ndarray
         u32(p, (nb, M, N)), u32(sa, (nb, M)), u32(sb, (nb, N)), out, pow2, float32.consts,
         acc.consts, m.params(float32), _EXACT.params(float32))
     return out.view(np.float32).reshape(tuple(batch) + (M, N))
-
-
-def _mul(x, y, m: Multiplier):
-    """The product of the multiplier ``m`` in float32: emu.mul (its bits by faster
-    paths for pam, emu.pam_mul, and exact, one float64 product rounded once)."""
-    x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
-    if m == _PAM:
-        return pam_mul(x, y, float32)
-    if m == _EXACT:     # 24 x 24 bits: exact in float64
-        with np.errstate(invalid="ignore", over="ignore"):
-            return _nan(x.astype(np.float64) * y)
-    return emu_mul(x, y, float32, m)
