@@ -9,8 +9,8 @@ a sum of two terms is commutative, the forward runs on all-gathered copies of th
 parameters, and the PA AdamW update is elementwise, so a shard's update is the whole
 tensor's.  One backward over the whole global batch agrees to rounding only: emu's PAM
 matmul folds the batch rows of a weight gradient in one sequence from +0, and FSDP adds
-two partial folds.  The 1-rank tests run in this process (about 2 s: the regression tests
-of the two torch_bridge fixes FSDP2 needed); the 2-process one spawns ranks and is marked
+two partial folds.  The 1-rank tests run in this process (a few seconds: the regression tests
+of the torch_bridge fixes FSDP2 needed); the 2-process one spawns ranks and is marked
 slow.
 """
 import numpy as np
@@ -168,6 +168,55 @@ def test_one_rank_fsdp2_equals_plain_training(one_rank_group, kind):
     assert_bits_equal(_bits(params), _bits(want_params), what="parameters")
     assert_bits_equal(_bits(state), _bits(want_state), what="optimizer state")
     assert not np.array_equal(_bits(params), _bits(_full(_model().parameters())))
+
+
+class _Attn(nn.Module):
+    """Unconverted: Linears, native attention and LayerNorm for pam_mode to route.  The
+    query, key and value are distinct tensors: FSDP2's hooks hand a sharded module new
+    tensor objects, so ``query is key`` (which picks MultiheadAttention's packed
+    projection and its order of gradient sums) would differ with and without FSDP."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 16)
+        self.kv = nn.Linear(8, 32)
+        self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+        self.norm = nn.LayerNorm(16)
+        self.head = nn.Linear(16, 5)
+
+    def forward(self, x):
+        q = self.proj(x).reshape(2, 2, 16)
+        k, v = self.kv(x).reshape(2, 2, 32).chunk(2, -1)
+        h = self.norm(q + self.attn(q, k, v, need_weights=False)[0])
+        return self.head(h).reshape(4, 5)
+
+
+def _mode_steps(shard, steps=2):
+    """Unconverted model under pam_mode (every op group), PAAdamW: parameters after
+    ``steps`` steps, with or without FSDP2 (1 rank)."""
+    torch.manual_seed(0)
+    model = _Attn()
+    if shard:
+        from torch.distributed.fsdp import fully_shard
+        fully_shard(model.attn)
+        fully_shard(model)
+    opt = tb.PAAdamW(model.parameters(), lr=1e-2, config=CONFIG)
+    for step in range(steps):
+        x, y = _batch(step)
+        with tb.pam_mode(CONFIG):
+            _loss(model(x[:4]), y[:4]).backward()
+        opt.step()
+        opt.zero_grad()
+    return _full(model.parameters())
+
+
+def test_one_rank_fsdp2_under_pam_mode(one_rank_group):
+    """Regression: an unconverted model under pam_mode (its matmuls, layer norm and
+    attention through the PA kernels) stopped FSDP2 with "Trying to resize storage that
+    is not resizable": the kernels read parameters as Tensor.numpy() views, which pin
+    their storage; they read DLPack views now (torch_bridge._tensors.host_view)."""
+    sharded = _mode_steps(shard=True)
+    assert_bits_equal(_bits(sharded), _bits(_mode_steps(shard=False)), what="parameters")
 
 
 @pytest.mark.slow        # 8-15 s on 2 shared cores: two spawned ranks import torch, FSDP2

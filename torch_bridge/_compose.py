@@ -53,6 +53,7 @@ from . import _nodes as N
 from ._backend import cuda_backend_active
 from ._lean import kernel_consts, round_lean
 from ._sums import expand, fold_sum, fold_to
+from ._tensors import host_view
 from .config import Numerics
 
 S = L.scalar
@@ -820,9 +821,9 @@ def consts(p: Plan, fmt, rounding, params: dict) -> np.ndarray:
     if c is None:
         vals = [params[k.key] if isinstance(k.key, str) else k.key for k in p.consts]
         t = torch.tensor(vals, dtype=torch.float32)
-        r = round_lean(t, fmt, rounding).numpy()
+        r = host_view(round_lean(t, fmt, rounding))
         keep = np.array([not k.rounded for k in p.consts], bool)
-        c = np.where(keep, t.numpy(), r).astype(np.float32).view(np.uint32).astype(np.int64)
+        c = np.where(keep, host_view(t), r).astype(np.float32).view(np.uint32).astype(np.int64)
         if len(_CONSTS) > 4096:
             _CONSTS.clear()
         _CONSTS[key] = c
@@ -855,12 +856,12 @@ def backward(p: Plan, kc, c, kind, ins, gouts, dxs, n: int) -> tuple:
 
 def _rows(t: torch.Tensor, n: int) -> np.ndarray:
     """An elementwise operand as a (rows, n) float32 array (a view where it can be)."""
-    a = t.detach().numpy()
+    a = host_view(t)
     return a.reshape(-1, n) if a.ndim != 2 or a.shape[1] != n else a
 
 
 def _arrays(p: Plan, ins, n):
-    return [_rows(t, n) if spec[1] == "e" else t.detach().reshape(-1).numpy()
+    return [_rows(t, n) if spec[1] == "e" else host_view(t.detach().reshape(-1))
             for t, spec in zip(ins, p.inputs)]
 
 
@@ -881,7 +882,7 @@ class Fused(torch.autograd.Function):
         outs = [torch.empty(ins[0].shape) if sh == "e" else torch.empty(rows)
                 for sh in p.outputs]
         forward(p, kc, c, _arrays(p, ins, n),
-                [_rows(o, n) if sh == "e" else o.numpy() for o, sh in zip(outs, p.outputs)], n)
+                [_rows(o, n) if sh == "e" else host_view(o) for o, sh in zip(outs, p.outputs)], n)
         ctx.save_for_backward(*ins)
         ctx.plan, ctx.c, ctx.kc, ctx.kind, ctx.n = p, c, kc, kind, n
         ctx.set_materialize_grads(False)       # an unused output: no gradient, as the graph
@@ -894,7 +895,7 @@ class Fused(torch.autograd.Function):
         rows = ins[0].numel() // n
         dx = [np.empty((rows, n), np.float32) for _ in p.slots]
         go = [None if g is None else _rows(g.float(), n) if sh == "e" else
-              g.float().reshape(-1).numpy() for g, sh in zip(gs, p.outputs)]
+              host_view(g.float().reshape(-1)) for g, sh in zip(gs, p.outputs)]
         live = backward(p, ctx.kc, ctx.c, ctx.kind, _arrays(p, ins, n), go, dx, n)
         grads = []
         for i, inp in enumerate(ins):

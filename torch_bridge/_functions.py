@@ -32,7 +32,8 @@ from ._compose import fusable
 from ._lean import (binary_grad_kernel, binary_kernel, flat, kernel_consts, lean, new,
                     round_lean, rounded_lean, unary_grad_kernel, unary_kernel)
 from ._sums import grad_out as _grad_out
-from ._tensors import as_float32, broadcast_shape, emu_call, kernel_fmt, round_to, same_device
+from ._tensors import (as_float32, broadcast_shape, emu_call, host_view, kernel_fmt, round_to,
+                       same_device)
 from ._threads import emu_threads
 
 drop_stale(__file__)        # Constant's kernels inline emu's scalar definitions
@@ -96,7 +97,7 @@ class PAMMatmul(torch.autograd.Function):
         with emu_threads(work):
             if ctx.lean:
                 A, B = rounded_lean(ctx, (a, b), fmt, rounding)
-                C = torch.from_numpy(host_matmul(A.detach().numpy(), B.detach().numpy(),
+                C = torch.from_numpy(host_matmul(host_view(A), host_view(B),
                                                  *_mm_args(nm)))
             else:
                 # MX blocks run along the contraction axis of each operand
@@ -117,7 +118,7 @@ class PAMMatmul(torch.autograd.Function):
             if ctx.lean and dc.device.type == "cpu":
                 g = round_lean(as_float32(dc), fmt, rounding)
                 dA, dB = (None if r is None else torch.from_numpy(r) for r in host_matmul_grad(
-                    as_float32(a).numpy(), as_float32(b).numpy(), g.detach().numpy(),
+                    host_view(as_float32(a)), host_view(as_float32(b)), host_view(g),
                     kfmt, acc, kind, need, mp))
             else:
                 dA, dB = emu_call(G.matmul, a, b, round_to(as_float32(dc), fmt, rounding),
@@ -254,7 +255,7 @@ def _constant(v, fmt, rounding) -> int:
     c = _CONSTANT_PATTERNS.get(key)
     if c is None:
         r = round_lean(torch.tensor(float(v), dtype=torch.float32), fmt, rounding)
-        c = int(r.numpy().reshape(1).view(np.uint32)[0])
+        c = int(host_view(r).reshape(1).view(np.uint32)[0])
         if len(_CONSTANT_PATTERNS) > 4096:
             _CONSTANT_PATTERNS.clear()
         _CONSTANT_PATTERNS[key] = c

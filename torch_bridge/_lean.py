@@ -10,7 +10,7 @@ from emu import lowlevel as LL
 from emu import sizes
 
 from ._backend import cuda_backend_active
-from ._tensors import broadcast_shape
+from ._tensors import broadcast_shape, host_view
 
 # Models run PA ops on tensors of a few hundred elements, where every microsecond of
 # Python per call counts, not the arithmetic.  CPU operands of at most sizes.SERIAL_WORK
@@ -63,7 +63,7 @@ def flat(t: torch.Tensor, shape=None) -> np.ndarray:
     the kernels' operand: a view when it is contiguous, else a contiguous copy."""
     if shape is not None and t.shape != shape:
         t = t.expand(shape)
-    a = t.detach().numpy() if t.requires_grad else t.numpy()
+    a = host_view(t)
     if not a.flags.c_contiguous:
         a = np.ascontiguousarray(a)
     return a.reshape(-1).view(np.uint32)
@@ -78,7 +78,7 @@ def new(shape):
 
 def out_flat(t: torch.Tensor) -> np.ndarray:
     """The flat uint32 view a kernel writes a new (contiguous) float32 tensor through."""
-    return t.view(-1).numpy().view(np.uint32)
+    return host_view(t.view(-1)).view(np.uint32)
 
 
 def round_lean(x: torch.Tensor, fmt: emu.Format, rounding: str) -> torch.Tensor:

@@ -16,7 +16,7 @@ from emu.matmul import host_matmul
 from ._functions import _mm_args
 from ._lean import kernel_consts, round_lean, rounded_lean
 from ._sums import fold_to
-from ._tensors import as_float32
+from ._tensors import as_float32, host_view
 from ._threads import emu_threads
 
 
@@ -100,9 +100,8 @@ class LinearFunction(torch.autograd.Function):
         ctx.nm, ctx.one_call = nm, one_call
         ctx.shapes = x.shape, None if bias is None else bias.shape
         if one_call:
-            a = x2.detach().numpy() if x2.is_contiguous() else x2.detach().contiguous().numpy()
-            w = weight.detach().numpy() if weight.is_contiguous() else \
-                weight.detach().contiguous().numpy()
+            a = host_view(x2.detach().contiguous())
+            w = host_view(weight.detach().contiguous())
             ra, rw = (a, w) if kc.f32 else (np.empty_like(a), np.empty_like(w))
             out = np.empty((M, N), np.float32)
             LINEAR[0](a, w, ra, rw, out, not kc.f32, kc.fc, kc.mode, kfmt.consts,
@@ -115,7 +114,7 @@ class LinearFunction(torch.autograd.Function):
         else:
             with emu_threads(M * N * K):
                 A, W = rounded_lean(ctx, (x2, weight), fmt, rounding)
-                C = torch.from_numpy(host_matmul(A.detach().numpy(), W.detach().numpy().T,
+                C = torch.from_numpy(host_matmul(host_view(A), host_view(W).T,
                                                  kfmt, acc, mp))
         y = C.reshape(*x.shape[:-1], N)
         return y if bias is None else y + bias.detach()
@@ -131,18 +130,18 @@ class LinearFunction(torch.autograd.Function):
         g = as_float32(dy).reshape(-1, N)
         if ctx.one_call and kind == "approx":
             kc = kernel_consts(fmt, rounding)
-            gn = g.numpy() if g.is_contiguous() else g.contiguous().numpy()
+            gn = host_view(g.contiguous())
             dA = np.empty((gn.shape[0], K), np.float32) if need[0] else EMPTY2
             dW = np.empty((N, K), np.float32) if need[1] else EMPTY2
-            LINEAR[1](as_float32(a).reshape(-1, K).contiguous().numpy(),
-                      as_float32(w).contiguous().numpy(), gn,
+            LINEAR[1](host_view(as_float32(a).reshape(-1, K).contiguous()),
+                      host_view(as_float32(w).contiguous()), gn,
                       gn if kc.f32 else np.empty_like(gn), dA, dW, not kc.f32, kc.fc,
                       kc.mode, kfmt.consts, 0 if mp is None else mp.c32, need[0], need[1])
         else:
             g = round_lean(g, fmt, rounding)
             with emu_threads(a.numel() * N):
-                dA, dB = host_matmul_grad(as_float32(a).reshape(-1, K).numpy(),
-                                          as_float32(w).numpy().T, g.detach().numpy(),
+                dA, dB = host_matmul_grad(host_view(as_float32(a).reshape(-1, K)),
+                                          host_view(as_float32(w)).T, host_view(g),
                                           kfmt, acc, kind, need, mp)
             dW = dB.T if need[1] else None
         dx = torch.from_numpy(dA).reshape(xshape) if need[0] else None

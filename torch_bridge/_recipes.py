@@ -22,7 +22,7 @@ import emu
 from emu.recipes import ROLES
 
 from ._sums import grad_out
-from ._tensors import as_float32
+from ._tensors import as_float32, host_view
 
 __all__ = ["RecipeMatmul", "RecipeStates", "GEMM_ROLES", "is_weight", "states_for"]
 
@@ -57,7 +57,7 @@ class RecipeStates:
 
     def get(self, role: str) -> emu.RecipeState:
         i = ROLES.index(role)
-        return emu.RecipeState(self.amax[i].detach().cpu().numpy().copy(),
+        return emu.RecipeState(host_view(self.amax[i].cpu()).copy(),
                                np.float32(self.scale[i].item()))
 
     def put(self, role: str, state: emu.RecipeState) -> None:
@@ -93,7 +93,7 @@ def _quantized(x: np.ndarray, r: emu.Recipe, role: str, axis: int, state):
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
-    return as_float32(t).numpy()
+    return host_view(as_float32(t))
 
 
 class RecipeMatmul(torch.autograd.Function):

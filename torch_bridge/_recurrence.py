@@ -23,7 +23,7 @@ from ._compose import backward, consts, forward, plan
 from ._lean import kernel_consts, round_lean
 from ._linear import LINEAR
 from ._sums import fold_to
-from ._tensors import kernel_fmt
+from ._tensors import host_view, kernel_fmt
 
 #: the cells' inputs, in the order of their descriptions (gate chunks, then the state)
 CELL_INPUTS = {
@@ -85,8 +85,8 @@ class Recurrence(torch.autograd.Function):
         H = h0.shape[1]
         nmm, nme = kernel_consts(mfmt, mround), kernel_consts(efmt, eround)
         fcm = kernel_fmt(mfmt).consts
-        gin = gi.detach().contiguous().numpy()
-        wn = w.detach().contiguous().numpy()
+        gin = host_view(gi.detach().contiguous())
+        wn = host_view(w.detach().contiguous())
         rw = wn if nmm.f32 else np.empty_like(wn)
         bias = None if b is None else b.detach()
         cell = _cell_plan(mode)
@@ -97,8 +97,8 @@ class Recurrence(torch.autograd.Function):
         hrnd = hraw if nmm.f32 else np.empty_like(hraw)     # and rounded for the product
         ghs = np.empty((T, N, GH), np.float32)
         craw = np.empty((T, N, H), np.float32) if mode == "lstm" else None
-        h = h0.detach().contiguous().numpy()
-        cc = None if c0 is None else c0.detach().contiguous().numpy()
+        h = host_view(h0.detach().contiguous())
+        cc = None if c0 is None else host_view(c0.detach().contiguous())
         for t in steps:
             hraw[t] = h
             LINEAR[0](hraw[t], wn, hrnd[t], rw, ghs[t], not nmm.f32, nmm.fc, nmm.mode, fcm, 0)
@@ -128,16 +128,16 @@ class Recurrence(torch.autograd.Function):
         gi, _, _, _, b = ctx.saved_tensors
         T, N, GH = gi.shape
         H = hraw.shape[2]
-        gin = gi.detach().contiguous().numpy()
-        gy = None if g_ys is None else g_ys.float().contiguous().numpy()
+        gin = host_view(gi.detach().contiguous())
+        gy = None if g_ys is None else host_view(g_ys.float().contiguous())
         ek = N_.EXACT if ekind == "exact" else N_.APPROX
         dgi = np.empty((T, N, GH), np.float32)
         dghs = np.empty((T, N, GH), np.float32) if mode == "gru" else dgi   # δgh per step
         dw = dh_gate = dx = None
-        dc = None if g_cT is None else g_cT.float().contiguous().numpy()
+        dc = None if g_cT is None else host_view(g_cT.float().contiguous())
         for k in range(T - 1, -1, -1):
             t = steps[k]
-            first = [] if k < T - 1 or g_hT is None else [g_hT.float().contiguous().numpy()]
+            first = [] if k < T - 1 or g_hT is None else [host_view(g_hT.float().contiguous())]
             dh = _sum_in_order(*first, None if gy is None else gy[t], dh_gate, dx)
             if mode == "gru":
                 dgh = dghs[t]
@@ -156,14 +156,14 @@ class Recurrence(torch.autograd.Function):
                 LINEAR[1](hrnd[t], rw, dgh, dgh if nmm.f32 else np.empty_like(dgh), dx, dwt,
                           not nmm.f32, nmm.fc, nmm.mode, fcm, 0, True, True)
             else:
-                g = round_lean(torch.from_numpy(dgh), mfmt, mround).numpy()
+                g = host_view(round_lean(torch.from_numpy(dgh), mfmt, mround))
                 dx, dB = host_matmul_grad(hrnd[t], rw.T, g, kernel_fmt(mfmt), macc, mkind,
                                           (True, True))
                 dwt = dB.T
             dw = dwt if dw is None else dw + dwt
         db = None
         if b is not None:       # each step's LinearFunction bias term (a fold over N), last first
-            dbt = fold_to(torch.from_numpy(dghs), (T, 1, GH)).numpy().reshape(T, GH)
+            dbt = host_view(fold_to(torch.from_numpy(dghs), (T, 1, GH))).reshape(T, GH)
             db = dbt[steps[-1]]
             for k in range(T - 2, -1, -1):
                 db = db + dbt[steps[k]]

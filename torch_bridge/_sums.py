@@ -9,7 +9,7 @@ from emu.host import host_fold
 from emu.reduce import fold_plan
 
 from ._backend import cuda_backend_active
-from ._tensors import as_float32, emu_call
+from ._tensors import as_float32, emu_call, host_view
 
 
 def fold(x: torch.Tensor, dims) -> torch.Tensor:
@@ -22,7 +22,7 @@ def fold(x: torch.Tensor, dims) -> torch.Tensor:
             plan = fold_plan(x.shape, dims, True)
             if len(_PLANS) < 4096:
                 _PLANS[key] = plan
-        return torch.from_numpy(host_fold(as_float32(x).numpy(), plan))
+        return torch.from_numpy(host_fold(host_view(as_float32(x)), plan))
     return emu_call(emu.fold_sum, x, dims, True)
 
 

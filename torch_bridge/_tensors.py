@@ -55,6 +55,13 @@ def to_emu(t: torch.Tensor):
     return device_view(as_float32(t))
 
 
+def host_view(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor's numpy view (no copy), through DLPack: ``Tensor.numpy()`` marks the
+    storage non-resizable for good, and FSDP2 frees an unsharded parameter by resizing
+    its storage to 0 after forward and backward (docs/torch_bridge.md, "FSDP2")."""
+    return np.from_dlpack(t.detach())
+
+
 def device_view(t: torch.Tensor):
     """A detached tensor of any dtype as a kernel operand, without a copy: a CUDA
     tensor itself, a CPU tensor as a numpy view (a simulated device array under
@@ -63,8 +70,8 @@ def device_view(t: torch.Tensor):
         return t
     if cuda_backend_active():
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-        return FakeCUDAArray(t.numpy())
-    return t.numpy()
+        return FakeCUDAArray(host_view(t))
+    return host_view(t)
 
 
 def from_emu(r, dtype: torch.dtype = torch.float32) -> torch.Tensor:

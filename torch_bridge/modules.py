@@ -10,7 +10,6 @@ from __future__ import annotations
 import sys
 from functools import cache
 
-import torch
 from torch import nn
 from torch.nn import functional as F
 
@@ -20,26 +19,6 @@ from . import functional as PF
 from ._recipes import RecipeStates
 from .compiling import eager_under_compile
 from .config import PAMConfig, check_config
-
-
-#: imported by anyone who shards with FSDP (torch's public package)
-_FSDP = "torch.distributed.fsdp"
-
-
-def _fsdp_safe(t):
-    """``t``, or a copy of it where FSDP2 may free its storage.
-
-    The PA kernels read CPU tensors as ``Tensor.numpy()`` views, and that marks a tensor's
-    storage non-resizable for good; FSDP2 (``fully_shard``) frees an unsharded parameter
-    by resizing its storage to 0 after forward and backward, which then fails ("Trying to
-    resize storage that is not resizable").  So while FSDP2 is in use (imported, a process
-    group up) a drop-in hands the kernels a ``clone`` of each CPU parameter: the same
-    values, the gradient flowing back to the parameter unchanged, FSDP's storage never
-    seen by numpy (docs/torch_bridge.md, "FSDP2")."""
-    if (not isinstance(t, nn.Parameter) or t.device.type != "cpu" or _FSDP not in sys.modules
-            or not torch.distributed.is_initialized()):
-        return t
-    return t.clone()
 
 
 class PAModule:
@@ -113,10 +92,9 @@ class PAMLinear(PAModule, nn.Linear):
 
     def forward(self, x):
         states = self._recipe_buffers()
-        weight, bias = _fsdp_safe(self.weight), _fsdp_safe(self.bias)
         if states is None:
-            return PF.linear(x, weight, bias, self.config)
-        return PF.linear(x, weight, bias, self.config, recipe_states=states)
+            return PF.linear(x, self.weight, self.bias, self.config)
+        return PF.linear(x, self.weight, self.bias, self.config, recipe_states=states)
 
 
 class PAMConv2d(PAModule, nn.Conv2d):
@@ -128,7 +106,6 @@ class PAMConv2d(PAModule, nn.Conv2d):
         self.config = check_config(config)
 
     def _conv_forward(self, x, weight, bias):
-        weight, bias = _fsdp_safe(weight), _fsdp_safe(bias)
         if self.padding_mode != "zeros":
             x = F.pad(x, self._reversed_padding_repeated_twice, mode=self.padding_mode)
             return PF.conv2d(x, weight, bias, self.stride, 0, self.dilation, self.groups,
@@ -146,8 +123,8 @@ class PALayerNorm(PAModule, nn.LayerNorm):
         self.config = check_config(config)
 
     def forward(self, x):
-        return PF.layer_norm(x, self.normalized_shape, _fsdp_safe(self.weight),
-                             _fsdp_safe(self.bias), self.eps, self.config)
+        return PF.layer_norm(x, self.normalized_shape, self.weight,
+                             self.bias, self.eps, self.config)
 
 
 class PASoftmax(PAModule, nn.Softmax):
@@ -214,7 +191,7 @@ def _hf_conv1d_drop_in(conv1d: type) -> type:
     """The drop-in for transformers' Conv1D (GPT-2's linear layers: ``x @ W + b`` with
     the weight stored (in, out)): a PAM linear layer on ``W.t()`` when 'matmul' is on."""
     def forward(self, x):
-        return PF.linear(x, _fsdp_safe(self.weight).t(), _fsdp_safe(self.bias), self.config)
+        return PF.linear(x, self.weight.t(), self.bias, self.config)
 
     def extra_repr(self):
         cfg = "native" if self.config is None else self.config.describe()

@@ -27,7 +27,7 @@ import emu.ops
 import emu.optim
 
 from ._backend import cuda_backend_active
-from ._tensors import as_float32, emu_call, next_seed, round_scalar, round_to
+from ._tensors import as_float32, emu_call, host_view, next_seed, round_scalar, round_to
 from ._threads import emu_threads
 from .config import PAMConfig, check_config
 
@@ -81,7 +81,7 @@ class _PAOps:
         c3 = round_scalar(math.sqrt(1 - b2 ** t), self.fmt, self.rounding)
         draw(7, 8, 9)
         c4 = round_scalar(lr / (1 - b1 ** t), self.fmt, self.rounding)
-        p, g, m, v = (x.detach().view(-1).numpy().view(np.uint32) for x in tensors)
+        p, g, m, v = (host_view(x.detach().view(-1)).view(np.uint32) for x in tensors)
         # elementwise, every element read before it is written: in place is safe
         emu.optim.step(p, g, m, v, p, m, v, (c0, c1, c2, c3, c4), np.float32(eps), self.fmt,
                        emu.ops.ROUNDING[self.rounding], seeds, maximize)
