@@ -1,12 +1,14 @@
-"""CPU kernel of emu.recipe_matmul's epilogue (docs/semantics.md §10b steps 2-3): each
-K-block's partial product scaled and folded into the accumulator in one pass, with the
-scalar definitions of emu/_scalar_mul.py (a parallel and a serial twin)."""
+"""CPU kernels of emu.recipe_matmul (docs/semantics.md §10b): the epilogue of steps 2-3
+(each K-block's partial product scaled and folded into the accumulator in one pass, with
+the scalar definitions of emu/_scalar_mul.py) and, where its preconditions hold, steps
+1-3 in one pass with a float32 accumulator; each a parallel and a serial twin."""
 import numpy as np
 from numba import prange
+from numba.extending import register_jitable
 
 from . import _scalar as S
 from . import _scalar_mul as SM
-from ._kernels import as_f32, as_i32, twins
+from ._kernels import as_f32, as_i32, pam_sum_nb, twins
 from ._numba_cache import drop_stale
 
 drop_stale(__file__)
@@ -19,6 +21,18 @@ def _scale_fold(p, sa, sb, out, pow2, f32c, fca, mp, mpx):
     multiplier ``mp`` in float32, ``mul(P, mul(s_a, s_b))``.  The fold's step is the
     matmul's exact step (``mpx``), SM.mac with the factor 1.  Uint32 patterns."""
     nt, nb, m, n = p.shape
+    if fca.man_bits == 23 and fca.exp_bits == 8:        # float32: fold_row's plain add
+        for task in prange(nt * m):
+            t = task // m
+            i = task % m
+            c32 = np.zeros(n, np.float32)
+            for b in range(nb):
+                fold_row(c32, p[t, b, i].view(np.float32), sa[t, b, i], sb[t, b], n, pow2,
+                         f32c, mp)
+            for j in range(n):
+                v = c32[j]
+                out[t, i, j] = np.uint32(S.QNAN32) if v != v else np.uint32(as_i32(v))
+        return
     for task in prange(nt * m):
         t = task // m
         i = task % m
@@ -41,3 +55,104 @@ def _scale_fold(p, sa, sb, out, pow2, f32c, fca, mp, mpx):
 
 
 SCALE_FOLD = twins("recipe scale_fold", _scale_fold)
+
+
+@register_jitable
+def fold_row(out, p, s_a, sb, n, pow2, f32c, mp):
+    """``out[j] += T_j`` in float32 for j < n: ``T_j`` the partial product ``p[j]`` scaled
+    by ``s_a`` and ``sb[j]`` (uint32 patterns) as in :func:`_scale_fold`; a pattern sum
+    with one constant (PAM, L-Mul, offsets) without branches, so the loop vectorises."""
+    a = np.int64(s_a)
+    if pow2:
+        fa = np.float64(as_f32(np.int32(np.uint32(a))))
+        for j in range(n):
+            out[j] += np.float32(np.float64(p[j]) * fa
+                                 * np.float64(as_f32(np.int32(np.uint32(sb[j])))))
+    elif mp.kind == SM.SUM and mp.k == 0:
+        c32 = np.int64(mp.c32)
+        mn, mx, ovf = f32c.minnorm32, f32c.max32, f32c.ovf32
+        for j in range(n):
+            s = np.int64(pam_sum_nb(a, np.int64(sb[j]), mn, mx, ovf, c32))
+            out[j] += as_f32(pam_sum_nb(np.int64(as_i32(p[j])), s, mn, mx, ovf, c32))
+    else:
+        for j in range(n):
+            s = SM.product(a, np.int64(sb[j]), f32c, mp)
+            x = np.int64(as_i32(p[j])) & S.M32
+            out[j] += as_f32(np.int32(np.uint32(SM.product(x, s, f32c, mp) & S.M32)))
+
+
+RB = 4          # rows of C a task's k loop updates together (one load of B's slice; 4 coded)
+CB = 512        # columns of C per task: its accumulators stay in L1
+
+
+def _blocked_f32(A, Bp, Bm, sa, sb, ia, ib, C, kb, exact, pow2, f32c, mp):
+    """recipe_matmul with a float32 accumulator in one pass, each K-block's partial
+    product scaled and folded while it is in cache (the same bits as the batched
+    emu.matmul then :func:`_scale_fold`; callers check the preconditions).
+
+    A (nA, M, K) int32 element patterns; B as ``Bp`` (nB, K, N): for a pattern sum
+    ``b - ONE32 + c``, the product ``(a + Bp) & Bm`` (``Bm`` -1, 0 where b is zero), where
+    no product leaves float32's normal range and no element is inf or NaN; ``exact``:
+    ``Bp`` is b, each product exact in float32.  A zero product adds +0, which changes no
+    float32 sum that starts at +0.  ``sa`` (nA, nb, M), ``sb`` (nB, nb, N): the block
+    scales as in :func:`_scale_fold`; ``mp`` the multiplier's float32 params (the scale
+    products)."""
+    nout, M, N = C.shape
+    K = A.shape[2]
+    nb = K // kb
+    nti = (M + RB - 1) // RB
+    ntj = (N + CB - 1) // CB
+    for t in prange(nout * nti * ntj):
+        bo = t // (nti * ntj)
+        bi = (t // ntj) % nti
+        bj = t % ntj
+        ba = ia[bo]
+        bb = ib[bo]
+        r0 = bi * RB
+        nr = min(M, r0 + RB) - r0
+        c0 = bj * CB
+        nc = min(N, c0 + CB) - c0
+        acc = np.empty((RB, CB), np.float32)
+        out = np.zeros((RB, CB), np.float32)
+        for b in range(nb):
+            acc[:] = 0
+            r0_, r1_, r2_, r3_ = acc[0], acc[1], acc[2], acc[3]
+            for k in range(b * kb, (b + 1) * kb):
+                bpk = Bp[bb, k, c0:c0 + nc]
+                bmk = Bm[bb, k, c0:c0 + nc]
+                # the RB rows at once: one load of B's slice for four products (rows past
+                # M read as zeros, masked)
+                a0 = A[ba, r0, k]
+                a1 = A[ba, r0 + 1, k] if nr > 1 else np.int32(0)
+                a2 = A[ba, r0 + 2, k] if nr > 2 else np.int32(0)
+                a3 = A[ba, r0 + 3, k] if nr > 3 else np.int32(0)
+                if exact:
+                    f0, f1, f2, f3 = as_f32(a0), as_f32(a1), as_f32(a2), as_f32(a3)
+                    for j in range(nc):
+                        x = as_f32(bpk[j])
+                        r0_[j] += f0 * x
+                        r1_[j] += f1 * x
+                        r2_[j] += f2 * x
+                        r3_[j] += f3 * x
+                else:
+                    m0 = np.int32(-1) if a0 & S.ABS32 else np.int32(0)
+                    m1 = np.int32(-1) if a1 & S.ABS32 else np.int32(0)
+                    m2 = np.int32(-1) if a2 & S.ABS32 else np.int32(0)
+                    m3 = np.int32(-1) if a3 & S.ABS32 else np.int32(0)
+                    for j in range(nc):
+                        y = bpk[j]
+                        m = bmk[j]
+                        r0_[j] += as_f32(np.int32((a0 + y) & (m & m0)))
+                        r1_[j] += as_f32(np.int32((a1 + y) & (m & m1)))
+                        r2_[j] += as_f32(np.int32((a2 + y) & (m & m2)))
+                        r3_[j] += as_f32(np.int32((a3 + y) & (m & m3)))
+            for r in range(nr):
+                fold_row(out[r], acc[r], sa[ba, b, r0 + r], sb[bb, b, c0:c0 + nc], nc, pow2,
+                         f32c, mp)
+        for r in range(nr):
+            for j in range(nc):
+                v = out[r, j]
+                C[bo, r0 + r, c0 + j] = np.float32(np.nan) if v != v else v
+
+
+BLOCKED_F32 = twins("recipe blocked_f32", _blocked_f32)

@@ -653,15 +653,16 @@ def recipe_matmul(a, b, recipe, acc="float32", *, mul="pam", roles=("act", "weig
         eb = np.concatenate([eb, np.zeros(eb.shape[:-2] + (nb * ga - K, eb.shape[-1]),
                                           np.float32)], -2)
     Mp, Np = ea.shape[-2], eb.shape[-1]
-    ea = np.swapaxes(ea.reshape(ea.shape[:-1] + (nb, ga)), -3, -2)     # (..., nb, M, g)
-    eb = eb.reshape(eb.shape[:-2] + (nb, ga, Np))                        # (..., nb, g, N)
-    p = matmul(ea, eb, float32, acc, mul=m, mul_fmt=mf)                  # (..., nb, M, N)
-
     sa = _expand(qa.scales, qa.scales.shape[:-2] + (Mp, nb),
                  (1,) * (qa.scales.ndim - 2) + (_reps(qa)[-2], 1))
     sb = _expand(qb.scales, qb.scales.shape[:-2] + (nb, Np),
                  (1,) * (qb.scales.ndim - 1) + (_reps(qb)[-1],))
-    c = _scale_fold(p, np.swapaxes(sa, -1, -2), sb, r.pow2_scales, acc, m)
+    c = _blocked(ea, eb, sa, sb, ga, r.pow2_scales, acc, m, mf)
+    if c is None:
+        ea = np.swapaxes(ea.reshape(ea.shape[:-1] + (nb, ga)), -3, -2)     # (..., nb, M, g)
+        eb = eb.reshape(eb.shape[:-2] + (nb, ga, Np))                        # (..., nb, g, N)
+        p = matmul(ea, eb, float32, acc, mul=m, mul_fmt=mf)                  # (..., nb, M, N)
+        c = _scale_fold(p, np.swapaxes(sa, -1, -2), sb, r.pow2_scales, acc, m)
     if r.tensor_scale:
         ts = emu_mul(qa.tensor_scale, qb.tensor_scale, float32, m)
         c = emu_mul(c, ts, float32, m)
@@ -685,6 +686,61 @@ def _padded(x: np.ndarray, block: tuple, k_axis: int, r: Recipe) -> np.ndarray:
 
 
 _EXACT = multiplier("exact")
+
+
+def _blocked(ea, eb, sa, sb, kb: int, pow2: bool, acc: Format, m: Multiplier, mf: Format):
+    """Steps 1-3 of §10b in one pass (emu/_kernels_recipes.py BLOCKED_F32) where it gives
+    the bits of emu.matmul's per-block fold then :func:`_scale_fold`: a float32
+    accumulator, finite elements, and products that are pattern sums with one constant
+    staying in float32's normal range, or exact in float32 (``exact``), and blocks of
+    fewer than 256 (and more than one); else None.
+    ``ea`` (..., M, K), ``eb`` (..., K, N) element values, K a multiple of ``kb``; ``sa``
+    (..., M, nb), ``sb`` (..., nb, N) block scales."""
+    from . import _scalar_mul as SM
+    from ._kernels_mul import exact_ok
+    from ._kernels_recipes import BLOCKED_F32
+    from ._scalar import ABS32, INF32, ONE32
+    from .host import _pick
+    from .shapes import batch_index
+    mp = m.params(mf)
+    exact = mp.kind == SM.EXACT
+    if acc != float32 or not (exact or (mp.kind == SM.SUM and mp.k == 0)):
+        return None
+    if ea.shape[-1] // kb == 1 or kb >= 256:
+        return None         # few blocks: emu.matmul's register-blocked kernel per block is faster
+    a = np.ascontiguousarray(ea, np.float32).view(np.int32)
+    b = np.ascontiguousarray(eb, np.float32).view(np.int32)
+    ua, ub = a & ABS32, b & ABS32
+    if ua.size and ua.max() >= INF32 or ub.size and ub.max() >= INF32:
+        return None
+    if exact:
+        if not exact_ok(a, b, mf):
+            return None
+        bp, bm = b, b
+    else:
+        nz_a, nz_b = ua[ua > 0], ub[ub > 0]
+        if nz_a.size and nz_b.size:
+            lo = int(nz_a.min()) + int(nz_b.min()) - ONE32 + int(mp.c32)
+            hi = int(nz_a.max()) + int(nz_b.max()) - ONE32 + int(mp.c32)
+            if lo < float32.consts.minnorm32 or hi > float32.consts.max32:
+                return None
+        bp = (b.astype(np.int64) - ONE32 + int(mp.c32)).astype(np.int32)
+        bm = np.where(ub != 0, np.int32(-1), np.int32(0))
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    nb = K // kb
+    t = int(np.prod(batch, dtype=np.int64))
+    ia = batch_index(a.shape[:-2], batch)
+    ib = batch_index(b.shape[:-2], batch)
+    u32 = lambda x, shape: np.ascontiguousarray(                            # noqa: E731
+        np.broadcast_to(x, shape), np.float32).reshape((-1,) + shape[-2:]).view(np.uint32)
+    sa3 = np.ascontiguousarray(np.swapaxes(u32(sa, a.shape[:-2] + (M, nb)), -1, -2))
+    sb3 = u32(sb, b.shape[:-2] + (nb, N))
+    out = np.empty((t, M, N), np.float32)
+    _pick(*(BLOCKED_F32[par] for par in (True, False)), out)(
+        a.reshape(-1, M, K), bp.reshape(-1, K, N), bm.reshape(-1, K, N), sa3, sb3, ia, ib,
+        out, kb, exact, pow2, float32.consts, m.params(float32))
+    return out.reshape(tuple(batch) + (M, N))
 
 
 def _scale_fold(p, sa, sb, pow2: bool, acc: Format, m: Multiplier) -> np.ndarray:

@@ -537,3 +537,61 @@ def test_mx_shorter_last_block(operands, acc):
     for mul in ("pam", "lmul"):
         assert same_bits(emu.recipe_matmul(a, b, r, acc, mul=mul),
                          oracle_matmul(qa, qb, r, acc, mul))
+
+
+# --- the one-pass kernel against §10b's steps on emu's own ops ---------------------------
+
+def blockwise(qa, qb, r, mul, roles=("act", "weight")):
+    """§10b with emu's tested ops, float32 accumulator: each K-block's partial product an
+    emu.matmul, its scale emu.mul(P, emu.mul(s_a, s_b)) (pow2: the exact product rounded
+    once), the blocks folded by numpy's float32 add, the tensor scales last."""
+    m, mf = RC._multipliers(r, mul, r.element(roles[0]), r.element(roles[1]))
+    ea, eb = qa.elements, qb.elements
+    g = r.block_of(roles[0])[1] or ea.shape[-1]
+    sa = RC._expand(qa.scales, ea.shape[:-1] + (ea.shape[-1] // g,),
+                    (1,) * (qa.scales.ndim - 2) + (RC._reps(qa)[-2], 1))
+    sb = RC._expand(qb.scales, (eb.shape[-2] // g,) + eb.shape[-1:],
+                    (1,) * (qb.scales.ndim - 1) + (RC._reps(qb)[-1],))
+    c = np.zeros(np.broadcast_shapes(ea.shape[:-1] + (1,), eb.shape[-1:]), np.float32)
+    for k in range(ea.shape[-1] // g):
+        p = emu.matmul(ea[..., k * g:(k + 1) * g], eb[k * g:(k + 1) * g], "float32", mul=m,
+                       mul_fmt=mf)
+        s_a, s_b = sa[..., k:k + 1], sb[k:k + 1]
+        if r.pow2_scales:
+            t = (p.astype(np.float64) * s_a * s_b).astype(np.float32)
+        else:
+            t = emu.mul(p, emu.mul(s_a, s_b, "float32", m), "float32", m)
+        with np.errstate(invalid="ignore", over="ignore"):
+            c = c + t
+    if r.tensor_scale:
+        c = emu.mul(c, emu.mul(qa.tensor_scale, qb.tensor_scale, "float32", m), "float32", m)
+    return np.where(np.isnan(c), np.float32(np.nan), c)
+
+
+@pytest.mark.parametrize("name,mul", [("nvfp4", "pam"), ("nvfp4", "lmul"), ("mxfp8", "pam"),
+                                      ("fp8_block/16", "pam+3"), ("fp8_current", "pam"),
+                                      ("mxfp4", "exact"), ("fp8_block/16", "exact")])
+def test_one_pass_recipe_matmul_is_the_blockwise_definition(name, mul, monkeypatch):
+    """emu/_kernels_recipes.py BLOCKED_F32 (taken where it should be) across its task edges (M = 9
+    over rows of 4, N = 1104 over columns of 512, a batch of 2 against one B), with zero
+    elements and rows, a zero block, scales far apart (scaled terms that overflow or
+    turn subnormal in float32): emu's own per-block ops' bits."""
+    rng = np.random.default_rng(7)
+    r = emu.recipe(name)
+    a = rng.standard_normal((2, 9, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 1104)).astype(np.float32)
+    a[0, 2] = 0
+    a[1, :, 16:32] = 0
+    a[:, 3] *= np.float32(2.0 ** 100)
+    b[:, 7] *= np.float32(2.0 ** 40)
+    b[:, 9] *= np.float32(2.0 ** -120)
+    a[1, 5] *= np.float32(2.0 ** -100)
+    qa = emu.recipe_quantize(a, r, "act")
+    qb = emu.recipe_quantize(b, r, "weight", axis=-2)
+    taken = []
+    one_pass = RC._blocked
+    monkeypatch.setattr(RC, "_blocked", lambda *args: taken.append(one_pass(*args)) or taken[-1])
+    got = emu.recipe_matmul(qa, qb, r, mul=mul)
+    # tensorwise (one K-block): emu.matmul, then _scale_fold's float32 pass
+    assert taken and (taken[0] is None) == (name == "fp8_current")
+    assert same_bits(got, blockwise(qa, qb, r, mul))
