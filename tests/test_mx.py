@@ -5,6 +5,7 @@ import pytest
 
 import emu
 import emu.grad
+import emu.mx
 import emu.reference as R
 from conftest import assert_bits_equal
 
@@ -201,3 +202,43 @@ def test_e8m0_scalars_and_bad_bits():
         emu.from_bits(np.float32([1.0]), "e8m0fnu")
     with pytest.raises(ValueError, match=r"\[0, 2\*\*8\)"):
         emu.from_bits(np.int64([-1]), "e8m0fnu")
+
+
+@pytest.mark.parametrize("mx", [m for m in MX if m != "mxint8"])
+def test_mx_quantize_fast_blocks_are_the_scalar_definition(mx, rng):
+    """emu/_kernels_mx.py _block_fast (float elements) against emu/_scalar_mx.py's
+    X.mx_element / X.mx_value called per element: blocks whose amax spans float32's range
+    (subnormal amax, scale codes 0 and near 254), elements from amax down past the
+    element's subnormals (every binade, random mantissas), grid ties, signed zeros."""
+    from emu import _scalar_mx as X
+    from emu.mx import _plan
+    plan = _plan((1, 32), 32, -1, mx)
+    rows = []
+    for e in (-140, -126, -100, -20, 0, 3, 40, 126, 127):
+        amax = np.ldexp(rng.uniform(1, 2), e)
+        exps = rng.integers(e - 40, e + 1, 31)
+        row = np.ldexp(rng.uniform(1, 2, 31), exps) * rng.choice([-1, 1], 31)
+        rows.append(np.concatenate([[amax], np.minimum(np.abs(row), amax) * np.sign(row)]))
+        # ties of the element grid (normal binades and subnormals) at this block's scale
+        s = np.floor(np.log2(np.float32(amax))) - plan.emax
+        top, man, emin = plan.emax, plan.efc.man_bits, plan.efc.emin
+        grid = [(k + 0.5) * 2.0 ** (emin - man) for k in range(2 ** man)]
+        grid += [(1 + (k + 0.5) / 2 ** man) * 2.0 ** E for E in range(emin, top + 1)
+                 for k in range(2 ** man)]
+        ties = np.ldexp(rng.choice(grid, 31), int(max(s, -127))) * rng.choice([-1, 1], 31)
+        rows.append(np.concatenate([[amax], np.clip(ties, -amax, amax)]))
+    x = np.array(rows, np.float32)
+    x[2, 5:9] = [0.0, -0.0, 0.0, -0.0]
+    el, sc = emu.mx_quantize(x, mx)
+    vals = emu.mx.MXFormat(mx).round(x)
+    f32c = emu.float32.consts
+    for row, e_row, s, v_row in zip(x, el, sc, vals):
+        bits = row.view(np.uint32)
+        amax = max(int(b) & 0x7FFFFFFF for b in bits)
+        code = int(X.mx_scale_code(amax, plan.emax))
+        assert s == code
+        want = [int(X.mx_element(int(b), code, plan.efc, f32c, False)) & 0xFFFFFFFF
+                for b in bits]
+        assert e_row.view(np.uint32).tolist() == want
+        assert v_row.view(np.uint32).tolist() == [
+            int(X.mx_value(w, code, f32c)) & 0xFFFFFFFF for w in want]
