@@ -81,6 +81,20 @@ def fold_row(out, p, s_a, sb, n, pow2, f32c, mp):
             out[j] += as_f32(np.int32(np.uint32(SM.product(x, s, f32c, mp) & S.M32)))
 
 
+@register_jitable
+def _column(A, ba, r0, nr, k):
+    """A[ba, r0:r0 + 4, k] (rows past ``nr`` read as +0) and each one's mask: -1, 0 for a
+    zero (its products are masked to +0)."""
+    a0 = A[ba, r0, k]
+    a1 = A[ba, r0 + 1, k] if nr > 1 else np.int32(0)
+    a2 = A[ba, r0 + 2, k] if nr > 2 else np.int32(0)
+    a3 = A[ba, r0 + 3, k] if nr > 3 else np.int32(0)
+    return (a0, a1, a2, a3, np.int32(-1) if a0 & S.ABS32 else np.int32(0),
+            np.int32(-1) if a1 & S.ABS32 else np.int32(0),
+            np.int32(-1) if a2 & S.ABS32 else np.int32(0),
+            np.int32(-1) if a3 & S.ABS32 else np.int32(0))
+
+
 RB = 4          # rows of C a task's k loop updates together (one load of B's slice; 4 coded)
 CB = 512        # columns of C per task: its accumulators stay in L1
 
@@ -117,15 +131,13 @@ def _blocked_f32(A, Bp, Bm, sa, sb, ia, ib, C, kb, exact, pow2, f32c, mp):
         for b in range(nb):
             acc[:] = 0
             r0_, r1_, r2_, r3_ = acc[0], acc[1], acc[2], acc[3]
-            for k in range(b * kb, (b + 1) * kb):
+            k = b * kb
+            while k < (b + 1) * kb:
+                # RB rows at once, and with a pattern sum two k: one load of B's slices
+                # (and of the accumulators) for four (eight) products
+                a0, a1, a2, a3, m0, m1, m2, m3 = _column(A, ba, r0, nr, k)
                 bpk = Bp[bb, k, c0:c0 + nc]
                 bmk = Bm[bb, k, c0:c0 + nc]
-                # the RB rows at once: one load of B's slice for four products (rows past
-                # M read as zeros, masked)
-                a0 = A[ba, r0, k]
-                a1 = A[ba, r0 + 1, k] if nr > 1 else np.int32(0)
-                a2 = A[ba, r0 + 2, k] if nr > 2 else np.int32(0)
-                a3 = A[ba, r0 + 3, k] if nr > 3 else np.int32(0)
                 if exact:
                     f0, f1, f2, f3 = as_f32(a0), as_f32(a1), as_f32(a2), as_f32(a3)
                     for j in range(nc):
@@ -134,11 +146,26 @@ def _blocked_f32(A, Bp, Bm, sa, sb, ia, ib, C, kb, exact, pow2, f32c, mp):
                         r1_[j] += f1 * x
                         r2_[j] += f2 * x
                         r3_[j] += f3 * x
+                    k += 1
+                elif k + 1 < (b + 1) * kb:
+                    e0, e1, e2, e3, n0, n1, n2, n3 = _column(A, ba, r0, nr, k + 1)
+                    bpl = Bp[bb, k + 1, c0:c0 + nc]
+                    bml = Bm[bb, k + 1, c0:c0 + nc]
+                    for j in range(nc):
+                        y = bpk[j]
+                        m = bmk[j]
+                        z = bpl[j]
+                        w = bml[j]
+                        r0_[j] = (r0_[j] + as_f32(np.int32((a0 + y) & (m & m0)))) \
+                            + as_f32(np.int32((e0 + z) & (w & n0)))
+                        r1_[j] = (r1_[j] + as_f32(np.int32((a1 + y) & (m & m1)))) \
+                            + as_f32(np.int32((e1 + z) & (w & n1)))
+                        r2_[j] = (r2_[j] + as_f32(np.int32((a2 + y) & (m & m2)))) \
+                            + as_f32(np.int32((e2 + z) & (w & n2)))
+                        r3_[j] = (r3_[j] + as_f32(np.int32((a3 + y) & (m & m3)))) \
+                            + as_f32(np.int32((e3 + z) & (w & n3)))
+                    k += 2
                 else:
-                    m0 = np.int32(-1) if a0 & S.ABS32 else np.int32(0)
-                    m1 = np.int32(-1) if a1 & S.ABS32 else np.int32(0)
-                    m2 = np.int32(-1) if a2 & S.ABS32 else np.int32(0)
-                    m3 = np.int32(-1) if a3 & S.ABS32 else np.int32(0)
                     for j in range(nc):
                         y = bpk[j]
                         m = bmk[j]
@@ -146,6 +173,7 @@ def _blocked_f32(A, Bp, Bm, sa, sb, ia, ib, C, kb, exact, pow2, f32c, mp):
                         r1_[j] += as_f32(np.int32((a1 + y) & (m & m1)))
                         r2_[j] += as_f32(np.int32((a2 + y) & (m & m2)))
                         r3_[j] += as_f32(np.int32((a3 + y) & (m & m3)))
+                    k += 1
             for r in range(nr):
                 fold_row(out[r], acc[r], sa[ba, b, r0 + r], sb[bb, b, c0:c0 + nc], nc, pow2,
                          f32c, mp)

@@ -572,10 +572,11 @@ def blockwise(qa, qb, r, mul, roles=("act", "weight")):
                                       ("fp8_block/16", "pam+3"), ("fp8_current", "pam"),
                                       ("mxfp4", "exact"), ("fp8_block/16", "exact")])
 def test_one_pass_recipe_matmul_is_the_blockwise_definition(name, mul, monkeypatch):
-    """emu/_kernels_recipes.py BLOCKED_F32 (taken where it should be) across its task edges (M = 9
-    over rows of 4, N = 1104 over columns of 512, a batch of 2 against one B), with zero
-    elements and rows, a zero block, scales far apart (scaled terms that overflow or
-    turn subnormal in float32): emu's own per-block ops' bits."""
+    """emu/_kernels_recipes.py BLOCKED_F32 (taken where it should be) across its task
+    edges (M = 9 over rows of 4, N = 1104 over columns of 512, a batch of 2 against one
+    B), with zero elements and rows, a zero block, block sums whose fold order shows,
+    scales far apart (scaled terms that overflow or turn subnormal in float32): emu's
+    own per-block ops' bits."""
     rng = np.random.default_rng(7)
     r = emu.recipe(name)
     a = rng.standard_normal((2, 9, 64)).astype(np.float32)
@@ -586,6 +587,7 @@ def test_one_pass_recipe_matmul_is_the_blockwise_definition(name, mul, monkeypat
     b[:, 7] *= np.float32(2.0 ** 40)
     b[:, 9] *= np.float32(2.0 ** -120)
     a[1, 5] *= np.float32(2.0 ** -100)
+    a[:, 1, ::3] *= np.float32(2.0 ** -9)     # block sums that need more than 24 bits
     qa = emu.recipe_quantize(a, r, "act")
     qb = emu.recipe_quantize(b, r, "weight", axis=-2)
     taken = []
