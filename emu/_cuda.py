@@ -187,23 +187,26 @@ GRAD_BINARY = {op.name: _grad_binary(*op.grads) for op in ops(2, differentiable=
 
 
 def _make_matmul_grad(f32acc):
-    """The exact PAM-matmul gradient fold of emu/_kernels_grad.py:
+    """The exact matmul gradient folds of emu/_kernels_grad.py:
 
         out[b, p, c] = fold over r = 0..R-1 (increasing) from +0.0 of
                        acc ⊕ pam_mul_da(x[ix[b], p, c], w[iw[b], r, c], g[b, p, r])
 
-    on contiguous patterns already rounded to fmt (emu/grad.py quantizes them), one
-    thread per output with c fastest, so the x and w reads of a warp are coalesced and
-    its g read is one broadcast.  Every term takes the scalar definition (the CPU
-    kernel's integer fast path is an optimisation of the same bits, not used here); a
-    narrow accumulator adds it with the forward kernel's narrow_add.
+    (``general``: the multiplier's (MulParams' fields) SM.product_da_of(x, w, g), or
+    SM.product_db_of(w, x, g) where x is the product's second operand, ``own_first``
+    False: matmul_grad_mul) on contiguous patterns already rounded to fmt (emu/grad.py
+    quantizes them), one thread per output with c fastest, so the x and w reads of a
+    warp are coalesced and its g read is one broadcast.  Every term takes the scalar
+    definition (the CPU kernel's integer fast path is an optimisation of the same bits,
+    not used here); a narrow accumulator adds it with the forward kernel's narrow_add.
     """
     step = _f32_grad_step if f32acc else _fmt_grad_step
     store = _f32_store if f32acc else _fmt_store
     zero = np.float32(0) if f32acc else np.int64(0)
 
     @cuda.jit
-    def kernel(g, x, w, ix, iw, out, P, R, C, fc, fca):
+    def kernel(g, x, w, ix, iw, out, P, R, C, fc, fca, mkind, c32, table, mk, general,
+               own_first):
         n = out.size
         for t in range(cuda.grid(1), n, cuda.gridsize(1)):
             c = np.int64(t) % C
@@ -214,7 +217,14 @@ def _make_matmul_grad(f32acc):
             gbase = (bo * P + p) * R
             acc = zero
             for r in range(R):
-                term = G.pam_mul_da(xv, w[wbase + r * C], g[gbase + r], fc)
+                wv = np.int64(w[wbase + r * C])
+                d = np.int64(g[gbase + r])
+                if not general:
+                    term = G.pam_mul_da(xv, wv, d, fc)
+                elif own_first:
+                    term = SM.product_da_of(xv, wv, d, fc, mkind, c32, table, mk)
+                else:
+                    term = SM.product_db_of(wv, xv, d, fc, mkind, c32, table, mk)
                 acc = step(acc, term, fca)
             out[t] = store(acc)
     return kernel
@@ -639,11 +649,12 @@ def signatures():
              ("mx_quantize", mx_quantize, (u32, u32, vec("uint8"), i64, i64, i64, i64, i64, fc,
                                            i64, types.boolean, types.boolean, fc)),
              ("mx_dequantize", mx_dequantize, (u32, vec("int64"), u32, i64, i64, i64, i64, fc))]
-    mg = (u32, u32, u32, vec("int64"), vec("int64"), u32, i64, i64, i64, fc, fc)
+    mulp = (fc, i64, i64, vec("int64"), i64)
+    mg = (u32, u32, u32, vec("int64"), vec("int64"), u32, i64, i64, i64, fc, *mulp,
+          types.boolean, types.boolean)
     sigs += [("matmul_grad_f32acc", matmul_grad_f32acc, mg),
              ("matmul_grad_fmtacc", matmul_grad_fmtacc, mg)]
     sigs.append(("fold_sum", fold_sum, (u32, u32, i64, i64, i64)))
-    mulp = (fc, i64, i64, vec("int64"), i64)
     sigs += [("mul", mul, (u32, u32, u32, *mulp)),
              ("mul_grad", mul_grad, (u32, u32, u32, u32, u32, *mulp))]
     return sigs

@@ -235,11 +235,11 @@ class CudaBackend(DeviceCall):
                 da = self.result(out, tuple(a.shape))
             if need[1]:
                 out = self._contract(swap(self.K.SIM, gf), swap(self.K.SIM, b2), a2, kind,
-                                     fmt, acc, mp)
+                                     fmt, acc, mp, own_first=False)
                 db = self.result(swap(self.K.SIM, out), tuple(b.shape))
             return da, db
 
-    def _contract(self, g, x, w, kind, fmt, acc, mp=None):
+    def _contract(self, g, x, w, kind, fmt, acc, mp=None, own_first=True):
         """emu/grad.py's _contract on contiguous/strided float32 Numba arrays; returns a
         contiguous Numba array shaped like x."""
         gperm, gshape, wperm, wshape, xshape = contract_layout(tuple(g.shape), tuple(x.shape))
@@ -265,8 +265,12 @@ class CudaBackend(DeviceCall):
         iw = self.upload(batch_index(tuple(w.shape)[:-2], batch))
         _, out = self.empty((n,), np.float32)
         kernel = self.K.matmul_grad_f32acc if acc == float32 else self.K.matmul_grad_fmtacc
+        # PAM (mp None): Table 1's slope; another multiplier: its exact derivative
+        kind_, c32, table, k = (SM.SUM, 0, _NO_TABLE, 0) if mp is None else mp
         self.launch(kernel, n, self._rounded(g, fc), self._rounded(x, fc),
-                    self._rounded(w, fc), ix, iw, out.view(np.uint32), P, R, C, fc, acc.consts)
+                    self._rounded(w, fc), ix, iw, out.view(np.uint32), P, R, C, fc, acc.consts,
+                    int(kind_), int(c32), self.upload(np.ascontiguousarray(table, np.int64)),
+                    int(k), mp is not None, own_first)
         return out.reshape(xs)
 
     def _rounded(self, x, fc):

@@ -179,8 +179,8 @@ def matmul(A, B, dY, fmt: Format | str = float32, acc: Format | str = float32,
     ``kind='exact'``: each term is the multiplier's exact derivative (:func:`mul`)
     times δY, folded as PAM's; for ``exact`` and ``float`` that term is ``B δY``
     unrounded, so the fold is the approximate one with the ``exact`` multiplier (one
-    fused step per term).  The exact fold of a pattern sum other than PAM runs on the
-    CPU only, one scalar step per term (a slow path: no fast kernel yet).  ``mul_fmt``:
+    fused step per term).  The exact fold of a pattern sum other than PAM takes one
+    scalar step per term (a slow path on the CPU: no fast kernel yet).  ``mul_fmt``:
     as for emu.matmul."""
     m = multiplier(mul)
     kind = _kind(kind)
@@ -193,9 +193,6 @@ def matmul(A, B, dY, fmt: Format | str = float32, acc: Format | str = float32,
         kind, mp = "approx", MULTIPLIERS["exact"].params(fmt)
     gpu = cuda_backend.prepare(None, A=A, B=B, dY=dY)
     if gpu is not None:
-        if kind == "exact" and mp is not None:
-            raise ValueError(f"kind='exact' with mul={str(m)!r} on CUDA operands: that fold "
-                             "runs on the CPU only so far; use kind='approx' or host operands")
         return gpu.matmul_grad(A, B, dY, fmt, acc, kind, need, mp)
     return host_matmul_grad(as_float32(A, "A"), as_float32(B, "B"), as_float32(dY, "dY"),
                             fmt, acc, kind, need, mp)

@@ -283,20 +283,23 @@ else:
 
     # every multiplier on a 2-D product, a batched one with L-Mul (CI time: the
     # simulator runs a batched exact or cpam gradient in ~9 s)
-    @pytest.mark.parametrize("sa,sb,mul", [
-        *(((5, 7), (7, 3), m) for m in ("lmul", "exact", "cpam1:0,1,-1,0")),
-        ((2, 5, 4), (4, 6), "lmul")])
-    def test_grad_matmul_multipliers(sa, sb, mul, rng):
-        """emu.grad.matmul's approximate derivative with another multiplier (issue 23;
-        cpam1:0,1,-1,0 does not commute) on the device: the CPU's bits."""
+    @pytest.mark.parametrize("sa,sb,mul,kind", [
+        *(((5, 7), (7, 3), m, "approx") for m in ("lmul", "exact", "cpam1:0,1,-1,0")),
+        ((2, 5, 4), (4, 6), "lmul", "approx"),
+        ((5, 7), (7, 3), "cpam1:0,1,-1,0", "exact"), ((3, 4), (4, 2), "lmul+2", "exact")])
+    def test_grad_matmul_multipliers(sa, sb, mul, kind, rng):
+        """emu.grad.matmul with another multiplier (issue 23; cpam1:0,1,-1,0 does not
+        commute) on the device, both kinds (exact: the multiplier's slope per term, δB
+        with x as the product's second operand): the CPU's bits."""
         fmt = "bfloat16"
         a = _with_specials(rng.standard_normal(sa).astype(np.float32), rng, fmt)
         b = _with_specials(rng.standard_normal(sb).astype(np.float32), rng, fmt)
         g = rng.standard_normal(emu.pam_matmul(a, b, fmt).shape).astype(np.float32)
-        got = emu.grad.matmul(dev(a), dev(b), dev(g), fmt, mul=mul)
-        want = emu.grad.matmul(a, b, g, fmt, mul=mul)
+        acc = "float32" if mul != "lmul+2" else "bfloat16"
+        got = emu.grad.matmul(dev(a), dev(b), dev(g), fmt, acc, kind, mul=mul)
+        want = emu.grad.matmul(a, b, g, fmt, acc, kind, mul=mul)
         for d, w, which in zip(got, want, "AB"):
-            assert_bits_equal(host(d), w, what=f"d{which} {sa}x{sb} {mul}")
+            assert_bits_equal(host(d), w, what=f"d{which} {sa}x{sb} {mul} {kind}")
 
     @pytest.mark.parametrize("fmt,acc", [("bfloat16", "float16"),
                                          ("bfloat16", "float8_e4m3fnuz"),
