@@ -573,13 +573,13 @@ def blockwise(qa, qb, r, mul, roles=("act", "weight")):
                                       ("mxfp4", "exact"), ("fp8_block/16", "exact")])
 def test_one_pass_recipe_matmul_is_the_blockwise_definition(name, mul, monkeypatch):
     """emu/_kernels_recipes.py BLOCKED_F32 (taken where it should be) across its task
-    edges (M = 9 over rows of 4, N = 1104 over columns of 512, a batch of 2 against one
-    B), with zero elements and rows, a zero block, block sums whose fold order shows,
+    edges (M = 70 over tasks of 32 rows and groups of 4, N = 1104 over columns of 256, a
+    batch of 2 against one B), with zero elements and rows, a zero block, block sums whose fold order shows,
     scales far apart (scaled terms that overflow or turn subnormal in float32): emu's
     own per-block ops' bits."""
     rng = np.random.default_rng(7)
     r = emu.recipe(name)
-    a = rng.standard_normal((2, 9, 64)).astype(np.float32)
+    a = rng.standard_normal((2, 70, 64)).astype(np.float32)
     b = rng.standard_normal((64, 1104)).astype(np.float32)
     a[0, 2] = 0
     a[1, :, 16:32] = 0
