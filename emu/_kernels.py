@@ -683,6 +683,63 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
         c = g * np.float32(2.0 ** sh)
         return (s - c) + c
 
+    @register_jitable(inline="always")       # as written in the loop: no call per tile
+    def run_tile(acc, accf, p, q, modes, kc0, kc1, A, af, amf, aof, Bp, bpf, bmf, ba, bb, q0,
+                 p0, K, fc, c32, one, vsh, vmask, fx):
+        """acc[p, q·QR:(q+1)·QR] (one QR x PW tile of the task's accumulators; ``accf`` its
+        flat view, ``af``/``amf``/``aof`` A's batch's, ``bpf``/``bmf`` panel p's) after
+        the products of k in [kc0, kc1), kc0 a multiple of KG: each run of groups in one
+        mode one micro-kernel call, GENERAL blocks the scalar step."""
+        off = (p * (acc.shape[1] // QR) + q) * QR * PW
+        g = kc0 // KG
+        while g * KG < kc1:
+            # a run of groups in the same mode is one kernel call
+            m = modes[q, g]
+            g1 = g + 1
+            while g1 * KG < kc1 and modes[q, g1] == m:
+                g1 += 1
+            ka = g * KG
+            nk = min(kc1, g1 * KG) - ka
+            ao = (q0 + q) * QR * K + ka
+            if m == CLEAN:
+                mk_clean(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0)
+            elif m == _MASK_A:
+                mk_mask_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0)
+            elif m == _MASK_B:
+                mk_mask_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0)
+            elif m == _MASK_AB:
+                mk_mask_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof,
+                           0)
+            elif m == GENERAL:
+                for r in range(QR):
+                    a_row = A[ba, (q0 + q) * QR + r]
+                    acc_row = acc[p, q * QR + r]
+                    for k in range(ka, ka + nk):
+                        b_row = Bp[bb, p0 + p, -1, k]
+                        # variants: a's row of the table is its variant less the plain
+                        # packing (|c32 + T| < 2^31)
+                        v_row = Bp[bb, p0 + p, (a_row[k] >> vsh) & vmask, k] \
+                            if variants else b_row
+                        for j in range(PW):
+                            b = (np.int64(b_row[j]) + one) & S.M32
+                            c = c32 + np.int64(np.int32(v_row[j] - b_row[j]))
+                            acc_row[j] = general(acc_row[j], a_row[k], b, fc, c, fx)
+            g = g1
+
+    @register_jitable
+    def task_modes(sta, stb, ba, bb, q0, nql, bj, ng, fc, mp):
+        """modes[q, g] of a task's (row block, k group) blocks against column block bj."""
+        modes = np.empty((nql, ng), np.int8)
+        for q in range(nql):
+            for g in range(ng):
+                sa = sta[ba, q0 + q, g]
+                sb = stb[bb, bj, g]
+                m = mode_of(sa, sb, fc, mp)
+                if m == MASKED:
+                    m = _MASK_AB if sa[2] and sb[2] else (_MASK_A if sa[2] else _MASK_B)
+                modes[q, g] = m
+        return modes
+
     # the lanes are in the key too: an index entry written by a process with another
     # PAMSIM_VECTOR_LANES (drop_stale's config races with concurrent processes) is
     # never taken for this one
@@ -720,16 +777,7 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
             nql = min(nq, q0 + qt) - q0
             p0 = bj * pt
             npl = min(npan, p0 + pt) - p0
-            # modes[q, g] of this task's (row block, k group) blocks
-            modes = np.empty((nql, ng), np.int8)
-            for q in range(nql):
-                for g in range(ng):
-                    sa = sta[ba, q0 + q, g]
-                    sb = stb[bb, bj, g]
-                    m = mode_of(sa, sb, fc, mp)
-                    if m == MASKED:
-                        m = _MASK_AB if sa[2] and sb[2] else (_MASK_A if sa[2] else _MASK_B)
-                    modes[q, g] = m
+            modes = task_modes(sta, stb, ba, bb, q0, nql, bj, ng, fc, mp)
             acc = np.zeros((npl, nql * QR, PW), np.float32)
             accf = acc.reshape(-1)
             af = A[ba].reshape(-1)
@@ -741,45 +789,8 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
                     bpf = Bp[bb, p0 + p].reshape(-1)
                     bmf = Bm[bb, p0 + p].reshape(-1)
                     for q in range(nql):
-                        off = (p * nql + q) * QR * PW
-                        g = kc0 // KG
-                        while g * KG < kc1:
-                            # a run of groups in the same mode is one kernel call
-                            m = modes[q, g]
-                            g1 = g + 1
-                            while g1 * KG < kc1 and modes[q, g1] == m:
-                                g1 += 1
-                            ka = g * KG
-                            nk = min(kc1, g1 * KG) - ka
-                            ao = (q0 + q) * QR * K + ka
-                            if m == CLEAN:
-                                mk_clean(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K,
-                                         nk, aof, 0)
-                            elif m == _MASK_A:
-                                mk_mask_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K,
-                                          nk, aof, 0)
-                            elif m == _MASK_B:
-                                mk_mask_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K,
-                                          nk, aof, 0)
-                            elif m == _MASK_AB:
-                                mk_mask_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K,
-                                           nk, aof, 0)
-                            elif m == GENERAL:
-                                for r in range(QR):
-                                    a_row = A[ba, (q0 + q) * QR + r]
-                                    acc_row = acc[p, q * QR + r]
-                                    for k in range(ka, ka + nk):
-                                        b_row = Bp[bb, p0 + p, -1, k]
-                                        # variants: a's row of the table is its variant
-                                        # less the plain packing (|c32 + T| < 2^31)
-                                        v_row = Bp[bb, p0 + p, (a_row[k] >> vsh) & vmask, k] \
-                                            if variants else b_row
-                                        for j in range(PW):
-                                            b = (np.int64(b_row[j]) + one) & S.M32
-                                            c = c32 + np.int64(np.int32(v_row[j] - b_row[j]))
-                                            acc_row[j] = general(acc_row[j], a_row[k], b, fc,
-                                                                 c, fx)
-                            g = g1
+                        run_tile(acc, accf, p, q, modes, kc0, kc1, A, af, amf, aof, Bp, bpf,
+                                 bmf, ba, bb, q0, p0, K, fc, c32, one, vsh, vmask, fx)
             for p in range(npl):
                 for q in range(nql):
                     for r in range(QR):
@@ -789,6 +800,8 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
                                 v = acc[p, q * QR + r, j]
                                 C[bo, i, (p0 + p) * PW + j] = np.float32(np.nan) if v != v else v
 
+    kernel.run_tile = run_tile
+    kernel.task_modes = task_modes
     return kernel
 
 

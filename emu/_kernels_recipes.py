@@ -8,8 +8,10 @@ from numba.extending import register_jitable
 
 from . import _scalar as S
 from . import _scalar_mul as SM
+from . import _kernels as K
 from ._kernels import as_f32, as_i32, pam_sum_nb, twins
-from ._numba_cache import drop_stale
+from ._numba_cache import drop_stale, njit_variant
+from ._tiles import task_index
 
 drop_stale(__file__)
 
@@ -189,3 +191,85 @@ def _blocked_f32(A, Bp, Bm, sa, sb, ia, ib, C, kb, exact, pow2, f32c, mp):
 
 
 BLOCKED_F32 = twins("recipe blocked_f32", _blocked_f32)
+
+
+RMB = 64        # rows of C per task of the micro-kernel path (a multiple of QR)
+RNB = 256       # its columns (a multiple of PW dividing NB: one B statistics block)
+
+
+def _micro(run_tile, task_modes):
+    """The one pass on emu/_kernels.py's register-blocked micro-kernel (its pattern-sum
+    product with a float32 accumulator: ``K.blocked(0)``'s tile runner and modes): per
+    K-block, each QR x PW tile of the task's sums starts at +0, takes the block's
+    products in k order, and is scaled and folded into the task's results
+    (:func:`fold_row`) while it is in cache.  K-blocks are multiples of KG (mode
+    groups never straddle them)."""
+    QR, PW, NB = K.QR, K.PW, K.NB
+
+    @njit_variant(f"recipe micro lanes={K.W}", parallel=True)
+    def kernel(A, Am, sta, Bp, Bm, stb, ia, ib, C, fc, mp, fx, Ao, sa, sb, kb, pow2, f32c,
+               mps):
+        """C (nout, M, N) of A (nA, Mq, K) and B packed by matmul_prepare_a/_b with the
+        multiplier ``mp`` (one constant), ``sa`` (nA, nb, M) and ``sb`` (nB, nb, N) the
+        block scales, ``mps`` the multiplier's float32 params."""
+        nout, M, N = C.shape
+        Kd = A.shape[2]
+        nq = A.shape[1] // QR
+        ng = (Kd + K.KG - 1) // K.KG
+        npan = Bp.shape[1]
+        qt = RMB // QR
+        pt = RNB // PW
+        c32 = np.int64(mp.c32)
+        one = S.ONE32 - c32
+        nti = (nq + qt - 1) // qt
+        ntj = (npan + pt - 1) // pt
+        for t in prange(nout * nti * ntj):
+            bo, bi, bj = task_index(t, nti, ntj)
+            ba = ia[bo]
+            bb = ib[bo]
+            q0 = bi * qt
+            nql = min(nq, q0 + qt) - q0
+            p0 = bj * pt
+            npl = min(npan, p0 + pt) - p0
+            modes = task_modes(sta, stb, ba, bb, q0, nql, (p0 * PW) // NB, ng, fc, mp)
+            acc = np.zeros((npl, nql * QR, PW), np.float32)
+            out = np.zeros((npl, nql * QR, PW), np.float32)
+            accf = acc.reshape(-1)
+            af = A[ba].reshape(-1)
+            amf = Am[ba].reshape(-1)
+            for b in range(Kd // kb):
+                for p in range(npl):
+                    bpf = Bp[bb, p0 + p].reshape(-1)
+                    bmf = Bm[bb, p0 + p].reshape(-1)
+                    c0 = (p0 + p) * PW
+                    nc = min(PW, N - c0)
+                    for q in range(nql):
+                        acc[p, q * QR:(q + 1) * QR] = 0
+                        run_tile(acc, accf, p, q, modes, b * kb, (b + 1) * kb, A, af, amf, af,
+                                 Bp, bpf, bmf, ba, bb, q0, p0, Kd, fc, c32, one, 0, 0, fx)
+                        for r in range(QR):
+                            i = (q0 + q) * QR + r
+                            if i < M:
+                                fold_row(out[p, q * QR + r], acc[p, q * QR + r], sa[ba, b, i],
+                                         sb[bb, b, c0:c0 + nc], nc, pow2, f32c, mps)
+            for p in range(npl):
+                c0 = (p0 + p) * PW
+                for q in range(nql):
+                    for r in range(QR):
+                        i = (q0 + q) * QR + r
+                        if i < M:
+                            for j in range(min(PW, N - c0)):
+                                v = out[p, q * QR + r, j]
+                                C[bo, i, c0 + j] = np.float32(np.nan) if v != v else v
+    return kernel
+
+
+_MICRO = []
+
+
+def micro_kernel():
+    """The micro-kernel one pass (built once)."""
+    if not _MICRO:
+        k = K.blocked(0)
+        _MICRO.append(_micro(k.run_tile, k.task_modes))
+    return _MICRO[0]

@@ -570,23 +570,29 @@ def blockwise(qa, qb, r, mul, roles=("act", "weight")):
 
 @pytest.mark.parametrize("name,mul", [("nvfp4", "pam"), ("nvfp4", "lmul"), ("mxfp8", "pam"),
                                       ("fp8_block/16", "pam+3"), ("fp8_current", "pam"),
-                                      ("mxfp4", "exact"), ("fp8_block/16", "exact")])
+                                      ("mxfp4", "exact"), ("fp8_block/16", "exact"),
+                                      ("mxfp8/4", "lmul"), ("nvfp4/64", "pam"),
+                                      ("mxfp8/64", "lmul")])
 def test_one_pass_recipe_matmul_is_the_blockwise_definition(name, mul, monkeypatch):
-    """emu/_kernels_recipes.py BLOCKED_F32 (taken where it should be) across its task
-    edges (M = 70 over tasks of 32 rows and groups of 4, N = 1104 over columns of 256, a
-    batch of 2 against one B), with zero elements and rows, a zero block, block sums whose fold order shows,
-    scales far apart (scaled terms that overflow or turn subnormal in float32): emu's
-    own per-block ops' bits."""
+    """emu/_kernels_recipes.py's one pass, taken where it should be (pattern sums in
+    K-blocks of 64 or more, a multiple of 8: on the register-blocked micro-kernel, tasks
+    of 64 rows and 256 columns; the others: BLOCKED_F32, tasks of 32 x 256 and row
+    groups of 4), across its task edges (M = 70, padded to rows of 8; N = 1104, a
+    partial panel; a batch of 2 against one B), with zero elements and rows, a zero
+    block, block sums whose fold order shows, scales far apart (scaled terms that
+    overflow or turn subnormal in float32): emu's own per-block ops' bits."""
     rng = np.random.default_rng(7)
     r = emu.recipe(name)
-    a = rng.standard_normal((2, 70, 64)).astype(np.float32)
-    b = rng.standard_normal((64, 1104)).astype(np.float32)
+    a = rng.standard_normal((2, 70, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 1104)).astype(np.float32)
     a[0, 2] = 0
-    a[1, :, 16:32] = 0
-    a[:, 3] *= np.float32(2.0 ** 100)
-    b[:, 7] *= np.float32(2.0 ** 40)
-    b[:, 9] *= np.float32(2.0 ** -120)
-    a[1, 5] *= np.float32(2.0 ** -100)
+    a[1, :, 64:80] = 0
+    # far-apart scales; NVFP4's tensor scale would flush every other block to zero
+    t = 0.05 if r.tensor_scale else 1
+    a[:, 3] *= np.float32(2.0 ** (100 * t))
+    b[:, 7] *= np.float32(2.0 ** (40 * t))
+    b[:, 9] *= np.float32(2.0 ** (-120 * t))
+    a[1, 5] *= np.float32(2.0 ** (-100 * t))
     a[:, 1, ::3] *= np.float32(2.0 ** -9)     # block sums that need more than 24 bits
     qa = emu.recipe_quantize(a, r, "act")
     qb = emu.recipe_quantize(b, r, "weight", axis=-2)
