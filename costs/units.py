@@ -51,20 +51,38 @@ def _check_unit(unit: str) -> str:
     return unit
 
 
-def unit_design(unit: str, fmt, *, acc=None, stages=None, rows=None, cols=None) -> Design:
-    """The Verilog :class:`~costs.fpga.Design` of a unit, built and emitted by rtl/."""
+def unit_design(unit: str, fmt, *, acc=None, stages=None, rows=None, cols=None,
+                mul=None) -> Design:
+    """The Verilog :class:`~costs.fpga.Design` of a unit, built and emitted by rtl/.
+
+    ``mul`` (units ``mul``, ``mac``, ``array``): a multiplier of emu's registry.  A table
+    multiplier imported from Verilog (``pamsim multiplier import``) is that Verilog file
+    as given (found by the path and SHA-256 its import stored): alone for ``mul``,
+    instantiated in place of the ROM in ``mac``/``array``."""
     _check_unit(unit)
     fmt = emu.format(fmt)
     rtl = _rtl()
     if unit == "fmac":
-        if rows is not None or cols is not None:
-            raise ValueError("unit='fmac' takes no rows/cols option")
+        if rows is not None or cols is not None or mul is not None:
+            raise ValueError("unit='fmac' takes no rows/cols/mul option")
         comp = float_mac(fmt, "float32" if acc is None else acc, 2 if stages is None else stages)
-        name = comp.module_name
-    else:
-        comp = rtl.make_unit(unit, fmt, acc=acc, stages=stages, rows=rows, cols=cols)
-        name = comp.module_name
-    return Design.from_verilog(rtl.verilog(comp, name), name)
+        return Design.from_verilog(rtl.verilog(comp, comp.module_name), comp.module_name)
+    from rtl.multipliers import imported_verilog
+    src = None
+    if mul is not None and unit in ("mul", "mac", "array"):
+        rtl.multipliers.check_rtl_multiplier(fmt, mul)
+        src = imported_verilog(mul)
+    if src is not None:
+        from pathlib import Path
+        text = Path(src["verilog"]).read_text()
+        if unit == "mul":
+            return Design.from_verilog(text, src["top"])
+        comp = rtl.make_unit(unit, fmt, acc=acc, stages=stages, rows=rows, cols=cols, mul=mul,
+                             mul_instance=src["top"])
+        return Design.from_verilog(rtl.verilog(comp, comp.module_name) + "\n" + text,
+                                   comp.module_name)
+    comp = rtl.make_unit(unit, fmt, acc=acc, stages=stages, rows=rows, cols=cols, mul=mul)
+    return Design.from_verilog(rtl.verilog(comp, comp.module_name), comp.module_name)
 
 
 def float_mac(in_fmt, acc_fmt="float32", stages: int = 2):
@@ -76,11 +94,11 @@ def float_mac(in_fmt, acc_fmt="float32", stages: int = 2):
 
 
 def synthesize_unit(unit: str, fmt, target: str = "ecp5", *, acc=None, stages=None,
-                    rows=None, cols=None, **kwargs) -> SynthResult:
+                    rows=None, cols=None, mul=None, **kwargs) -> SynthResult:
     """:func:`costs.fpga.synthesize` of a named unit (kwargs: device, dsp, pnr, ...)."""
     _check_target(target)               # before the design is built
-    return synthesize(unit_design(unit, fmt, acc=acc, stages=stages, rows=rows, cols=cols),
-                      target, **kwargs)
+    return synthesize(unit_design(unit, fmt, acc=acc, stages=stages, rows=rows, cols=cols,
+                                  mul=mul), target, **kwargs)
 
 
 def sweep(units=SWEEP_UNITS, fmts=SWEEP_FORMATS, targets=TARGETS, *, acc="float32",

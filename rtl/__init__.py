@@ -8,6 +8,9 @@ for bit (verified by the cocotb benches in sim/tb against emu, see docs/rtl.md):
 * :class:`FloatAdder` — IEEE RNE addition with subnormals (``emu.fp_add``);
 * :class:`FloatMultiplier` — IEEE RNE multiplication, subnormals flushed
   (``emu.fp_mul(..., subnormals=False)``), the baseline PAM is compared to;
+* :class:`PatternSumMultiplier` (``pam±N``, ``lmul±N``, ``cpamK-*``),
+  :class:`ExactMultiplier`, :class:`TableMultiplier` (a ROM): every multiplier of emu's
+  registry, built by :func:`multiplier_unit` (unit ``mul`` with ``mul=``; rtl/multipliers.py);
 * :class:`PAMMac` — pipelined stream multiply-accumulate (an entry of ``emu.pam_matmul``);
 * :class:`PAMDotArray` — a grid of MACs computing a tile of ``emu.pam_matmul``.
 
@@ -20,10 +23,13 @@ Verilog.
 """
 from ._float import FloatLayout, as_format
 from .emit import make_unit, verilog
-from .ieee import FloatAdder, FloatMultiplier
+from .ieee import ExactMultiplier, ExactProduct, FloatAdder, FloatMultiplier
 from .mac import PAMDotArray, PAMMac
-from .pa import LMulMultiplier, PADivider, PAMMultiplier, PASqrt
+from .multipliers import TableMultiplier, multiplier_unit
+from .pa import LMulMultiplier, PADivider, PAMMultiplier, PASqrt, PatternSumMultiplier
 from .registry import UNITS, Unit
 
 __all__ = ["FloatLayout", "as_format", "PAMMultiplier", "LMulMultiplier", "PADivider", "PASqrt", "FloatAdder",
-           "FloatMultiplier", "PAMMac", "PAMDotArray", "UNITS", "Unit", "make_unit", "verilog"]
+           "FloatMultiplier", "PAMMac", "PAMDotArray", "UNITS", "Unit", "make_unit", "verilog",
+           "PatternSumMultiplier", "ExactMultiplier", "ExactProduct", "TableMultiplier",
+           "multiplier_unit"]

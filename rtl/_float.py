@@ -10,6 +10,7 @@ definitions are in emu/_scalar.py.
 """
 from __future__ import annotations
 
+import numpy as np
 from amaranth.hdl import Cat, Const, Mux, Module, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
@@ -17,7 +18,8 @@ from amaranth.lib.wiring import In, Out
 import emu
 
 __all__ = ["FloatLayout", "Decoded", "FloatOp", "UnaryOp", "BinaryOp", "lzc", "round_pack",
-           "as_format", "invalid_encoding", "signed_zero", "pa_overflow", "rounded_overflow"]
+           "as_format", "invalid_encoding", "signed_zero", "pa_overflow", "rounded_overflow",
+           "WideFormat", "wide_format", "wide_encodings"]
 
 
 def as_format(spec, argname: str) -> emu.Format:
@@ -35,6 +37,50 @@ def as_format(spec, argname: str) -> emu.Format:
                          "and M = 0 formats are emu-only for now (the finite domain is fnuz, "
                          "e.g. float8_e4m3fnuz)")
     return fmt
+
+
+class WideFormat(emu.Format):
+    """An RTL-internal IEEE-style format (inf, NaN, subnormals) that may exceed emu's
+    float32 range: exact products and table results widened so that every value is
+    normal, as the accumulator's ``b`` operand (:class:`~rtl.FloatAdder` with
+    ``b_daz=True``).  emu's own checks (float32 range, E <= 8) are skipped."""
+
+    def __post_init__(self):
+        object.__setattr__(self, "nan", "ieee")
+
+    @property
+    def name(self) -> str:
+        return f"x{self.exp_bits}m{self.man_bits}b{self.bias}".replace("-", "n")
+
+
+def wide_format(man_bits: int, emin: int, emax: int) -> WideFormat:
+    """The narrowest :class:`WideFormat` with ``man_bits`` mantissa bits whose normal
+    exponents cover ``emin..emax``."""
+    bias = 1 - emin
+    exp_bits = max(2, (emax + bias + 1).bit_length())
+    return WideFormat(exp_bits, man_bits, True, "ieee", bias)
+
+
+def wide_encodings(values, fmt: WideFormat) -> np.ndarray:
+    """Encodings in ``fmt`` of float values that it holds exactly as normal numbers
+    (or zero, inf, NaN: canonical); ValueError otherwise."""
+    v = np.asarray(values, np.float64).reshape(-1)
+    M = fmt.man_bits
+    out = np.zeros(v.size, np.uint64)
+    sign = np.signbit(v).astype(np.uint64) << np.uint64(fmt.width - 1)
+    nan, inf = np.isnan(v), np.isinf(v)
+    fin = ~nan & ~inf & (v != 0)
+    mant, e = np.frexp(np.abs(np.where(fin, v, 1.0)))          # v = mant 2^e, mant in [0.5, 1)
+    field = e - 1 + fmt.bias
+    man = np.ldexp(mant, M + 1) - (1 << M)
+    if fin.any() and ((field[fin] < 1) | (field[fin] > (1 << fmt.exp_bits) - 2)
+                      | (man[fin] != np.floor(man[fin]))).any():
+        raise ValueError(f"values outside the normal numbers of {fmt.name}")
+    out[fin] = (field[fin].astype(np.uint64) << np.uint64(M)) | man[fin].astype(np.uint64)
+    out[inf] = fmt.inf_encoding
+    out |= np.where(nan, np.uint64(0), sign)
+    out[nan] = fmt.nan_encoding
+    return out
 
 
 # --- the policy's special results (docs/semantics.md §9), as encodings ------------------

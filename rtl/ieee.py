@@ -12,9 +12,11 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ._float import (BinaryOp, Decoded, FloatLayout, as_format, drive_rounded,
-                     invalid_encoding, rounded_overflow, round_pack, signed_zero)
+                     invalid_encoding, lzc, rounded_overflow, round_pack, signed_zero,
+                     wide_format)
 
-__all__ = ["FloatAdder", "FloatMultiplier"]
+__all__ = ["FloatAdder", "FloatMultiplier", "ExactMultiplier", "ExactProduct",
+           "exact_product_format"]
 
 _GUARD = 3   # guard, round and sticky positions below the wider operand's significand
 
@@ -52,7 +54,7 @@ class FloatAdder(wiring.Component):
             raise TypeError(f"b_daz must be a bool, got {b_daz!r}")
         self.b_daz = b_daz
         self._sig_bits = max(self.fmt.man_bits, self.b_fmt.man_bits) + 1
-        if not b_daz and self.b_fmt.emin - self._sig_bits > self.fmt.emin - self.fmt.man_bits:
+        if not b_daz and not self.takes_subnormal_b(self.fmt, self.b_fmt):
             raise ValueError(
                 f"FloatAdder: a subnormal b (b_fmt={self.b_fmt.name}) can be the operand the "
                 f"other is aligned against, and rounding into fmt={self.fmt.name} then needs bits "
@@ -61,6 +63,13 @@ class FloatAdder(wiring.Component):
                 "whose smallest subnormal is within the significand width of fmt's")
         super().__init__({"a": In(FloatLayout(self.fmt)), "b": In(FloatLayout(self.b_fmt)),
                           "y": Out(FloatLayout(self.fmt))})
+
+    @staticmethod
+    def takes_subnormal_b(fmt, b_fmt) -> bool:
+        """Whether ``FloatAdder(fmt, b_fmt=b_fmt)`` rounds subnormal ``b`` operands
+        exactly (else it needs ``b_daz=True``; see the class docstring)."""
+        sig_bits = max(fmt.man_bits, b_fmt.man_bits) + 1
+        return b_fmt.emin - sig_bits <= fmt.emin - fmt.man_bits
 
     @property
     def module_name(self) -> str:
@@ -155,4 +164,87 @@ class FloatMultiplier(BinaryOp):
             (a.is_inf | b.is_inf, rounded_overflow(f, s)),     # never true without inf
             (a.is_sub | b.is_sub | zero, signed_zero(f, s)),
         ], s, enc, overflow)
+        return m
+
+
+class ExactMultiplier(BinaryOp):
+    """``y = a × b`` correctly rounded (RNE) into ``fmt``, **subnormals kept** (operands
+    and results): exactly ``emu.mul(a, b, fmt, "exact")`` = ``emu.fp_mul(a, b, fmt)``.
+    NaN, inf × 0 → NaN; inf × x (x subnormal too) → the rounded overflow of inf."""
+
+    kind = "exact_mul"
+
+    def elaborate(self, platform):
+        m = Module()
+        f = self.fmt
+        M = f.man_bits
+        a, b, s = self._operands(m)
+        a_zero, b_zero = a.is_sub & (a.man == 0), b.is_sub & (b.man == 0)
+        prod = Signal(2 * M + 2)
+        m.d.comb += prod.eq(a.sig * b.sig)
+        e_top = Signal(range(2 * f.emin + 1, 2 * f.emax + 4))
+        m.d.comb += e_top.eq(a.e + b.e + 1)
+        enc, zero, overflow = round_pack(m, prod, e_top, (2 * f.emin + 1, 2 * f.emax + 3), f,
+                                         "rnd")
+        drive_rounded(m, self.y.as_value(), f, [
+            (a.is_nan | b.is_nan | (a.is_inf & b_zero) | (b.is_inf & a_zero),
+             invalid_encoding(f)),
+            (a.is_inf | b.is_inf, rounded_overflow(f, s)),
+            (a_zero | b_zero | zero, signed_zero(f, s)),
+        ], s, enc, overflow)
+        return m
+
+
+def exact_product_format(fmt):
+    """The :class:`~rtl._float.WideFormat` holding every exact product of two values
+    of ``fmt`` (subnormals included) as a normal number: 2M + 1 mantissa bits."""
+    f = as_format(fmt, "fmt")
+    M = f.man_bits
+    return wide_format(2 * M + 1, 2 * (f.emin - M), 2 * f.emax + 1)
+
+
+class ExactProduct(wiring.Component):
+    """The exact product ``a · b`` of two values of ``fmt`` (subnormals kept), normalised
+    into :func:`exact_product_format`: the multiplier half of the fused MAC of
+    ``emu.matmul(..., mul="exact")`` (``s <- RN_acc(s + a·b)``, emu/_scalar.py
+    ``fp_fma``).  NaN operand, inf × 0 → NaN; inf × x → ±inf; a zero operand → ±0 (sign
+    ``S_a XOR S_b``)."""
+
+    kind = "exact_prod"
+
+    def __init__(self, fmt):
+        self.fmt = as_format(fmt, "fmt")
+        self.out_fmt = exact_product_format(self.fmt)
+        super().__init__({"a": In(FloatLayout(self.fmt)), "b": In(FloatLayout(self.fmt)),
+                          "y": Out(FloatLayout(self.out_fmt))})
+
+    @property
+    def module_name(self) -> str:
+        return f"{self.kind}_{self.fmt.name}"
+
+    def elaborate(self, platform):
+        m = Module()
+        f, w = self.fmt, self.out_fmt
+        M = f.man_bits
+        a = Decoded(m, self.a, f, "a")
+        b = Decoded(m, self.b, f, "b")
+        s = a.sign ^ b.sign
+        a_zero, b_zero = a.is_sub & (a.man == 0), b.is_sub & (b.man == 0)
+        prod = Signal(2 * M + 2)
+        m.d.comb += prod.eq(a.sig * b.sig)
+        z = lzc(m, prod, "plzc")
+        norm = Signal(2 * M + 2)
+        m.d.comb += norm.eq(prod << z)
+        field = Signal(range(1 << w.exp_bits))
+        m.d.comb += field.eq(a.e + b.e + 1 - z + w.bias)
+        y = self.y.as_value()
+        top = w.width - 1
+        with m.If(a.is_nan | b.is_nan | (a.is_inf & b_zero) | (b.is_inf & a_zero)):
+            m.d.comb += y.eq(w.nan_encoding)
+        with m.Elif(a.is_inf | b.is_inf):
+            m.d.comb += y.eq((s << top) | w.inf_encoding)
+        with m.Elif(a_zero | b_zero):
+            m.d.comb += y.eq(s << top)
+        with m.Else():
+            m.d.comb += y.eq(Cat(norm[:2 * M + 1], field[:w.exp_bits], s))
         return m

@@ -6,21 +6,19 @@ A dot product streamed through :class:`PAMMac` equals one entry of
 ``"pam"``, the default, ``emu.pam_matmul``): the products are ``emu.mul(a, b, in_fmt,
 multiplier)`` and are added in stream order, from +0.0, by a :class:`~rtl.FloatAdder`
 that rounds the exact sum of accumulator and product once into ``acc_fmt``
-(docs/semantics.md §5 and "Multipliers").
+(docs/semantics.md §5 and "Multipliers"); ``exact`` is fused: the exact product, one
+rounding.
 """
 from __future__ import annotations
-
-from typing import NamedTuple
 
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from emu.multipliers import MULTIPLIERS, Multiplier, multiplier as registry_multiplier
+from emu.multipliers import multiplier as registry_multiplier
 
 from ._float import FloatLayout, as_format
-from .ieee import FloatAdder, FloatMultiplier
-from .pa import LMulMultiplier, PAMMultiplier
+from .multipliers import MAC_MULTIPLIERS, check_rtl_multiplier, imported_table, mul_slug
 
 __all__ = ["PAMMac", "PAMDotArray", "MAX_STAGES", "MAX_ARRAY_SIDE", "MAC_MULTIPLIERS",
            "check_stages", "check_side", "check_multiplier", "mac_module_name",
@@ -30,43 +28,24 @@ MAX_STAGES = 3
 MAX_ARRAY_SIDE = 32
 
 
-class MacMultiplier(NamedTuple):
-    """The combinational unit that computes a registry multiplier's products, and the
-    prefix of the MAC's and array's Verilog module names."""
-    cls: type
-    prefix: str
-
-
-#: emu's registry multipliers (emu.MULTIPLIERS) that have RTL -> their unit.  Every
-#: unit is combinational, ``cls(fmt)``, and equals ``emu.mul(a, b, fmt, mul)`` (its
-#: comb bench: rtl.UNITS ``mul``, ``lmul``, ``fmul``); none makes a subnormal product,
-#: which the accumulator's ``b_daz`` relies on.  ``exact`` (a fused multiply-add in
-#: emu.matmul), ``cpam``, the offsets and ``table:`` multipliers have no RTL yet.
-MAC_MULTIPLIERS: dict[Multiplier, MacMultiplier] = {
-    MULTIPLIERS["pam"]: MacMultiplier(PAMMultiplier, "pam"),
-    MULTIPLIERS["lmul"]: MacMultiplier(LMulMultiplier, "lmul"),
-    MULTIPLIERS["float"]: MacMultiplier(FloatMultiplier, "fp"),
-}
-
-
-def check_multiplier(spec) -> str:
-    """The registry name (``str(emu.multiplier(spec))``) of ``spec`` if the MAC has RTL
-    for it (:data:`MAC_MULTIPLIERS`), else ValueError naming ``multiplier=``."""
-    accepted = [str(m) for m in MAC_MULTIPLIERS]
+def check_multiplier(spec, fmt=None) -> str:
+    """The registry name (``str(emu.multiplier(spec))``) of ``spec``, else ValueError
+    naming ``multiplier=``; with ``fmt``, also that it has RTL in ``fmt`` (a cpam table
+    for its mantissa width, a table of its operands).  Every kind of emu's registry has
+    RTL (:data:`MAC_MULTIPLIERS`)."""
     try:
         m = registry_multiplier(spec)
     except (ValueError, TypeError):
-        raise ValueError(f"multiplier={spec!r}; expected one of {accepted} (emu's registry "
-                         "multipliers that have RTL)") from None
-    if m not in MAC_MULTIPLIERS:
-        raise ValueError(f"multiplier={spec!r}; expected one of {accepted}: emu's multiplier "
-                         f"{str(m)!r} has no RTL (offsets, cpam, exact and table multipliers "
-                         "have none yet)")
+        raise ValueError(f"multiplier={spec!r}; expected a multiplier of emu's registry: "
+                         f"{list(PAMMac.MULTIPLIERS)}, pam/lmul with an offset ('pam+3'), "
+                         "cpamK:T or table:NAME") from None
+    if fmt is not None:
+        check_rtl_multiplier(fmt, m, "multiplier")
     return str(m)
 
 
 def _prefix(multiplier) -> str:
-    return MAC_MULTIPLIERS[registry_multiplier(check_multiplier(multiplier))].prefix
+    return mul_slug(check_multiplier(multiplier))
 
 
 def mac_module_name(in_fmt, acc_fmt, stages: int, multiplier: str = "pam") -> str:
@@ -117,24 +96,32 @@ class PAMMac(wiring.Component):
     ``stages``: 1 = multiply and accumulate in one cycle; 2 = register the product
     (default); 3 = also register the inputs.
 
-    ``multiplier``: a multiplier of emu's registry (a name, or an ``emu.Multiplier``)
-    that has RTL (:data:`MAC_MULTIPLIERS`); the results are then
-    ``emu.matmul(..., mul=multiplier)``'s.  ``"pam"`` (default): :class:`PAMMultiplier`;
-    ``"lmul"``: :class:`LMulMultiplier` (L-Mul, PAM plus ``2^-l(M)``); ``"float"``:
-    :class:`FloatMultiplier` (RNE, subnormals flushed), the mixed-precision float MAC
-    that costs/ compares against (products ``emu.fp_mul(a, b, in_fmt,
-    subnormals=False)``, emu's ``float`` multiplier).  :attr:`multiplier` is the
-    registry name.
+    ``multiplier``: any multiplier of emu's registry (a name, or an ``emu.Multiplier``;
+    :data:`MAC_MULTIPLIERS`); the results are then ``emu.matmul(..., mul=multiplier)``'s.
+    ``"pam"`` (default), ``"lmul"``, offsets and ``cpamK-*``: PAM's adder with the
+    constant and correction ROM; ``"float"``: :class:`FloatMultiplier` (RNE, subnormals
+    flushed), the float MAC costs/ compares against; ``"exact"``: fused, the exact
+    product (:class:`~rtl.ExactProduct`) rounded once with the accumulator;
+    ``"table:NAME"``: a ROM of the table (with ``stages >= 2`` read synchronously in
+    place of the product register).  :attr:`multiplier` is the registry name.
     """
 
-    #: the registry names the MAC takes
-    MULTIPLIERS = tuple(str(m) for m in MAC_MULTIPLIERS)
+    #: the named multipliers (emu.MULTIPLIERS); offsets, cpamK:T and tables work too
+    MULTIPLIERS = ("pam", "lmul", "float", "exact", "cpam1-unbiased", "cpam2-minimax",
+                   "pam+N", "lmul-N", "table:NAME")
 
-    def __init__(self, in_fmt, acc_fmt="float32", stages: int = 2, multiplier="pam"):
+    def __init__(self, in_fmt, acc_fmt="float32", stages: int = 2, multiplier="pam", *,
+                 mul_instance: str | None = None):
         self.in_fmt = as_format(in_fmt, "in_fmt")
         self.acc_fmt = as_format(acc_fmt, "acc_fmt")
         self.stages = check_stages(stages)
-        self.multiplier = check_multiplier(multiplier)
+        self.multiplier = check_multiplier(multiplier, self.in_fmt)
+        # an imported table multiplier's own Verilog module in place of the ROM
+        # (costs/units.py adds its file to the design)
+        if mul_instance is not None and not self.multiplier.startswith("table:"):
+            raise ValueError(f"mul_instance={mul_instance!r} needs a table multiplier, not "
+                             f"{self.multiplier!r}")
+        self.mul_instance = mul_instance
         in_layout = data.StructLayout({"a": FloatLayout(self.in_fmt), "b": FloatLayout(self.in_fmt),
                                        "first": 1, "last": 1})
         out_layout = data.StructLayout({"result": FloatLayout(self.acc_fmt), "last": 1})
@@ -147,11 +134,14 @@ class PAMMac(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        mul_cls = MAC_MULTIPLIERS[registry_multiplier(self.multiplier)].cls
-        m.submodules.mul = mul = mul_cls(self.in_fmt)
-        # no registered multiplier makes a subnormal product (PAM and L-Mul flush, the
-        # float one flushes too), so b_daz is exact and every format pair works
-        m.submodules.add = add = FloatAdder(self.acc_fmt, b_fmt=self.in_fmt, b_daz=True)
+        mul = registry_multiplier(self.multiplier)
+        if self.mul_instance is not None:
+            mul, registered, add = imported_table(self.in_fmt, mul, self.acc_fmt,
+                                                  self.mul_instance)
+        else:
+            mul, registered, add = MAC_MULTIPLIERS[mul.kind].build(
+                self.in_fmt, mul, self.acc_fmt, self.stages >= 2)
+        m.submodules.mul, m.submodules.add = mul, add
         valid, pay = self.i_stream.valid, self.i_stream.payload
         if self.stages >= 3:                               # input register
             valid_r, pay_r = Signal(), Signal.like(pay)
@@ -162,7 +152,11 @@ class PAMMac(wiring.Component):
         if self.stages >= 2:                               # product register
             valid_p, prod_p = Signal(), Signal.like(mul.y)
             first_p, last_p = Signal(), Signal()
-            m.d.sync += [valid_p.eq(valid), prod_p.eq(mul.y), first_p.eq(first), last_p.eq(last)]
+            m.d.sync += [valid_p.eq(valid), first_p.eq(first), last_p.eq(last)]
+            if registered:                                 # a synchronous ROM is the register
+                prod_p = mul.y
+            else:
+                m.d.sync += prod_p.eq(mul.y)
             valid, prod, first, last = valid_p, prod_p, first_p, last_p
         acc = self.o_stream.payload.result                 # the accumulator register
         m.d.comb += [add.a.eq(Mux(first, 0, acc.as_value())), add.b.eq(prod)]
@@ -187,12 +181,13 @@ class PAMDotArray(wiring.Component):
     """
 
     def __init__(self, rows: int, cols: int, in_fmt, acc_fmt="float32", stages: int = 2,
-                 multiplier="pam"):
+                 multiplier="pam", *, mul_instance: str | None = None):
         self.rows, self.cols = check_side("rows", rows), check_side("cols", cols)
         self.in_fmt = as_format(in_fmt, "in_fmt")
         self.acc_fmt = as_format(acc_fmt, "acc_fmt")
         self.stages = check_stages(stages)
-        self.multiplier = check_multiplier(multiplier)
+        self.multiplier = check_multiplier(multiplier, self.in_fmt)
+        self.mul_instance = mul_instance                   # as PAMMac's
         fin, facc = FloatLayout(self.in_fmt), FloatLayout(self.acc_fmt)
         in_layout = data.StructLayout({"a": data.ArrayLayout(fin, rows),
                                        "b": data.ArrayLayout(fin, cols),
@@ -212,7 +207,8 @@ class PAMDotArray(wiring.Component):
         pay = self.i_stream.payload
         for i in range(self.rows):
             for j in range(self.cols):
-                mac = PAMMac(self.in_fmt, self.acc_fmt, self.stages, self.multiplier)
+                mac = PAMMac(self.in_fmt, self.acc_fmt, self.stages, self.multiplier,
+                             mul_instance=self.mul_instance)
                 m.submodules[f"mac_{i}_{j}"] = mac
                 m.d.comb += [mac.i_stream.valid.eq(self.i_stream.valid),
                              mac.i_stream.payload.a.eq(pay.a[i]),

@@ -10,13 +10,15 @@ not, NaN codes ieee/fn/fnuz/none, −0 or not); the golden models are ``emu.pam_
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 
-from emu.multipliers import lmul_level
+import emu
+from emu.multipliers import cpam_table, lmul_level
 
 from ._float import BinaryOp, Decoded, UnaryOp, invalid_encoding, pa_overflow, signed_zero
+from ._names import mul_slug
 
-__all__ = ["PAMMultiplier", "LMulMultiplier", "PADivider", "PASqrt"]
+__all__ = ["PAMMultiplier", "LMulMultiplier", "PatternSumMultiplier", "PADivider", "PASqrt"]
 
 
 class _PABinary(BinaryOp):
@@ -26,6 +28,11 @@ class _PABinary(BinaryOp):
         """ULPs of the format added to the encoding sum (a pattern-sum multiplier's
         constant, emu.Multiplier.params): none for PAM and PA division."""
         return 0
+
+    def corrections(self) -> tuple:
+        """A corrected multiplier's 4^k table in ULPs (index: the operands' top k
+        mantissa bits, a's first), added to the sum as a ROM output; () for none."""
+        return ()
 
     def _start(self, sign_b: int):
         """Module, format, decoded operands, result sign (a XOR b), the integer result
@@ -37,8 +44,17 @@ class _PABinary(BinaryOp):
         # any bias, also 0 or negative; a multiplier's constant (L-Mul) in the same adder
         off = -sign_b * (f.bias << f.man_bits) + self.constant_ulps()
         top = (1 << (f.width - 1)) - 1                    # largest magnitude encoding
-        r = Signal(range(min(0, -top) + min(0, off), 2 * top + max(0, off) + 1))
-        m.d.comb += r.eq((a.mag + b.mag if sign_b > 0 else a.mag - b.mag) + off)
+        table = self.corrections()
+        lo, hi = off + min(table, default=0), off + max(table, default=0)
+        r = Signal(range(min(0, -top) + min(0, lo), 2 * top + max(0, hi) + 1))
+        total = (a.mag + b.mag if sign_b > 0 else a.mag - b.mag) + off
+        if table:                                         # the correction ROM
+            k, M = (len(table).bit_length() - 1) // 2, f.man_bits
+            corr = Signal(signed(max(abs(t) for t in table).bit_length() + 1))
+            rom = Array(Const(t, corr.shape()) for t in table)
+            m.d.comb += corr.eq(rom[Cat(b.man[M - k:], a.man[M - k:])])
+            total = total + corr
+        m.d.comb += r.eq(total)
         return m, f, a, b, s, r, self.y.as_value()
 
     def _pack(self, m: Module, r, s, y):
@@ -88,6 +104,34 @@ class LMulMultiplier(PAMMultiplier):
     def constant_ulps(self) -> int:
         f = self.fmt
         return 1 << (f.man_bits - lmul_level(f.man_bits))
+
+
+class PatternSumMultiplier(PAMMultiplier):
+    """Any pattern-sum multiplier of emu's registry (docs/semantics.md §11): PAM's
+    adder with the constant ``C`` of ``pam±N``/``lmul±N`` and, for ``cpamK-*``, a ROM of
+    the 4^K corrections indexed by the top K mantissa bits of ``a`` and ``b``; exactly
+    ``emu.mul(a, b, fmt, mul)``.  ``module_name``: ``{slug}_mul_{fmt}``."""
+
+    def __init__(self, fmt, mul="pam"):
+        self.mul = emu.multiplier(mul)
+        if self.mul.kind not in ("pam", "lmul", "cpam"):
+            raise ValueError(f"mul={str(self.mul)!r} is not a pattern-sum multiplier "
+                             "(pam, lmul, their offsets, cpam)")
+        super().__init__(fmt)
+        self.mul.params(self.fmt)                         # ValueError: no table for fmt
+        self.kind = f"{mul_slug(self.mul)}_mul"
+
+    def constant_ulps(self) -> int:
+        f, m = self.fmt, self.mul
+        lm = 1 << (f.man_bits - lmul_level(f.man_bits)) if m.kind == "lmul" else 0
+        return m.offset + lm
+
+    def corrections(self) -> tuple:
+        m = self.mul
+        if m.kind != "cpam":
+            return ()
+        return m.table if isinstance(m.table, tuple) else cpam_table(self.fmt.man_bits, m.k,
+                                                                     m.table)
 
 
 class PADivider(_PABinary):

@@ -15,6 +15,7 @@ import emu
 from . import vectors as V
 from .ieee import FloatAdder, FloatMultiplier
 from .mac import PAMDotArray, PAMMac
+from .multipliers import multiplier_unit, product_format
 from .pa import LMulMultiplier, PADivider, PAMMultiplier, PASqrt
 
 __all__ = ["Unit", "UNITS", "OPERANDS", "COMB_BENCH", "comb_units", "comb_kinds", "comb_operands"]
@@ -40,7 +41,9 @@ class Unit:
     that checks it against emu; every combinational unit has the generic one,
     :data:`COMB_BENCH`, driven by these entries.  ``options``: the keyword options
     :func:`rtl.make_unit` accepts beyond ``fmt``, with their defaults, passed to
-    ``build`` (default: ``cls(fmt)``).
+    ``build`` (default: ``cls(fmt)``); a combinational unit's options reach ``golden``,
+    ``vectors`` and ``out`` as keywords too.  ``out``: comb only, ``out(fmt, **options)``
+    the format of ``y`` (default ``fmt``).
     """
     name: str
     cls: type
@@ -52,6 +55,7 @@ class Unit:
     bench: str | None = None
     options: dict = field(default_factory=dict)
     build: Callable | None = None
+    out: Callable | None = None
 
     def __post_init__(self):
         if self.kind not in ("comb", "stream"):
@@ -72,18 +76,35 @@ class Unit:
         kw = {**self.options, **options}
         return (self.build or self.cls)(fmt, **kw)
 
+    def out_format(self, fmt, **options) -> emu.Format:
+        """The format of a combinational unit's ``y``."""
+        return emu.format(fmt) if self.out is None else self.out(fmt, **{**self.options,
+                                                                          **options})
 
-def _mac(fmt, acc, stages, mul):
-    return PAMMac(fmt, acc, stages, multiplier=mul)
+
+def _mac(fmt, acc, stages, mul, mul_instance=None):
+    return PAMMac(fmt, acc, stages, multiplier=mul, mul_instance=mul_instance)
 
 
-def _array(fmt, rows, cols, acc, stages, mul):
-    return PAMDotArray(rows, cols, fmt, acc, stages, multiplier=mul)
+def _array(fmt, rows, cols, acc, stages, mul, mul_instance=None):
+    return PAMDotArray(rows, cols, fmt, acc, stages, multiplier=mul, mul_instance=mul_instance)
+
+
+def _mul_golden(a, b, fmt, mul="pam"):
+    return emu.mul(a, b, fmt, mul)
+
+
+def _mul_vectors(rng, fmt, n, mul="pam"):
+    if emu.multiplier(mul).kind in ("exact", "float"):
+        return V.fmul_pairs(rng, fmt, n)
+    return V.pam_boundary_pairs(rng, fmt, n, op="mul")
 
 
 UNITS: dict[str, Unit] = {u.name: u for u in (
-    Unit("mul", PAMMultiplier, "PAM multiplier (combinational)", "comb", 2,
-         emu.pam_mul, partial(V.pam_boundary_pairs, op="mul")),
+    Unit("mul", PAMMultiplier, "PAM multiplier, or with --mul any of emu's registry (pam+N, "
+         "lmul-N, cpamK-*, exact, float, table:NAME) (combinational)",
+         "comb", 2, _mul_golden, _mul_vectors, options={"mul": "pam"},
+         build=multiplier_unit, out=product_format),
     Unit("lmul", LMulMultiplier, "L-Mul multiplier: PAM plus 2^-l(M) (combinational)", "comb",
          2, partial(emu.mul, mul="lmul"), partial(V.pam_boundary_pairs, op="mul")),
     Unit("div", PADivider, "PA divider (combinational)", "comb", 2,
@@ -94,13 +115,15 @@ UNITS: dict[str, Unit] = {u.name: u for u in (
          emu.fp_add, V.add_pairs),
     Unit("fmul", FloatMultiplier, "IEEE multiplier, RNE, subnormals flushed (combinational)",
          "comb", 2, partial(emu.fp_mul, subnormals=False), V.fmul_pairs),
-    Unit("mac", PAMMac, "pipelined multiply-accumulate, PAM or mul=lmul/float (stream in/out)",
+    Unit("mac", PAMMac, "pipelined multiply-accumulate, PAM or any mul= of emu's registry "
+         "(stream in/out)",
          "stream", 2, bench="sim.tb.test_pam_mac",
-         options={"acc": "float32", "stages": 2, "mul": "pam"}, build=_mac),
-    Unit("array", PAMDotArray, "rows x cols grid of MACs (PAM or mul=lmul/float) computing "
+         options={"acc": "float32", "stages": 2, "mul": "pam", "mul_instance": None},
+         build=_mac),
+    Unit("array", PAMDotArray, "rows x cols grid of MACs (PAM or any mul=) computing "
          "a tile of A.B", "stream", 2, bench="sim.tb.test_pam_dot_array",
-         options={"rows": 4, "cols": 4, "acc": "float32", "stages": 2, "mul": "pam"},
-         build=_array),
+         options={"rows": 4, "cols": 4, "acc": "float32", "stages": 2, "mul": "pam",
+                  "mul_instance": None}, build=_array),
 )}
 
 
@@ -119,12 +142,14 @@ def comb_kinds(fmt) -> list[str]:
 _KINDS = ("exhaustive", "corners", "boundaries", "random")
 
 
-def comb_operands(unit: str, fmt, kind: str, vectors: int = 100_000, seed: int = 0):
+def comb_operands(unit: str, fmt, kind: str, vectors: int = 100_000, seed: int = 0,
+                  **options):
     """Operand encodings (``arity`` arrays) of ``kind`` for combinational ``unit``.
 
     ``vectors``: total of corners + boundaries + random; what the corners leave splits
     evenly between boundaries and random.  Random draws come from
     :func:`rtl.vectors.unit_rng`, so they depend on ``seed`` and the unit's name only.
+    ``options``: the unit's own (``mul``), passed to its boundary construction.
     """
     u = UNITS[unit]
     f = emu.format(fmt)
@@ -138,5 +163,5 @@ def comb_operands(unit: str, fmt, kind: str, vectors: int = 100_000, seed: int =
     rest = max(int(vectors) - corners[0].size, 2)
     rng = V.unit_rng(seed, unit, kind)
     if kind == "boundaries":
-        return u.vectors(rng, f, rest // 2)
+        return u.vectors(rng, f, rest // 2, **options)
     return V.random_operands(rng, f, rest - rest // 2, u.arity)

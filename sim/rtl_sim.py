@@ -97,8 +97,8 @@ class Harness:
 
     ``kind``: ``"comb"`` (one of each combinational unit in ``units`` for ``fmt``,
     rtl.UNITS names), ``"mac"`` (one PAMMac) or ``"array"`` (one ``rows x cols``
-    PAMDotArray); ``mul`` (mac, array): the registry name of their multiplier
-    (rtl.mac.MAC_MULTIPLIERS), whose emu.matmul the benches compare with.
+    PAMDotArray); ``mul``: the registry name of their multiplier (rtl.mac.MAC_MULTIPLIERS),
+    whose emu.matmul the benches compare with; comb: the ``mul`` unit's multiplier.
 
     The harness top (:meth:`top_verilog`) holds ``slots`` operand sets in wide input
     ports and a free-running slot counter: in each clock cycle the unit gets slot
@@ -119,43 +119,61 @@ class Harness:
 
     @classmethod
     def comb(cls, fmt, slots: int = COMB_SLOTS, units=None,
-             lanes: int = COMB_LANES) -> "Harness":
-        """Every combinational unit of the registry (rtl.UNITS), or those in ``units``."""
+             lanes: int = COMB_LANES, *, mul="pam") -> "Harness":
+        """Every combinational unit of the registry (rtl.UNITS), or those in ``units``;
+        ``mul``: the multiplier of unit ``mul`` (another than pam: only that unit by
+        default)."""
         from rtl import as_format
+        from rtl.mac import check_multiplier
         from rtl.registry import comb_units
         every = comb_units()
-        units = every if units is None else units
+        mul = check_multiplier(mul, fmt)
+        _visible(mul)
+        units = (every if mul == "pam" else ("mul",)) if units is None else units
         if set(units) - set(every) or not units:
             raise ValueError(f"units={list(units)}: expected a non-empty subset of {every}")
         if _positive(slots, "slots") % _positive(lanes, "lanes"):
             raise ValueError(f"slots={slots} must be a multiple of lanes={lanes}")
         return cls("comb", as_format(fmt, "fmt").name, slots=slots, lanes=lanes,
-                   units=tuple(u for u in every if u in units))
+                   units=tuple(u for u in every if u in units), mul=mul)
 
     @classmethod
     def mac(cls, fmt, acc="float32", stages: int = 2, slots: int = STREAM_SLOTS, *,
             mul="pam") -> "Harness":
         from rtl import as_format
         from rtl.mac import check_multiplier, check_stages
+        mul = check_multiplier(mul, fmt)
+        _visible(mul)
         return cls("mac", as_format(fmt, "fmt").name, as_format(acc, "acc").name,
-                   check_stages(stages), _positive(slots, "slots"),
-                   mul=check_multiplier(mul))
+                   check_stages(stages), _positive(slots, "slots"), mul=mul)
 
     @classmethod
     def array(cls, rows: int, cols: int, fmt, acc="float32", stages: int = 2,
               slots: int = ARRAY_SLOTS, *, mul="pam") -> "Harness":
         from rtl import as_format
         from rtl.mac import check_multiplier, check_side, check_stages
+        mul = check_multiplier(mul, fmt)
+        _visible(mul)
         return cls("array", as_format(fmt, "fmt").name, as_format(acc, "acc").name,
                    check_stages(stages), _positive(slots, "slots"), check_side("rows", rows),
-                   check_side("cols", cols), mul=check_multiplier(mul))
+                   check_side("cols", cols), mul=mul)
+
+    @property
+    def _mul_key(self) -> str:
+        """The multiplier in keys (a table's with its content hash: a new table of the
+        same name gets a new build)."""
+        from rtl.multipliers import mul_slug
+        m = emu.multiplier(self.mul)
+        tag = mul_slug(m) if m.kind in ("table", "cpam") or ":" in self.mul else self.mul
+        return tag + (f"-{emu.multipliers.table_of(m).sha256[:8]}" if m.kind == "table" else "")
 
     @property
     def key(self) -> str:
         if self.kind == "comb":
-            return f"comb-{self.fmt}-{'-'.join(self.units)}-n{self.slots}x{self.lanes}"
+            tail = "" if self.mul == "pam" else f"-{self._mul_key}"
+            return f"comb-{self.fmt}-{'-'.join(self.units)}-n{self.slots}x{self.lanes}{tail}"
         # PAM keeps the keys (and build directories) it had before mul existed
-        kind = self.kind if self.mul == "pam" else f"{self.kind}-{self.mul}"
+        kind = self.kind if self.mul == "pam" else f"{self.kind}-{self._mul_key}"
         if self.kind == "mac":
             return f"{kind}-{self.fmt}-{self.acc}-s{self.stages}-n{self.slots}"
         return f"{kind}-{self.rows}x{self.cols}-{self.fmt}-{self.acc}-s{self.stages}-n{self.slots}"
@@ -183,7 +201,7 @@ class Harness:
         """Instance name -> the Amaranth component of the unit under test."""
         import rtl
         if self.kind == "comb":
-            return {u: rtl.make_unit(u, self.fmt) for u in self.units}
+            return {u: rtl.make_unit(u, self.fmt, **self.unit_options(u)) for u in self.units}
         if self.kind == "mac":
             return {"unit": rtl.PAMMac(self.fmt, self.acc, self.stages, self.mul)}
         return {"unit": rtl.PAMDotArray(self.rows, self.cols, self.fmt, self.acc, self.stages,
@@ -194,13 +212,25 @@ class Harness:
         component that is never elaborated warns): ``{kind}_{fmt}`` for a
         combinational unit, with ``kind`` its class's."""
         if self.kind == "comb":
+            from rtl.multipliers import mul_module_name
             from rtl.registry import UNITS
-            return {u: f"{UNITS[u].cls.kind}_{self.fmt}" for u in self.units}
+            return {u: mul_module_name(self.fmt, self.mul) if "mul" in UNITS[u].options
+                    else f"{UNITS[u].cls.kind}_{self.fmt}" for u in self.units}
         from rtl.mac import array_module_name, mac_module_name
         if self.kind == "mac":
             return {"unit": mac_module_name(self.fmt, self.acc, self.stages, self.mul)}
         return {"unit": array_module_name(self.rows, self.cols, self.fmt, self.acc, self.stages,
                                           self.mul)}
+
+    def unit_options(self, unit: str) -> dict:
+        """The options of combinational ``unit`` in this harness (``mul``)."""
+        from rtl.registry import UNITS
+        return {"mul": self.mul} if "mul" in UNITS[unit].options else {}
+
+    def y_width(self, unit: str) -> int:
+        """Width of combinational ``unit``'s ``y`` (a table's result format)."""
+        from rtl.registry import UNITS
+        return UNITS[unit].out_format(self.fmt, **self.unit_options(unit)).width
 
     @property
     def cycles(self) -> int:
@@ -263,6 +293,7 @@ class Harness:
             w = emu.format(self.fmt).width
             for u in self.units:
                 ops = OPERANDS[:UNITS[u].arity]
+                wy = self.y_width(u)
                 ports.append(f"input wire {u}_en")
                 body += [f"  wire {u}_clk = clk & {u}_en;"]
                 for i in range(self.lanes):
@@ -270,9 +301,9 @@ class Harness:
                     conns = ", ".join(f".{o}({t}_{o})" for o in (*ops, "y"))
                     body += lane(f"{u}_clk",
                                  [(f"{t}_{o}", self.lane_ports(f"{u}_{o}")[i], w) for o in ops],
-                                 [f"  wire [{w - 1}:0] {t}_y;",
+                                 [f"  wire [{wy - 1}:0] {t}_y;",
                                   f"  {module_names[u]} {t} ({conns});"],
-                                 [(self.lane_ports(f"{u}_y")[i], w, f"{t}_y")])
+                                 [(self.lane_ports(f"{u}_y")[i], wy, f"{t}_y")])
         else:
             iw, ow = self.in_width, self.out_width
             ports.append("input wire rst")
@@ -285,6 +316,20 @@ class Harness:
         return (f"// pamsim slot harness {self.key}: generated by sim/rtl_sim.py\n"
                 f"module {TOP} (\n  " + ",\n  ".join(p + public for p in ports) + "\n);\n"
                 + "\n".join(body) + "\nendmodule\n")
+
+
+def _visible(mul: str) -> None:
+    """A table multiplier must be found by name in the simulator's own Python process
+    (its bench computes emu's products): saved (emu.multipliers.save_table, ``pamsim
+    multiplier import``) or a .npy path, not only registered in this process."""
+    m = emu.multiplier(mul)
+    if m.kind != "table":
+        return
+    saved = emu.multipliers.table_dir() / f"{m.table}.npz"
+    if not (saved.is_file() or m.table.endswith(".npy")):
+        raise ValueError(f"mul={mul!r} is registered in this process only; the simulator's "
+                         "bench must load it: save it (emu.multipliers.save_table, or pamsim "
+                         "multiplier import) or give a .npy path")
 
 
 def _positive(v, name, most: int | None = None, least: int = 1):
@@ -437,6 +482,9 @@ def ci_harnesses() -> list[tuple[Harness, str]]:
     i += [Harness.comb(f) for f in ("float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn",
                                     "float8_e4m3fnuz")]
     i += [Harness.mac("float4_e2m1fn", "float8_e4m3fnuz", 2)]
+    # the other registry multipliers (issue 24): one of each kind, and the fused MAC
+    i += [Harness.comb("float8_e4m3fn", mul=m) for m in ("cpam2-unbiased", "exact")]
+    i += [Harness.mac("float8_e4m3fn", "bfloat16", 1, mul="exact")]
     return [(h, "verilator") for h in v] + [(h, "icarus") for h in i]
 
 
@@ -583,8 +631,8 @@ def _matmul_job(A, B, fmt, acc, unit, sim, rows, cols, stages, mul):
 def rtl_matmul(A, B, fmt="float32", acc="float32", *, unit: str = "mac", sim: str | None = None,
                rows: int = 4, cols: int = 4, stages: int = 2, mul="pam") -> np.ndarray:
     """``emu.matmul(A, B, fmt, acc, mul=mul)`` computed by the simulated RTL (``mul``:
-    a registry multiplier with RTL, rtl.mac.MAC_MULTIPLIERS: ``pam``, the default, i.e.
-    ``emu.pam_matmul``, ``lmul`` or ``float``).
+    any multiplier of emu's registry, rtl.mac.MAC_MULTIPLIERS; ``pam``, the default, is
+    ``emu.pam_matmul``; a table multiplier must be saved).
 
     ``unit="mac"``: every output entry is a dot product streamed, k in increasing
     order, through one PAMMac (back to back, ``first`` marking each start);
@@ -599,11 +647,12 @@ def rtl_matmul(A, B, fmt="float32", acc="float32", *, unit: str = "mac", sim: st
 # --- pamsim verify ----------------------------------------------------------------------
 
 def verify_unit(unit: str | list[str], fmt, vectors: int, *, sim: str | None = None,
-                seed: int = 0, slots: int = COMB_SLOTS) -> list[dict]:
+                seed: int = 0, slots: int = COMB_SLOTS, mul="pam") -> list[dict]:
     """Check ``vectors`` (0 to :data:`MAX_VECTORS`) random vectors, plus the corner and
     boundary vectors (every operand set for 8-bit formats), of a combinational unit
     against emu; per-kind reports.  A list of units runs each one's bench (rtl.UNITS) in
-    a single simulator process (the generic bench, parameter ``units``)."""
+    a single simulator process (the generic bench, parameter ``units``).  ``mul``: the
+    multiplier of unit ``mul`` (any of emu's registry; table multipliers saved)."""
     from rtl.registry import UNITS, comb_units
     units = [unit] if isinstance(unit, str) else list(unit)
     if not units or set(units) - set(comb_units()):
@@ -611,7 +660,9 @@ def verify_unit(unit: str | list[str], fmt, vectors: int, *, sim: str | None = N
                          "them")
     _positive(vectors, "vectors", MAX_VECTORS, least=0)
     _nonneg_seed(seed)
-    h = Harness.comb(fmt, slots)
+    if emu.multiplier(mul) != emu.multiplier("pam") and units != ["mul"]:
+        raise ValueError(f"mul={mul!r} applies to unit 'mul' alone; got unit={unit!r}")
+    h = Harness.comb(fmt, slots, mul=mul)
     return run_cocotb(h, sorted({UNITS[u].bench for u in units}),
                       {"vectors": int(vectors), "seed": int(seed), "units": units}, sim=sim)
 

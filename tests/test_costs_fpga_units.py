@@ -58,7 +58,7 @@ def test_float_mac_baseline_is_the_pam_mac_with_the_ieee_multiplier():
     assert " * " in fm["\\top.mul"] and " * " not in pm["\\top.mul"]
     with pytest.raises(ValueError, match="unit='fmac' takes no rows/cols"):
         units.unit_design("fmac", "bf16", rows=2)
-    with pytest.raises(ValueError, match="multiplier='int'; expected one of"):
+    with pytest.raises(ValueError, match="multiplier='int'; expected a multiplier"):
         PAMMac("bf16", multiplier="int")
 
 
@@ -134,3 +134,30 @@ def test_full_sweep():
         if c["target"] in units.FMAX_TARGETS:
             assert c["mul_fmax"] > c["fmul_fmax"], c
             assert c["mac_gops"] > 0 and c["fmac_gops"] > 0, c
+
+
+def test_imported_multiplier_design_and_bad_input(tmp_path, monkeypatch, capsys):
+    """``pamsim fpga --mul table:NAME`` of an imported multiplier synthesizes its Verilog
+    file as given; an edited file, and bad --mul values, are one line and exit 2."""
+    import hashlib
+    from pathlib import Path
+
+    import emu.multipliers as EM
+    from sim.cli import main
+    monkeypatch.setenv("PAMSIM_MULTIPLIERS", str(tmp_path))
+    v = tmp_path / "m.v"
+    v.write_text((Path(__file__).parent.parent / "examples" / "trunc_mul_e5m2.v").read_text())
+    m = emu.table_multiplier(lambda x, y: x * y, "e5m2", "bf16", name="given_v")
+    EM.save_table(m, verilog=str(v), verilog_sha256=hashlib.sha256(v.read_bytes()).hexdigest(),
+                  top="trunc_mul")
+    assert units.unit_design("mul", "e5m2", mul="table:given_v").text == v.read_text()
+    v.write_text(v.read_text() + "// edited\n")
+    for argv, msg in ((["--unit", "mul", "--fmt", "e5m2", "--mul", "table:given_v"],
+                       "changed since its import"),
+                      (["--unit", "mul", "--mul", "bogus"], "mul='bogus'; expected"),
+                      (["--unit", "add", "--mul", "pam"], "unit='add' takes no mul option"),
+                      (["--unit", "mac", "--fmt", "e5m2", "--mul", "cpam3-unbiased"],
+                       "mul='cpam3-unbiased' has no RTL for fmt=float8_e5m2")):
+        assert main(["fpga", *argv]) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("pamsim fpga: error: ") and msg in err and "\n" not in err

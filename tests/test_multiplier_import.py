@@ -62,6 +62,12 @@ def test_example_imports_as_its_model(env, tmp_path):
     a = np.float32([1.5, -3.0, 0.0, 57344.0])
     assert_bits_equal(emu.mul(a, a, "e5m2", "table:trunc_ex"),
                       emu.mul(a, a, "e5m2", "table:trunc_model"))
+    # its FPGA cost is the Verilog as given, found by the path and hash the import stored
+    from costs import units
+    design = units.unit_design("mul", "e5m2", mul="table:trunc_ex")
+    assert design.top == "trunc_mul" and design.text == EXAMPLE.read_text()
+    mac = units.unit_design("mac", "e5m2", mul="table:trunc_ex")
+    assert mac.text.endswith(EXAMPLE.read_text()) and "trunc_mul " in mac.text
 
 
 @pytest.mark.parametrize("verilog,top,fmt,match", [

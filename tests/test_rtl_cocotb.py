@@ -193,6 +193,8 @@ def test_prebuild_covers_the_suite():
     used |= {(rtl_sim.Harness.array(4, 4, "bfloat16", "float32", mul="lmul").key, "verilator"),
              (rtl_sim.Harness.mac("float8_e4m3fn", "bfloat16", mul="lmul").key, "icarus")}
     used |= {(rtl_sim.Harness.comb(f).key, "icarus") for f in POLICIES}
+    used |= {(rtl_sim.Harness.comb("float8_e4m3fn", mul=m).key, "icarus") for m in NEW_MULS}
+    used |= {(rtl_sim.Harness.mac("float8_e4m3fn", "bfloat16", 1, mul="exact").key, "icarus")}
     used |= {(rtl_sim.Harness.comb("float8_e5m2").key, "icarus"),
              (rtl_sim.Harness.mac("bfloat16", "float32").key, "icarus"),
              (rtl_sim.Harness.array(4, 4, "bfloat16", "float32").key, "icarus"),
@@ -224,7 +226,7 @@ def test_cli_verify(capsys):
     assert main(["verify", "--fmt", "bf16"]) == 2
     assert "--unit is required" in capsys.readouterr().err
     assert main(["verify", "--prebuild", "--sim", "icarus"]) == 0      # warm: checks stamps
-    assert f"{5 + len(POLICIES)} harnesses ready" in capsys.readouterr().out
+    assert f"{6 + len(POLICIES) + len(NEW_MULS)} harnesses ready" in capsys.readouterr().out
 
 
 # One case in CI (`make test` runs slow tests too; each builds its harness, ~8 s).  These
@@ -265,13 +267,62 @@ def test_cli_verify_lmul(capsys):
     out = capsys.readouterr().out
     assert "(verilator, array-lmul-4x4-bfloat16-float32-s2-n256)" in out and "0 of" in out
     for argv, msg in ((["--unit", "lmul", "--mul", "lmul"], "unit='lmul' takes no mul option"),
-                      (["--unit", "mac", "--mul", "exact"], "multiplier='exact'; expected"),
-                      (["--unit", "array", "--mul", "cpam1-unbiased"],
-                       "multiplier='cpam1-unbiased'"),
+                      (["--unit", "add", "--mul", "pam+3"], "unit='add' takes no mul option"),
+                      (["--unit", "array", "--mul", "table:nosuch"],
+                       "multiplier='table:nosuch'; expected"),
                       (["--unit", "mac", "--mul", "bogus"], "multiplier='bogus'; expected")):
         assert main(["verify", "--fmt", "bf16", "--vectors", "100", *argv]) == 2, argv
         err = capsys.readouterr().err.strip()
         assert err.startswith("pamsim verify: error: ") and msg in err and "\n" not in err
+
+
+#: the other registry multipliers (issue 24), exhaustive e4m3fn under Icarus in CI (an
+#: offset: lmul, and lmul-3 in tests/test_rtl_units.py); every kind on both simulators,
+#: e4m3fn/e5m2/bf16/fp16, ran once (docs/rtl.md)
+NEW_MULS = ["cpam2-unbiased", "exact"]
+
+
+@pytest.mark.parametrize("mul", NEW_MULS)
+def test_registry_multipliers_e4m3_exhaustive(mul):
+    reports = rtl_sim.verify_unit("mul", "float8_e4m3fn", 0, sim="icarus", mul=mul)
+    assert [(r["mul"], r["kind"], r["vectors"], r["mismatches"]) for r in reports] == \
+        [(mul, "exhaustive", 65536, 0)]
+
+
+def test_fused_exact_mac():
+    """mul="exact" in the MAC is fused: the exact product (subnormal operands too) and the
+    accumulator rounded once into bf16 (emu.matmul's fp_fma step), every prefix checked."""
+    h = rtl_sim.Harness.mac("float8_e4m3fn", "bfloat16", 1, mul="exact")
+    assert h.module_names() == {"unit": "exact_mac_float8_e4m3fn_bfloat16_s1"}
+    reports = rtl_sim.run_cocotb(h, "sim.tb.test_pam_mac", {"dots": 120, "max_len": 64},
+                                 sim="icarus")
+    assert len(reports) == 2
+    assert all(r["mul"] == "exact" and r["mismatches"] == 0 and r["dot_mismatches"] == 0
+               for r in reports)
+    assert all(r["specials"]["subnormal"] > 0 for r in reports)
+
+
+def test_table_multiplier_rtl(tmp_path, monkeypatch, rng):
+    """A table multiplier's ROM: every pair of an fp4 table with fp16 results (some of
+    them subnormal), as a combinational unit and in the MAC (stages 2: the synchronous
+    ROM; float32 accumulator: the entries stored widened, every one a normal number)."""
+    monkeypatch.setenv("PAMSIM_MULTIPLIERS", str(tmp_path))
+    v = emu.from_bits(np.arange(16, dtype=np.uint32), "float4_e2m1fn").astype(np.float64)
+    table = np.multiply.outer(v, v) * 2.0 ** -15 + rng.normal(0, 2.0 ** -20, (16, 16))
+    m = emu.table_multiplier(table, "float4_e2m1fn", "float16", name="fp4_tiny")
+    emu.multipliers.save_table(m)
+    out = emu.to_bits(emu.multipliers.table_of(m).values, "float16")
+    assert ((out & 0x7C00) == 0).sum() > 100                   # mostly fp16 subnormals
+    reports = rtl_sim.verify_unit("mul", "float4_e2m1fn", 0, sim="icarus", mul=str(m))
+    assert [(r["kind"], r["vectors"], r["mismatches"]) for r in reports] == \
+        [("exhaustive", 256, 0)]
+    h = rtl_sim.Harness.mac("float4_e2m1fn", "float32", 2, mul=str(m))
+    reports = rtl_sim.run_cocotb(h, "sim.tb.test_pam_mac", {"dots": 100, "max_len": 32},
+                                 sim="icarus")
+    assert len(reports) == 2 and all(r["mismatches"] == 0 for r in reports)
+    with pytest.raises(ValueError, match="registered in this process only"):
+        rtl_sim.Harness.mac("float4_e2m1fn", mul=str(emu.table_multiplier(
+            table, "float4_e2m1fn", "float16", name="fp4_unsaved")))
 
 
 def test_bench_rtl_quick(capsys):

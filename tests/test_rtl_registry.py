@@ -108,8 +108,7 @@ def test_stream_units_take_a_registry_multiplier():
     from rtl.mac import MAC_MULTIPLIERS
     for unit in ("mac", "array"):
         assert rtl.UNITS[unit].options["mul"] == "pam"
-    assert [str(m) for m in MAC_MULTIPLIERS] == ["pam", "lmul", "float"]
-    assert all(emu.MULTIPLIERS[str(m)] == m for m in MAC_MULTIPLIERS)
+    assert set(MAC_MULTIPLIERS) == set(emu.multipliers.KINDS)     # every kind has RTL
     for command in ("verilog", "verify"):
         assert "--mul" in _option_strings(command), command
     h = rtl_sim.Harness.array(2, 2, "e4m3fn", "bf16", mul="lmul")
@@ -120,7 +119,11 @@ def test_stream_units_take_a_registry_multiplier():
     assert rtl_sim.Harness.mac("bf16").key == "mac-bfloat16-float32-s2-n256"
     assert rtl_sim.Harness.mac("bf16", mul="float").module_names() == \
         {"unit": "fp_mac_bfloat16_float32_s2"}
-    with pytest.raises(ValueError, match="multiplier='exact'"):
-        rtl_sim.Harness.mac("bf16", mul="exact")
+    assert rtl_sim.Harness.mac("bf16", mul="exact").module_names() == \
+        {"unit": "exact_mac_bfloat16_float32_s2"}
+    assert rtl_sim.Harness.comb("e4m3fn", mul="pam+3").key == \
+        "comb-float8_e4m3fn-mul-n1024x8-pam+3"
+    with pytest.raises(ValueError, match="multiplier='cpam3-unbiased' has no RTL for fmt"):
+        rtl_sim.Harness.mac("e5m2", mul="cpam3-unbiased")
     with pytest.raises(ValueError, match="multiplier='table:x'"):
         rtl_sim.rtl_matmul(np.ones((1, 0)), np.ones((0, 1)), mul="table:x")

@@ -55,24 +55,27 @@ def test_mac_and_array_multipliers_emit_verilog():
     assert rtl.PAMMac("bf16", multiplier=emu.multiplier("lmul")).multiplier == "lmul"
     assert rtl.make_unit("array", "bf16", rows=1, cols=2, mul="float").module_name == \
         "fp_dot_array_1x2_bfloat16_float32_s2"
-    assert set(rtl.PAMMac.MULTIPLIERS) == {"pam", "lmul", "float"} <= set(emu.MULTIPLIERS)
+    assert {"pam", "lmul", "float", "exact"} <= set(rtl.PAMMac.MULTIPLIERS)
     texts = {m: rtl.verilog(rtl.make_unit("mac", "e4m3fn", mul=m), "m") for m in ("pam", "lmul")}
     assert texts["pam"] != texts["lmul"]                  # the constant in the adder
 
 
-_ONE_OF = r"; expected one of \['pam', 'lmul', 'float'\]"
-_NO_RTL = _ONE_OF + ": emu's multiplier '.*' has no RTL"
+_ONE_OF = r"; expected a multiplier of emu's registry: \['pam', 'lmul'"
+_NO_RTL = " has no RTL for fmt="
 
 
 @pytest.mark.parametrize("call,msg", [
-    (lambda: rtl.PAMMac("bf16", multiplier="exact"), "multiplier='exact'" + _NO_RTL),
-    (lambda: rtl.PAMMac("bf16", multiplier="cpam2-minimax"), "multiplier='cpam2-minimax'" + _NO_RTL),
-    (lambda: rtl.PAMMac("bf16", multiplier="lmul+3"), "multiplier='lmul\\+3'" + _NO_RTL),
+    (lambda: rtl.PAMMac("e5m2", multiplier="cpam3-minimax"), "multiplier='cpam3-minimax'" + _NO_RTL),
     (lambda: rtl.PAMMac("bf16", multiplier="nope"), "multiplier='nope'" + _ONE_OF),
     (lambda: rtl.PAMMac("bf16", multiplier="table:nosuch"), "multiplier='table:nosuch'" + _ONE_OF),
     (lambda: rtl.PAMMac("bf16", multiplier=None), "multiplier=None" + _ONE_OF),
-    (lambda: rtl.PAMDotArray(2, 2, "bf16", multiplier="exact"), "multiplier='exact'" + _NO_RTL),
-    (lambda: rtl.make_unit("mac", "bf16", mul="cpam1-unbiased"), "multiplier='cpam1-unbiased'"),
+    (lambda: rtl.PAMDotArray(2, 2, "e2m1fn", multiplier="cpam2-unbiased"),
+     "multiplier='cpam2-unbiased'" + _NO_RTL),
+    (lambda: rtl.make_unit("mul", "e5m2", mul="cpam3-unbiased"), "mul='cpam3-unbiased'" + _NO_RTL),
+    (lambda: rtl.make_unit("mul", "bf16", mul="bogus"), "mul='bogus'; expected a multiplier"),
+    (lambda: rtl.PAMMac("bf16", multiplier="pam", mul_instance="m"), "mul_instance='m' needs a "
+     "table multiplier"),
+    (lambda: rtl.PatternSumMultiplier("bf16", "exact"), "mul='exact' is not a pattern-sum"),
     (lambda: rtl.make_unit("lmul", "bf16", mul="lmul"), "unit='lmul' takes no mul option"),
     (lambda: rtl.make_unit("nosuch", "bf16"), r"unit='nosuch': expected one of"),
     (lambda: rtl.make_unit("mul", "bf16", stages=2), "takes no stages option"),
@@ -123,9 +126,12 @@ def test_cli_verilog(tmp_path, capsys):
     assert len(re.findall(r"^module \\lmul_dot_array_\w+\.mac_0_\d\.mul\b", text, re.M)) == 2
     assert main(["verilog", "--unit", "mac", "--mul", "float"]) == 0
     assert "module fp_mac_bfloat16_float32_s2(" in capsys.readouterr().out
-    for argv, msg in ((["--unit", "mul", "--mul", "lmul"], "unit='mul' takes no mul option"),
-                      (["--unit", "mac", "--mul", "exact"], "multiplier='exact'; expected"),
-                      (["--unit", "array", "--mul", "lmul+1"], "multiplier='lmul+1'")):
+    for argv, msg in ((["--unit", "lmul", "--mul", "lmul"], "unit='lmul' takes no mul option"),
+                      (["--unit", "mac", "--mul", "table:nosuch"], "multiplier='table:nosuch'"),
+                      (["--unit", "mul", "--fmt", "e5m2", "--mul", "cpam3-minimax"],
+                       "mul='cpam3-minimax' has no RTL for fmt=float8_e5m2"),
+                      (["--unit", "array", "--mul", "cpam5-unbiased"],
+                       "multiplier='cpam5-unbiased'; expected")):
         assert main(["verilog", *argv]) == 2, argv
         err = capsys.readouterr().err.strip()
         assert err.startswith("pamsim verilog: error: ") and msg in err and "\n" not in err
@@ -167,6 +173,45 @@ def test_comb_units_in_amaranth_sim(unit, fmt, rng):
     ok = same_encoding(got, want, f)
     assert ok.all(), [([hex(x[i]) for x in operands], hex(got[i]), hex(want[i]))
                       for i in np.flatnonzero(~ok)[:5]]
+
+
+@pytest.mark.parametrize("fmt,mul", [("bfloat16", "cpam2-unbiased"), ("float16", "exact"),
+                                     ("bfloat16", "lmul-3")])
+def test_registry_multipliers_in_amaranth_sim(fmt, mul, rng):
+    """Unit ``mul`` with another registry multiplier on a wide format (the cocotb benches
+    run e4m3fn exhaustively in CI; bf16/fp16 at 10^5 vectors by hand, docs/rtl.md)."""
+    f, u = emu.format(fmt), rtl.UNITS["mul"]
+    parts = [V.corner_operands(f, 2), V.random_operands(rng, f, 150, 2),
+             u.vectors(rng, f, 150, mul=mul)]
+    operands = [np.concatenate(p) for p in zip(*parts)]
+    got = _amaranth_outputs(rtl.make_unit("mul", f, mul=mul), operands)
+    want = emu.to_bits(emu.mul(*(emu.from_bits(x, f) for x in operands), f, mul), f)
+    assert same_encoding(got, want, f).all()
+
+
+def test_every_registry_multiplier_has_a_unit(tmp_path, monkeypatch):
+    """Every kind of emu's registry builds as unit ``mul`` and in the MAC; the module
+    names say which (pam, lmul, float keep theirs); a table's y is its result format."""
+    from rtl.multipliers import mul_module_name
+    names = {}
+    for m in ("pam", "lmul", "float", "exact", "pam+3", "lmul-1", "cpam2-minimax",
+              "cpam1:0,1,1,0"):
+        unit = rtl.make_unit("mul", "e4m3fn", mul=m)
+        names[m] = mul_module_name("e4m3fn", m)
+        assert f"module {names[m]}(" in rtl.verilog(unit)
+    assert names == {"pam": "pam_mul_float8_e4m3fn", "lmul": "lmul_float8_e4m3fn",
+                     "float": "fp_mul_float8_e4m3fn", "exact": "exact_mul_float8_e4m3fn",
+                     "pam+3": "pam_p3_mul_float8_e4m3fn", "lmul-1": "lmul_m1_mul_float8_e4m3fn",
+                     "cpam2-minimax": "cpam2_minimax_mul_float8_e4m3fn",
+                     "cpam1:0,1,1,0": "cpam1_t62b2d11a_mul_float8_e4m3fn"}
+    m = emu.table_multiplier(lambda x, y: x * y, "float4_e2m1fn", "bf16", name="fp4_exact_bf16")
+    unit = rtl.make_unit("mul", "float4_e2m1fn", mul=m)
+    assert unit.module_name == "table_fp4_exact_bf16_mul_float4_e2m1fn"
+    assert "output [15:0] y" in rtl.verilog(unit)
+    for mul in ("exact", m):                               # the fused MAC, the ROM MAC
+        text = rtl.verilog(rtl.make_unit("mac", "float4_e2m1fn" if mul is m else "e4m3fn",
+                                         mul=mul))
+        assert "endmodule" in text
 
 
 @pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2", "float16",

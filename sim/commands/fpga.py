@@ -21,6 +21,10 @@ def register(sub):
     p.add_argument("--stages", type=positive_int, default=None, help="MAC pipeline stages (default 2)")
     p.add_argument("--rows", type=positive_int, default=None, help="array rows (default 4)")
     p.add_argument("--cols", type=positive_int, default=None, help="array columns (default 4)")
+    p.add_argument("--mul", default=None,
+                   help="multiplier of mul/mac/array, a name of emu's registry (pam+3, "
+                        "cpam2-unbiased, exact, table:NAME, ...; default pam); an imported "
+                        "table multiplier synthesizes its own Verilog as given")
     p.add_argument("--target", choices=[*TARGETS, "all"], default="ecp5",
                    help="FPGA family")
     p.add_argument("--device", help="device of the target (ecp5: 85k/45k/25k, ice40: up5k/"
@@ -42,6 +46,8 @@ def run(args) -> int:
     from costs.report import compare_table
     from costs.fpga import TARGETS
     targets = TARGETS if args.target == "all" else (args.target,)
+    if args.sweep and args.mul is not None:
+        return fail(args, "--sweep synthesizes PAM against float; --mul applies to one unit")
     if args.sweep:
         try:
             rows = units.sweep(targets=targets, acc=args.acc or "float32",
@@ -57,8 +63,11 @@ def run(args) -> int:
         print(compare_table(units.compare(rows)))
         _write_json(args.json, rows)
         return 0
-    kw = {k: getattr(args, k) for k in ("acc", "stages", "rows", "cols")
+    kw = {k: getattr(args, k) for k in ("acc", "stages", "rows", "cols", "mul")
           if getattr(args, k) is not None}
+    if args.mul is not None and args.unit not in ("mul", "mac", "array"):
+        return fail(args, f"unit={args.unit!r} takes no mul option (--mul applies to "
+                          "mul/mac/array)")
     try:
         for target in targets:          # every device before the first synthesis
             fpga.find_device(target, args.device)
@@ -69,7 +78,8 @@ def run(args) -> int:
     for target in targets:
         r = fpga.synthesize(design, target, device=args.device, dsp=not args.nodsp,
                             pnr=not args.no_pnr)
-        rows.append(dict(fpga.summary_row(f"{args.unit} {args.fmt.name}", r), result=r))
+        label = f"{args.unit} {args.fmt.name}" + (f" {args.mul}" if args.mul else "")
+        rows.append(dict(fpga.summary_row(label, r), result=r))
     print(f"{design.top}: {units.catalog()[args.unit]}")
     print(fpga.format_rows(rows))
     for row in rows:

@@ -28,8 +28,9 @@ def register(sub):
                    help="operand format")
     p.add_argument("--acc", type=format_arg, default=emu.float32,
                    help="accumulation format of mac/array")
-    p.add_argument("--mul", help=f"multiplier of {stream}, a name of emu's registry with RTL: "
-                                 f"{'/'.join(PAMMac.MULTIPLIERS)} (default pam)")
+    p.add_argument("--mul", help=f"multiplier of mul/{stream}, a name of emu's registry: "
+                                 f"{'/'.join(PAMMac.MULTIPLIERS)} (default pam; a table "
+                                 "multiplier must be saved, e.g. by pamsim multiplier import)")
     p.add_argument("--vectors", type=int_in(1, MAX_VECTORS),
                    help=f"operand pairs (mac/array: multiply-accumulates), 1 to {MAX_VECTORS:,}; "
                         f"if not given: {VECTORS} (formats of at most 8 bits: every operand "
@@ -55,17 +56,17 @@ def run(args) -> int:
     if args.unit is None:
         return fail(args, "--unit is required (one of " + ", ".join(UNITS) + ")")
     comb = UNITS[args.unit].kind == "comb"
-    if comb and args.mul is not None:
+    if comb and args.mul is not None and "mul" not in UNITS[args.unit].options:
         stream = "/".join(n for n, u in UNITS.items() if u.kind == "stream")
         return fail(args, f"unit={args.unit!r} takes no mul option (--mul applies to "
-                          f"{stream})")
+                          f"mul/{stream})")
     vectors = VECTORS if args.vectors is None else args.vectors
     t0 = time.perf_counter()
     try:
         sim = rtl_sim.default_simulator() if args.sim is None else rtl_sim.check_simulator(args.sim)
         if comb:
             reports = rtl_sim.verify_unit(args.unit, args.fmt, vectors, sim=sim,
-                                          seed=args.seed)
+                                          seed=args.seed, mul=args.mul or "pam")
         else:
             stats = rtl_sim.verify_matmul(args.fmt, args.acc, vectors, unit=args.unit,
                                           sim=sim, seed=args.seed, mul=args.mul or "pam")
@@ -80,7 +81,8 @@ def run(args) -> int:
         return 3
     wall = time.perf_counter() - t0
     if comb:
-        print(f"pamsim verify --unit {args.unit} --fmt {args.fmt.name} ({sim})")
+        mul = "" if args.mul is None else f" --mul {emu.multiplier(args.mul)}"
+        print(f"pamsim verify --unit {args.unit}{mul} --fmt {args.fmt.name} ({sim})")
         print(f"{'vectors':>10}  {'kind':<12} {'mismatches':>10}  {'simulated':>12}  {'checked':>12}")
         for r in reports:
             print(f"{r['vectors']:>10,}  {r['kind']:<12} {r['mismatches']:>10}  "

@@ -15,8 +15,8 @@ def register(sub):
                    help="operand format, e.g. bf16, float32, e4m3fn")
     p.add_argument("--acc", type=format_arg, help="accumulation format of mac/array (default float32)")
     p.add_argument("--stages", type=positive_int, help="pipeline stages of mac/array, 1-3 (default 2)")
-    p.add_argument("--mul", help="multiplier of mac/array, a name of emu's registry with "
-                                 f"RTL: {'/'.join(_muls())} (default pam)")
+    p.add_argument("--mul", help="multiplier of mul/mac/array, a name of emu's registry: "
+                                 f"{'/'.join(_muls())} (default pam)")
     p.add_argument("--rows", type=positive_int, help="array rows (default 4)")
     p.add_argument("--cols", type=positive_int, help="array columns (default 4)")
     p.add_argument("--name", help="Verilog module name (if not given: from the unit and "

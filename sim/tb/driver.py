@@ -110,8 +110,9 @@ def comb_vectors(unit: str, kind: str):
     Parameters: ``vectors`` (total of corners + boundaries + random, default 100,000),
     ``seed``."""
     p = params()
-    return registry.comb_operands(unit, harness().fmt, kind, int(p.get("vectors", 100_000)),
-                         int(p.get("seed", 0)))
+    h = harness()
+    return registry.comb_operands(unit, h.fmt, kind, int(p.get("vectors", 100_000)),
+                                  int(p.get("seed", 0)), **h.unit_options(unit))
 
 
 def _examples(mask, *columns):
@@ -156,6 +157,8 @@ class CombTB(_SlotTB):
         super().__init__(dut)
         self.unit = unit
         self.fmt = emu.format(self.h.fmt)
+        self.options = self.h.unit_options(unit)           # the mul unit's multiplier
+        self.out_fmt = registry.UNITS[unit].out_format(self.fmt, **self.options)
         self.operands = registry.OPERANDS[:registry.UNITS[self.unit].arity]
         self.ports_in = [[getattr(dut, p) for p in self.h.lane_ports(f"{self.unit}_{o}")]
                          for o in self.operands]
@@ -171,7 +174,8 @@ class CombTB(_SlotTB):
             with np.errstate(all="ignore"):
                 return (a.view(np.float32) + b.view(np.float32)).view(np.uint32)
         op = registry.UNITS[self.unit].golden
-        return emu.to_bits(op(*(emu.from_bits(x, f) for x in operands), f), f)
+        return emu.to_bits(op(*(emu.from_bits(x, f) for x in operands), f, **self.options),
+                           self.out_fmt)
 
     async def apply(self, *operands) -> np.ndarray:
         """Outputs for operand encodings ``operands``: each step fills every slot of
@@ -191,7 +195,7 @@ class CombTB(_SlotTB):
                         ports[lane].value = st[s * K + lane]
                 await self.step()
                 out += [str(p.value) for p in self.ports_y]
-        return unpack(out, [w], C)[0][:n]
+        return unpack(out, [self.out_fmt.width], C)[0][:n]
 
     async def check(self, kind: str, *operands) -> None:
         """Apply ``operands``, compare every output with :meth:`golden`, report, assert."""
@@ -201,11 +205,12 @@ class CombTB(_SlotTB):
         got = await self.apply(*operands)
         t1 = time.perf_counter()
         want = self.golden(*operands)
-        ok = same_encoding(got, want, self.fmt)
+        ok = same_encoding(got, want, self.out_fmt)
         t2 = time.perf_counter()
         n = int(operands[0].size)
-        entry = {"test": f"{self.unit}-{self.fmt.name}-{kind}", "unit": self.unit,
-                 "fmt": self.fmt.name, "kind": kind, "vectors": n,
+        tag = "".join(f"-{v}" for v in self.options.values() if v != "pam")
+        entry = {"test": f"{self.unit}{tag}-{self.fmt.name}-{kind}", "unit": self.unit,
+                 **self.options, "fmt": self.fmt.name, "kind": kind, "vectors": n,
                  "mismatches": int((~ok).sum()), "seconds": t2 - t0, "sim_seconds": t1 - t0,
                  "slots": self.slots,
                  "examples": _examples(ok, *zip(self.operands, operands), ("rtl", got),

@@ -18,7 +18,7 @@ import numpy as np
 import emu
 from rtl import vectors as V
 from sim.tb import driver
-from sim.tb.test_pam_mac import products, special_counts
+from sim.tb.test_pam_mac import folds_as_pam, prefix_results, products, special_counts
 
 FLOWS = {"back_to_back": 0.0, "random_gaps": 0.35}
 
@@ -64,7 +64,10 @@ async def tiles_match_emu(dut, flow):
     ea = np.concatenate([np.repeat(A, C, axis=0).reshape(-1) for A, _ in tiles])
     eb = np.concatenate([np.tile(B.T, (R, 1)).reshape(-1) for _, B in tiles])
     mul = tb.h.mul
-    prefix = driver.prefix_sums(*products(ea, eb, fin, mul), np.repeat(ks, R * C), fin, facc)
+    if folds_as_pam(mul):
+        prefix = driver.prefix_sums(*products(ea, eb, fin, mul), np.repeat(ks, R * C), fin, facc)
+    else:
+        prefix = prefix_results(ea, eb, np.repeat(ks, R * C), fin, facc, mul)
     bad, examples, off = 0, [], 0
     for t, ((A, B), (out, last)) in enumerate(zip(tiles, got)):
         k = A.shape[1]
