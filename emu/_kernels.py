@@ -606,6 +606,32 @@ def float_nb(a, b, fx):
     return fx.nan if nan else res
 
 
+@register_jitable(inline="always")
+def task_span(t, nti, ntj, qt, pt, nq, npan, ia, ib):
+    """Task t of a register-blocked kernel's loop over nout · nti · ntj tasks of ``qt``
+    row blocks and ``pt`` panels: (output batch, A's batch, B's batch, first row block,
+    row blocks, first panel, panels)."""
+    bo, bi, bj = task_index(t, nti, ntj)
+    q0 = bi * qt
+    p0 = bj * pt
+    return bo, ia[bo], ib[bo], q0, min(nq, q0 + qt) - q0, p0, min(npan, p0 + pt) - p0
+
+
+@register_jitable(inline="always")
+def store_tiles(C, bo, tiles, q0, nql, p0, npl):
+    """C[bo] where a task's (npl, nql·QR, PW) tiles of sums fall inside it, every NaN
+    the canonical NaN."""
+    M, N = C.shape[1], C.shape[2]
+    for p in range(npl):
+        for q in range(nql):
+            for r in range(QR):
+                i = (q0 + q) * QR + r
+                if i < M:
+                    for j in range(min(PW, N - (p0 + p) * PW)):
+                        v = tiles[p, q * QR + r, j]
+                        C[bo, i, (p0 + p) * PW + j] = np.float32(np.nan) if v != v else v
+
+
 def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, variants=False):
     """The register-blocked matmul: float32 accumulation for ``sh`` = 0, else the
     SCALED step onto a 23 - sh mantissa-bit grid (``emin``: clamped at that exponent,
@@ -770,14 +796,8 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
         nti = (nq + qt - 1) // qt
         ntj = (npan + pt - 1) // pt
         for t in prange(nout * nti * ntj):
-            bo, bi, bj = task_index(t, nti, ntj)
-            ba = ia[bo]
-            bb = ib[bo]
-            q0 = bi * qt
-            nql = min(nq, q0 + qt) - q0
-            p0 = bj * pt
-            npl = min(npan, p0 + pt) - p0
-            modes = task_modes(sta, stb, ba, bb, q0, nql, bj, ng, fc, mp)
+            bo, ba, bb, q0, nql, p0, npl = task_span(t, nti, ntj, qt, pt, nq, npan, ia, ib)
+            modes = task_modes(sta, stb, ba, bb, q0, nql, (p0 * PW) // NB, ng, fc, mp)
             acc = np.zeros((npl, nql * QR, PW), np.float32)
             accf = acc.reshape(-1)
             af = A[ba].reshape(-1)
@@ -791,14 +811,7 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
                     for q in range(nql):
                         run_tile(acc, accf, p, q, modes, kc0, kc1, A, af, amf, aof, Bp, bpf,
                                  bmf, ba, bb, q0, p0, K, fc, c32, one, vsh, vmask, fx)
-            for p in range(npl):
-                for q in range(nql):
-                    for r in range(QR):
-                        i = (q0 + q) * QR + r
-                        if i < M:
-                            for j in range(min(PW, N - (p0 + p) * PW)):
-                                v = acc[p, q * QR + r, j]
-                                C[bo, i, (p0 + p) * PW + j] = np.float32(np.nan) if v != v else v
+            store_tiles(C, bo, acc, q0, nql, p0, npl)
 
     kernel.run_tile = run_tile
     kernel.task_modes = task_modes

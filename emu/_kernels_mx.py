@@ -55,12 +55,7 @@ def _block_fast(x, out, scales, t, nb, n, inner, block, efc, emax, values, f32c)
     rounded in place (S.quantize's), clamped at max; below it ``(|v| + C) - C`` with
     ``C = 2^23`` quanta, float32's RNE onto the subnormal grid.  A block with a NaN or
     inf takes X.mx_block."""
-    i = np.int64(t) % inner
-    bi = (np.int64(t) // inner) % nb
-    o = np.int64(t) // (inner * nb)
-    j0 = bi * block
-    j1 = min(n, j0 + block)
-    base = o * n * inner + i
+    base, j0, j1 = X.block_span(t, nb, n, inner, block)
     amax = np.uint32(0)
     for j in range(j0, j1):
         amax = max(amax, x[base + j * inner] & np.uint32(S.ABS32))

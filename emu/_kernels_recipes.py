@@ -11,7 +11,6 @@ from . import _scalar_mul as SM
 from . import _kernels as K
 from ._kernels import as_f32, as_i32, pam_sum_nb, twins
 from ._numba_cache import drop_stale, njit_variant
-from ._tiles import task_index
 
 drop_stale(__file__)
 
@@ -224,13 +223,7 @@ def _micro(run_tile, task_modes):
         nti = (nq + qt - 1) // qt
         ntj = (npan + pt - 1) // pt
         for t in prange(nout * nti * ntj):
-            bo, bi, bj = task_index(t, nti, ntj)
-            ba = ia[bo]
-            bb = ib[bo]
-            q0 = bi * qt
-            nql = min(nq, q0 + qt) - q0
-            p0 = bj * pt
-            npl = min(npan, p0 + pt) - p0
+            bo, ba, bb, q0, nql, p0, npl = K.task_span(t, nti, ntj, qt, pt, nq, npan, ia, ib)
             modes = task_modes(sta, stb, ba, bb, q0, nql, (p0 * PW) // NB, ng, fc, mp)
             acc = np.zeros((npl, nql * QR, PW), np.float32)
             out = np.zeros((npl, nql * QR, PW), np.float32)
@@ -252,15 +245,7 @@ def _micro(run_tile, task_modes):
                             if i < M:
                                 fold_row(out[p, q * QR + r], acc[p, q * QR + r], sa[ba, b, i],
                                          sb[bb, b, c0:c0 + nc], nc, pow2, f32c, mps)
-            for p in range(npl):
-                c0 = (p0 + p) * PW
-                for q in range(nql):
-                    for r in range(QR):
-                        i = (q0 + q) * QR + r
-                        if i < M:
-                            for j in range(min(PW, N - c0)):
-                                v = out[p, q * QR + r, j]
-                                C[bo, i, c0 + j] = np.float32(np.nan) if v != v else v
+            K.store_tiles(C, bo, out, q0, nql, p0, npl)
     return kernel
 
 

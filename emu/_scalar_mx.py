@@ -111,17 +111,24 @@ def mx_value(p, code, f32c):
 
 
 @register_jitable
+def block_span(t, nb, n, inner, block):
+    """Block ``t`` of an array viewed as (outer, n, inner), blocks of ``block`` along n
+    (t indexes (outer, nb, inner) in C order): the flat index of its element j is
+    ``base + j · inner`` for j in [j0, j1)."""
+    i = np.int64(t) % inner
+    bi = (np.int64(t) // inner) % nb
+    o = np.int64(t) // (inner * nb)
+    j0 = bi * block
+    return o * n * inner + i, j0, min(n, j0 + block)
+
+
+@register_jitable
 def mx_block(x, out, scales, t, nb, n, inner, block, efc, emax, int8, values, f32c):
     """Block ``t`` of an array viewed as (outer, n, inner), blocks of ``block`` along n:
     t indexes (outer, nb, inner) in C order, which is also the scale's flat index.
     ``x``/``out`` are flat float32 patterns; writes the elements (``values``: the
     dequantized values P · 2^s instead, and no scale) and the scale code."""
-    i = np.int64(t) % inner
-    bi = (np.int64(t) // inner) % nb
-    o = np.int64(t) // (inner * nb)
-    j0 = bi * block
-    j1 = min(n, j0 + block)
-    base = o * n * inner + i
+    base, j0, j1 = block_span(t, nb, n, inner, block)
     amax = np.int64(0)
     for j in range(j0, j1):
         a = np.int64(x[base + j * inner]) & S.ABS32
