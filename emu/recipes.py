@@ -717,7 +717,6 @@ def _blocked(ea, eb, sa, sb, kb: int, pow2: bool, acc: Format, m: Multiplier, mf
     if exact:
         if not exact_ok(a, b, mf):
             return None
-        bp, bm = b, b
     else:
         nz_a, nz_b = ua[ua > 0], ub[ub > 0]
         if nz_a.size and nz_b.size:
@@ -725,8 +724,6 @@ def _blocked(ea, eb, sa, sb, kb: int, pow2: bool, acc: Format, m: Multiplier, mf
             hi = int(nz_a.max()) + int(nz_b.max()) - ONE32 + int(mp.c32)
             if lo < float32.consts.minnorm32 or hi > float32.consts.max32:
                 return None
-        bp = (b.astype(np.int64) - ONE32 + int(mp.c32)).astype(np.int32)
-        bm = np.where(ub != 0, np.int32(-1), np.int32(0))
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     nb = K // kb
@@ -753,6 +750,9 @@ def _blocked(ea, eb, sa, sb, kb: int, pow2: bool, acc: Format, m: Multiplier, mf
                        SM.MulParams(SM.SUM, mp.c32, KB.NO_TABLE, 0), KB.float_consts(fc),
                        KB.NO_OFFSETS, sa3, sb3, kb, pow2, fc, m.params(float32))
         return out.reshape(tuple(batch) + (M, N))
+    # BLOCKED_F32's B: packed for the pattern sum, with its zero mask (exact: b itself)
+    bp = b if exact else (b.astype(np.int64) - ONE32 + int(mp.c32)).astype(np.int32)
+    bm = b if exact else np.where(ub != 0, np.int32(-1), np.int32(0))
     _pick(*(BLOCKED_F32[par] for par in (True, False)), out)(
         a.reshape(-1, M, K), bp.reshape(-1, K, N), bm.reshape(-1, K, N), sa3, sb3, ia, ib,
         out, kb, exact, pow2, float32.consts, m.params(float32))
