@@ -23,7 +23,13 @@ emu/device.py.
 from __future__ import annotations
 
 import numpy as np
-from numba import config, cuda
+
+# numba-cuda <= 0.30 registers an overload for np.row_stack at its first compile;
+# numpy 2.5 removed that alias of np.vstack
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+
+from numba import config, cuda  # noqa: E402
 from numba.extending import register_jitable
 
 from . import _scalar as S

@@ -9,7 +9,8 @@ import math
 import numpy as np
 
 from . import _scalar_mul as SM
-from .device import DeviceCall, c_contiguous, flat_view, is_device_array, is_scalar, swap
+from .device import (DeviceCall, c_contiguous, flat_view, is_device_array, is_scalar, ravel,
+                     swap)
 from .formats import float32
 from .shapes import batch_index, contract_layout, matmul_grad_shapes, matmul_shapes
 
@@ -75,7 +76,7 @@ class CudaBackend(DeviceCall):
                                 flat_view(out, n), flag)
                 else:
                     src = bits if c_contiguous(bits) else self.flat(bits, plan.shape, np.int64)
-                    self.launch(self.K.from_bits, n, src.reshape(n), flat_view(out, n),
+                    self.launch(self.K.from_bits, n, ravel(self.K.SIM, src), flat_view(out, n),
                                 plan.fc, flag)
                 bad = flag.copy_to_host(stream=self.stream)     # asynchronous on a stream
                 if hasattr(self.stream, "synchronize"):
@@ -196,7 +197,7 @@ class CudaBackend(DeviceCall):
             sres, scales = self.empty(plan.scales if not values else (1,), np.uint8)
             n = math.prod(plan.shape)
             self.launch(self.K.mx_quantize, plan.ntask, self.flat(x, plan.shape),
-                        flat_view(out, n), _flat_u8(scales), plan.ntask, plan.nb, plan.n,
+                        flat_view(out, n), ravel(self.K.SIM, scales), plan.ntask, plan.nb, plan.n,
                         plan.inner, plan.block, plan.efc, plan.emax, plan.int8, values,
                         float32.consts)
             return res if values else (res, sres)
@@ -274,19 +275,18 @@ class CudaBackend(DeviceCall):
         return out.reshape(xs)
 
     def _rounded(self, x, fc):
-        """Flat uint32 patterns of a contiguous float32 array rounded to fmt (RNE)."""
+        """Flat uint32 patterns of a float32 array (any strides) rounded to fmt (RNE)."""
         n = math.prod(x.shape)
         _, out = self.empty((max(n, 1),), np.uint32)
-        self.launch(self.K.quantize, n, flat_view(x, n), out, fc, self.K.S.RNE, True, False, 0)
+        # x may be a transposed view: flat() gathers it (a reshape would misread it)
+        self.launch(self.K.quantize, n, self.flat(x, tuple(x.shape)), out, fc, self.K.S.RNE,
+                    True, False, 0)
         return out
 
 
 _NO_TABLE = np.zeros(1, np.int64)
 
 
-def _flat_u8(x):
-    """A contiguous uint8 Numba array as a flat view."""
-    return x.reshape(math.prod(x.shape)) if x.ndim != 1 else x
 
 
 def _batch_terms(own_shape, own_strides, batch, nterms):

@@ -219,7 +219,7 @@ class DeviceCall:
         patterns for float32): in place when possible, else gathered on the device."""
         n = math.prod(shape)
         if x.dtype == dtype and tuple(x.shape) == tuple(shape) and c_contiguous(x):
-            v = x.reshape(n) if x.ndim != 1 else x
+            v = ravel(self.K.SIM, x)
             return v.view(np.uint32) if dtype == np.float32 else v
         _, out = self.empty((n,), dtype)
         if n:
@@ -319,8 +319,16 @@ def c_contiguous(x) -> bool:
 
 def flat_view(out, n):
     """A contiguous float32 (or uint32) output as flat uint32 patterns."""
+    # NumPy's reshape (the simulator) copies a strided array; Numba's misreads or refuses it
+    assert c_contiguous(out), f"flat_view of a strided array: {out.shape} {out.strides}"
     v = out.reshape(n) if out.ndim != 1 else out
     return v.view(np.uint32)
+
+
+def ravel(sim, x):
+    """A C-contiguous x as a 1-D view (not reshape: Numba's refuses the 0 strides that
+    size-1 axes may have)."""
+    return x if x.ndim == 1 else restride(sim, x, (math.prod(x.shape),), (x.dtype.itemsize,))
 
 
 def restride(sim, x, shape, strides):
