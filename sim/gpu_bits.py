@@ -189,6 +189,8 @@ def matmuls(log, deadline, rng, formats):
         for acc in ACCS:
             for mul in emu.MULTIPLIERS:
                 for m, k, n in shapes[:: max(1, len(emu.MULTIPLIERS) // 3)]:
+                    if time.time() > deadline:      # per case: a case compiles kernels
+                        return
                     A = specials(rng.standard_normal((m, k)).astype(np.float32), rng, fmt)
                     B = specials(rng.standard_normal((k, n)).astype(np.float32), rng, fmt)
                     G = rng.standard_normal((m, n)).astype(np.float32)
@@ -201,8 +203,6 @@ def matmuls(log, deadline, rng, formats):
                                     lambda: emu.grad.matmul(A, B, G, fmt, acc, kind, mul=mul),
                                     lambda: emu.grad.matmul(dev(A), dev(B), dev(G), fmt, acc,
                                                             kind, mul=mul))
-            if time.time() > deadline:
-                return
 
 
 def operands(fmt, rng, n):
