@@ -203,15 +203,21 @@ KC = 256        # k per pass: a panel slice (KC * PW * 4 bytes) stays in L1 acro
 MT = {8: np.uint8, 16: np.uint16}[W]      # one lane mask
 _M_ALL = MT((1 << W) - 1)
 _MASK_A, _MASK_B, _MASK_AB = 4, 5, 6      # MASKED, by which operand holds the zeros
+# GENERAL blocks of finite operands, vectorised (matmul_blocked): a FLUSH product, or
+# FLUSH_OVF where a product may overflow; + 1 mask_a, + 2 mask_b, + 3 both
+_FLUSH, _FLUSH_OVF = 7, 11
 # the micro-kernel's product: the pattern sum a + (b - ONE32 + c32) (PAM, L-Mul, offsets);
 # the float32 product (the ``exact`` multiplier, where it is exact: the step is then its
 # fused multiply-add); or that product rounded in place onto fmt's grid (``float``)
 ADD, FMUL, FMUL_ROUND, CARRY = 0, 1, 2, 3
+# the micro-kernel's FLUSH product (ADD): products below min normal are ±0; FLUSH_OVF: and
+# products above max overflow
+FLUSH, FLUSH_OVF = 1, 2
 _F32C = float32.consts      # FMUL's GENERAL step: S.fp_fma into float32
 
 
 def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod=ADD, psh=0,
-                  variants=False):
+                  variants=False, flush=0):
     """``acc[r, :] += A[r, k] ·̂ B[k, :]`` for QR rows, PW columns and k = 0..nk-1 in
     increasing order, the accumulators in vector registers (LLVM IR, so the block is
     register-allocated as written).  Masked-off products are not added.  ``sh`` > 0:
@@ -229,7 +235,12 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
     ``m`` the QR x PW tile of mantissas at ``xm_off`` in ``xm``, emu/_kernels_grad.py);
     ``variants``: each row's B entries come from the
     packed variant its A entry names (``ao``: element offsets, a table's row per a: the
-    corrected-PAM products).  The preconditions are the caller's."""
+    corrected-PAM products).  ``flush`` (ADD, float32 accumulation), FLUSH or FLUSH_OVF:
+    S.pam_sum's flush (and overflow) for finite operands whose pattern sums stay in [0,
+    2^31): a product whose magnitude pattern is below fmt's min normal is ±0 (not added;
+    the accumulator is never -0), (FLUSH_OVF) above its max the overflow pattern with
+    the product's sign; ``xm`` at ``xm_off`` holds min normal, max and the overflow
+    pattern.  The preconditions are the caller's."""
     i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
     vi, vf, vm = ir.VectorType(i32, W), ir.VectorType(f32, W), ir.VectorType(ir.IntType(1), W)
     mt = ir.IntType(W)
@@ -263,6 +274,15 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
             ap, amp = base(6, 9, i32), base(7, 9, mt)
             aop = base(8, 9, i32) if variants else None
             a_stride, nk = as_i64(10), as_i64(11)
+            def splat(x):
+                one = builder.insert_element(ir.Constant(vi, ir.Undefined), x,
+                                             ir.Constant(i32, 0))
+                return builder.shuffle_vector(one, ir.Constant(vi, ir.Undefined),
+                                              ir.Constant(vi, [0] * W))
+
+            if flush:               # fmt's min normal, max and overflow: loop-invariant
+                flp = base(12, 13, i32)
+                fmn, fmx, fovf = (splat(builder.load(at(flp, i))) for i in range(3))
             if prod == CARRY:       # the mantissa tile: loop-invariant
                 cfma = builder.module.declare_intrinsic(
                     f"llvm.fma.v{W}f32", (), ir.FunctionType(vf, [vf, vf, vf]))
@@ -329,7 +349,16 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                                            align=4) for v in range(NV)]
                     for v in range(NV):
                         s = accs[r * NV + v]
-                        if prod == ADD:
+                        if prod == ADD and flush:
+                            yi = builder.add(bs[v], av)     # sign | magnitude: no wrap
+                            mag = builder.and_(yi, vec(S.ABS32, vi))
+                            if flush == FLUSH_OVF:
+                                ovf = builder.or_(builder.and_(
+                                    yi, vec(S.SIGN32 - (1 << 32), vi)), fovf)
+                                yi = builder.select(builder.icmp_signed(">", mag, fmx), ovf, yi)
+                            y = builder.bitcast(yi, vf)
+                            kept = builder.icmp_signed(">=", mag, fmn)  # else ±0: s stays
+                        elif prod == ADD:
                             y = builder.bitcast(builder.add(bs[v], av), vf)
                         elif prod == CARRY:     # y = ±2^(E_b + carry), the term a·y
                             y = builder.bitcast(builder.and_(
@@ -383,6 +412,8 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                                                     vec(negzero - (1 << 32), vi))
                                 r0 = builder.bitcast(builder.or_(builder.bitcast(r0, vi), sign), vf)
                             t = r0
+                        if flush:
+                            t = builder.select(kept, t, s)
                         if mask_a and mask_b:
                             t = builder.select(builder.and_(ma, mb[v]), t, s)
                         elif mask_a or mask_b:
@@ -439,6 +470,12 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
         return sig, codegen
 
     return kernel
+
+
+@register_jitable
+def flush_consts(fc):
+    """fmt's min normal, max and overflow patterns for the FLUSH micro-kernels."""
+    return np.array((fc.minnorm32, fc.max32, fc.ovf32), np.int32)
 
 
 @register_jitable
@@ -655,21 +692,41 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
     mk_clean, mk_mask_a, mk_mask_b, mk_mask_ab = (
         _micro_kernel(ma, mb, sh, sticky, emin, negzero, prod, psh, variants)
         for ma, mb in ((False, False), (True, False), (False, True), (True, True)))
+    # FLUSH: a ±0 product leaves a float32 accumulator (never -0) unchanged
+    flushes = prod == ADD and sh == 0 and not sticky
+    mk_fl, mk_fl_a, mk_fl_b, mk_fl_ab, mk_ov, mk_ov_a, mk_ov_b, mk_ov_ab = (
+        _micro_kernel(ma, mb, sh, sticky, emin, negzero, prod, psh, variants,
+                      fl if flushes else 0)
+        for fl in (FLUSH, FLUSH_OVF)
+        for ma, mb in ((False, False), (True, False), (False, True), (True, True)))
     f32c = _F32C
     # FMUL_ROUND's SCALED rounding needs |product| 2^psh below float32's overflow
     top = ((126 - psh) + 127) << 23 if psh >= 13 else S.INF32
 
     @register_jitable
-    def mode_of(sa, sb, fc, mp):
-        """The block's mode for this kernel's product."""
-        if prod == FMUL:
-            return GENERAL if sa[1] >= S.INF32 or sb[1] >= S.INF32 else CLEAN
+    def const_range(fc, mp):
+        """(lo, hi): the product lies between the pattern sums with these constants."""
         lo = hi = np.int64(mp.c32)
         if prod == FMUL_ROUND:      # the product is at least PAM's, below twice it
             lo, hi = 0, (1 << 23) + max(0, fc.max32 - top)
         elif variants:
             lo, hi = lo + mp.table.min(), hi + mp.table.max()
-        return tile_mode_range(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc, lo, hi)
+        return lo, hi
+
+    @register_jitable
+    def mode_of(sa, sb, fc, lo, hi):
+        """The block's mode for this kernel's product (``lo``, ``hi``: const_range)."""
+        if prod == FMUL:
+            return GENERAL if sa[1] >= S.INF32 or sb[1] >= S.INF32 else CLEAN
+        m = tile_mode_range(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc, lo, hi)
+        if m == MASKED:
+            return _MASK_AB if sa[2] and sb[2] else (_MASK_A if sa[2] else _MASK_B)
+        if (m == GENERAL and flushes and sa[1] < S.INF32 and sb[1] < S.INF32
+                and sa[0] + sb[0] - S.ONE32 + lo >= 0 and sa[1] + sb[1] - S.ONE32 + hi < 1 << 31):
+            # finite operands whose pattern sums do not wrap: FLUSH(_OVF)
+            return ((_FLUSH_OVF if sa[1] + sb[1] - S.ONE32 + hi > fc.max32 else _FLUSH)
+                    + (1 if sa[2] else 0) + (2 if sb[2] else 0))
+        return m
 
     @register_jitable
     def general(acc, a, b, fc, c32, fx):
@@ -711,11 +768,12 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
 
     @register_jitable(inline="always")       # as written in the loop: no call per tile
     def run_tile(acc, accf, p, q, modes, kc0, kc1, A, af, amf, aof, Bp, bpf, bmf, ba, bb, q0,
-                 p0, K, fc, c32, one, vsh, vmask, fx):
+                 p0, K, fc, c32, one, vsh, vmask, fx, flc):
         """acc[p, q·QR:(q+1)·QR] (one QR x PW tile of the task's accumulators; ``accf`` its
         flat view, ``af``/``amf``/``aof`` A's batch's, ``bpf``/``bmf`` panel p's) after
         the products of k in [kc0, kc1), kc0 a multiple of KG: each run of groups in one
-        mode one micro-kernel call, GENERAL blocks the scalar step."""
+        mode one micro-kernel call, GENERAL blocks the scalar step; ``flc``:
+        flush_consts(fc) for the FLUSH modes."""
         off = (p * (acc.shape[1] // QR) + q) * QR * PW
         g = kc0 // KG
         while g * KG < kc1:
@@ -736,6 +794,22 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
             elif m == _MASK_AB:
                 mk_mask_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof,
                            0)
+            elif m == _FLUSH:
+                mk_fl(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, flc, 0)
+            elif m == _FLUSH + 1:
+                mk_fl_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, flc, 0)
+            elif m == _FLUSH + 2:
+                mk_fl_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, flc, 0)
+            elif m == _FLUSH + 3:
+                mk_fl_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, flc, 0)
+            elif m == _FLUSH_OVF:
+                mk_ov(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, flc, 0)
+            elif m == _FLUSH_OVF + 1:
+                mk_ov_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, flc, 0)
+            elif m == _FLUSH_OVF + 2:
+                mk_ov_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, flc, 0)
+            elif m == _FLUSH_OVF + 3:
+                mk_ov_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, flc, 0)
             elif m == GENERAL:
                 for r in range(QR):
                     a_row = A[ba, (q0 + q) * QR + r]
@@ -756,14 +830,10 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
     def task_modes(sta, stb, ba, bb, q0, nql, bj, ng, fc, mp):
         """modes[q, g] of a task's (row block, k group) blocks against column block bj."""
         modes = np.empty((nql, ng), np.int8)
+        lo, hi = const_range(fc, mp)
         for q in range(nql):
             for g in range(ng):
-                sa = sta[ba, q0 + q, g]
-                sb = stb[bb, bj, g]
-                m = mode_of(sa, sb, fc, mp)
-                if m == MASKED:
-                    m = _MASK_AB if sa[2] and sb[2] else (_MASK_A if sa[2] else _MASK_B)
-                modes[q, g] = m
+                modes[q, g] = mode_of(sta[ba, q0 + q, g], stb[bb, bj, g], fc, lo, hi)
         return modes
 
     # the lanes are in the key too: an index entry written by a process with another
@@ -793,6 +863,7 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
         one = S.ONE32 - c32                 # Bp[..., -1, ...] + one is b
         vsh = np.int32(23 - mp.k)           # variants: a's top k mantissa bits
         vmask = np.int32((1 << mp.k) - 1)
+        flc = flush_consts(fc)
         nti = (nq + qt - 1) // qt
         ntj = (npan + pt - 1) // pt
         for t in prange(nout * nti * ntj):
@@ -810,7 +881,7 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
                     bmf = Bm[bb, p0 + p].reshape(-1)
                     for q in range(nql):
                         run_tile(acc, accf, p, q, modes, kc0, kc1, A, af, amf, aof, Bp, bpf,
-                                 bmf, ba, bb, q0, p0, K, fc, c32, one, vsh, vmask, fx)
+                                 bmf, ba, bb, q0, p0, K, fc, c32, one, vsh, vmask, fx, flc)
             store_tiles(C, bo, acc, q0, nql, p0, npl)
 
     kernel.run_tile = run_tile

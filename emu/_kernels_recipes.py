@@ -222,6 +222,7 @@ def _micro(run_tile, task_modes):
         one = S.ONE32 - c32
         nti = (nq + qt - 1) // qt
         ntj = (npan + pt - 1) // pt
+        flc = K.flush_consts(fc)
         for t in prange(nout * nti * ntj):
             bo, ba, bb, q0, nql, p0, npl = K.task_span(t, nti, ntj, qt, pt, nq, npan, ia, ib)
             modes = task_modes(sta, stb, ba, bb, q0, nql, (p0 * PW) // NB, ng, fc, mp)
@@ -239,7 +240,7 @@ def _micro(run_tile, task_modes):
                     for q in range(nql):
                         acc[p, q * QR:(q + 1) * QR] = 0
                         run_tile(acc, accf, p, q, modes, b * kb, (b + 1) * kb, A, af, amf, af,
-                                 Bp, bpf, bmf, ba, bb, q0, p0, Kd, fc, c32, one, 0, 0, fx)
+                                 Bp, bpf, bmf, ba, bb, q0, p0, Kd, fc, c32, one, 0, 0, fx, flc)
                         for r in range(QR):
                             i = (q0 + q) * QR + r
                             if i < M:

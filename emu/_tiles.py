@@ -17,6 +17,9 @@ MASKED  as CLEAN, but zero/subnormal operands occur: their products are ±0 (DAZ
 SKIP    one tile holds only zeros/subnormals and neither holds inf/NaN: every product
         is ±0, which leaves the accumulator unchanged (same argument): skip the block.
 GENERAL anything else (inf, NaN, flush or overflow possible): S.pam_sum per product.
+        The CPU's float32-accumulator kernel runs a GENERAL block of finite operands
+        whose pattern sums cannot wrap as its vectorised FLUSH (or FLUSH_OVF) mode
+        (emu/_kernels.py matmul_blocked).
 """
 import numpy as np
 from numba.extending import register_jitable

@@ -90,6 +90,35 @@ def test_constant_multipliers_take_the_fast_kernels(mul, fmt, case, rng):
                       what=f"{mul} {fmt} {case}")
 
 
+def test_finite_general_blocks_take_the_flush_micro_kernels(rng):
+    """GENERAL blocks of finite fp8 operands (products that flush, or may overflow) run
+    the vectorised FLUSH micro-kernels, not the scalar step; blocks with inf/NaN stay
+    GENERAL.  Their bits are the fold's (test_constant_multipliers_take_the_fast_kernels)."""
+    from emu import _kernels as K
+    from emu import _scalar_mul as SM
+    from test_matmul_acc import tiled
+
+    def modes(case, fmt):
+        A, B = tiled(case, rng, fmt)
+        f = emu.format(fmt)
+        a3 = emu.to_bits(emu.quantize(A, f), "float32").view(np.int32)[None]
+        b3 = emu.to_bits(emu.quantize(B, f), "float32").view(np.int32)[None]
+        a3 = np.concatenate([a3, np.zeros((1, -a3.shape[1] % K.QR, a3.shape[2]), np.int32)], 1)
+        _, sta = K.matmul_prepare_a(a3, f.consts)
+        _, _, stb = K.matmul_prepare_b(b3, f.consts, 0, K.NO_TABLE, 0)
+        ng = sta.shape[2]
+        mp = SM.MulParams(SM.SUM, 0, K.NO_TABLE, 0)
+        return {int(m) for bj in range(stb.shape[1]) for m in K.matmul_f32acc.task_modes(
+            sta, stb, 0, 0, 0, sta.shape[1], bj, ng, f.consts, mp).ravel()}
+
+    fl = set(range(K._FLUSH, K._FLUSH + 4))
+    ov = set(range(K._FLUSH_OVF, K._FLUSH_OVF + 4))
+    dense = modes("dense", "float8_e4m3fn")
+    assert dense & fl and K.GENERAL not in dense, dense
+    specials = modes("specials", "float8_e4m3fn")     # f.max rows: products may overflow
+    assert specials & ov and K.GENERAL in specials, specials     # and the NaN's blocks
+
+
 @pytest.mark.parametrize("mul", ["exact", "float", "cpam2-unbiased", "cpam1:0,1,-1,0"])
 @pytest.mark.parametrize("fmt", ["bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"])
 @pytest.mark.parametrize("case", ["dense", "zeros", "specials", "tiny", "huge"])
