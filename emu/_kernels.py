@@ -217,7 +217,7 @@ _F32C = float32.consts      # FMUL's GENERAL step: S.fp_fma into float32
 
 
 def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod=ADD, psh=0,
-                  variants=False, flush=0):
+                  variants=False, flush=0, rows=QR):
     """``acc[r, :] += A[r, k] ·̂ B[k, :]`` for QR rows, PW columns and k = 0..nk-1 in
     increasing order, the accumulators in vector registers (LLVM IR, so the block is
     register-allocated as written).  Masked-off products are not added.  ``sh`` > 0:
@@ -240,7 +240,8 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
     2^31): a product whose magnitude pattern is below fmt's min normal is ±0 (not added;
     the accumulator is never -0), (FLUSH_OVF) above its max the overflow pattern with
     the product's sign; ``xm`` at ``xm_off`` holds min normal, max and the overflow
-    pattern.  The preconditions are the caller's."""
+    pattern.  ``rows``: the rows of one call, QR or fewer (CARRY's mantissa tile takes as
+    many registers as the accumulators).  The preconditions are the caller's."""
     i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
     vi, vf, vm = ir.VectorType(i32, W), ir.VectorType(f32, W), ir.VectorType(ir.IntType(1), W)
     mt = ir.IntType(W)
@@ -288,10 +289,10 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                     f"llvm.fma.v{W}f32", (), ir.FunctionType(vf, [vf, vf, vf]))
                 xmp = base(12, 13, i32)
                 xms = [builder.load(at(xmp, r * PW + v * W, vi), align=4)
-                       for r in range(QR) for v in range(NV)]
-            ptrs = [at(accp, r * PW + v * W, vf) for r in range(QR) for v in range(NV)]
+                       for r in range(rows) for v in range(NV)]
+            ptrs = [at(accp, r * PW + v * W, vf) for r in range(rows) for v in range(NV)]
             init = [builder.load(p, align=4) for p in ptrs]
-            rows = [builder.mul(a_stride, ir.Constant(i64, r)) for r in range(QR)]
+            offs = [builder.mul(a_stride, ir.Constant(i64, r)) for r in range(rows)]
             if sh > 0 and not sticky:
                 fmuladd = builder.module.declare_intrinsic(
                     f"llvm.fmuladd.v{W}f32", (), ir.FunctionType(vf, [vf, vf, vf]))
@@ -336,8 +337,8 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                 mb = [builder.bitcast(builder.load(at(bmp, builder.add(km, ir.Constant(i64, v)))),
                                       vm) for v in range(NV)] if mask_b else None
                 new = []
-                for r in range(QR):
-                    kr = builder.add(rows[r], k)
+                for r in range(rows):
+                    kr = builder.add(offs[r], k)
                     one = builder.insert_element(ir.Constant(vi, ir.Undefined),
                                                  builder.load(at(ap, kr)), ir.Constant(i32, 0))
                     av = builder.shuffle_vector(one, ir.Constant(vi, ir.Undefined),

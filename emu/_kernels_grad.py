@@ -422,7 +422,9 @@ def _make_grad_blocked():
     MASKED where zeros occur (their ±0 terms are skipped: the float32 accumulator is
     never -0), SKIP without normal operands; where x's rows hold a NaN, or a term may
     leave the normal range, each term takes the scalar definition."""
-    mks = {(ma, mb): K._micro_kernel(ma, mb, prod=K.CARRY)
+    # half tiles: the mantissa tile and the accumulators together fill the registers
+    H = K.QR // 2
+    mks = {(ma, mb): K._micro_kernel(ma, mb, prod=K.CARRY, rows=H)
            for ma in (False, True) for mb in (False, True)}
     mk_clean, mk_a, mk_b, mk_ab = mks[False, False], mks[True, False], mks[False, True], \
         mks[True, True]
@@ -482,19 +484,23 @@ def _make_grad_blocked():
                             ka = gi * KG
                             nk = min(kc1, g1 * KG) - ka
                             ao = (q0 + q) * QR * R + ka
-                            if m == CLEAN:
-                                mk_clean(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, amf, ao,
-                                         R, nk, xf, xo)
-                            elif m == K._MASK_A:
-                                mk_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, amf, ao, R,
-                                     nk, xf, xo)
-                            elif m == K._MASK_B:
-                                mk_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, amf, ao, R,
-                                     nk, xf, xo)
-                            elif m == K._MASK_AB:
-                                mk_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, amf, ao, R,
-                                      nk, xf, xo)
-                            elif m == GENERAL:
+                            if m != GENERAL:
+                                for h in range(0, QR, H):
+                                    ho, ha = off + h * PW, ao + h * R
+                                    hx = xo + h * PW
+                                    if m == CLEAN:
+                                        mk_clean(accf, ho, bpf, ka * PW, bmf, ka * NV, af, amf, amf,
+                                                 ha, R, nk, xf, hx)
+                                    elif m == K._MASK_A:
+                                        mk_a(accf, ho, bpf, ka * PW, bmf, ka * NV, af, amf, amf, ha,
+                                             R, nk, xf, hx)
+                                    elif m == K._MASK_B:
+                                        mk_b(accf, ho, bpf, ka * PW, bmf, ka * NV, af, amf, amf, ha,
+                                             R, nk, xf, hx)
+                                    elif m == K._MASK_AB:
+                                        mk_ab(accf, ho, bpf, ka * PW, bmf, ka * NV, af, amf, amf,
+                                              ha, R, nk, xf, hx)
+                            else:
                                 for r in range(QR):
                                     i = (q0 + q) * QR + r
                                     if i >= P:
@@ -523,10 +529,10 @@ def _make_grad_blocked():
         """The operands prepared here, in whatever layout they come (δYᵀ and Bᵀ are
         transposed views), so that the kernel below compiles once, for C arrays."""
         P = g.shape[1]
-        gp = _rows_padded(g, (P + QR - 1) // QR * QR)
+        gp = g if g.flags.c_contiguous and P % QR == 0 else _rows_padded(g, -(-P // QR) * QR)
         Am, sta = K.matmul_prepare_a(gp, fc)
         Bp, Bm, stb = K.matmul_prepare_b(w, fc, S.ONE32, K.NO_TABLE, 0)    # w itself
-        x = np.ascontiguousarray(x)
+        x = x if x.flags.c_contiguous else _rows_padded(x, P)     # tiled: faster than numpy
         xm, xnan = _x_mantissas(x, fc)
         return kernel(gp, Am, sta, Bp, Bm, stb, x, xnan, _x_tiles(xm, gp.shape[1], Bp.shape[1]),
                       ix, iw, fc, P)
