@@ -239,8 +239,9 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
     S.pam_sum's flush (and overflow) for finite operands whose pattern sums stay in [0,
     2^31): a product whose magnitude pattern is below fmt's min normal is ±0 (not added;
     the accumulator is never -0), (FLUSH_OVF) above its max the overflow pattern with
-    the product's sign; ``xm`` at ``xm_off`` holds min normal, max and the overflow
-    pattern.  ``rows``: the rows of one call, QR or fewer (CARRY's mantissa tile takes as
+    the product's sign; ``fl`` holds min normal, max and the overflow pattern (read
+    only with ``flush``); CARRY with ``flush``: the same for its term g·y, exact in
+    float32 (the caller's blocks keep it normal there).  ``rows``: the rows of one call, QR or fewer (CARRY's mantissa tile takes as
     many registers as the accumulators).  The preconditions are the caller's."""
     i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
     vi, vf, vm = ir.VectorType(i32, W), ir.VectorType(f32, W), ir.VectorType(ir.IntType(1), W)
@@ -249,13 +250,13 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
 
     @intrinsic
     def kernel(typingctx, acc, acc_off, bp, b_off, bm, bm_off, a, am, ao, a_off, a_stride, nk,
-               xm, xm_off):
-        """acc/bp/bm/a/am/ao/xm: 1-D arrays; *_off: element offsets of the block's first
-        entry (acc and xm: QR rows of PW; bp: nk rows of PW; bm: nk rows of NV masks;
-        a/am/ao: QR rows of stride a_stride; ao read only with ``variants``, xm only
-        with CARRY)."""
+               xm, xm_off, fl):
+        """acc/bp/bm/a/am/ao/xm/fl: 1-D arrays; *_off: element offsets of the block's
+        first entry (acc and xm: QR rows of PW; bp: nk rows of PW; bm: nk rows of NV
+        masks; a/am/ao: QR rows of stride a_stride; ao read only with ``variants``, xm
+        only with CARRY, fl only with ``flush``)."""
         sig = types.void(acc, acc_off, bp, b_off, bm, bm_off, a, am, ao, a_off, a_stride, nk,
-                         xm, xm_off)
+                         xm, xm_off, fl)
 
         def codegen(context, builder, signature, args):
             ta = signature.args
@@ -282,7 +283,8 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                                               ir.Constant(vi, [0] * W))
 
             if flush:               # fmt's min normal, max and overflow: loop-invariant
-                flp = base(12, 13, i32)
+                flp = builder.bitcast(context.make_array(ta[14])(context, builder, args[14]).data,
+                                      i32.as_pointer())
                 fmn, fmx, fovf = (splat(builder.load(at(flp, i))) for i in range(3))
             if prod == CARRY:       # the mantissa tile: loop-invariant
                 cfma = builder.module.declare_intrinsic(
@@ -377,9 +379,22 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                             lsb = builder.and_(builder.lshr(yv, vec(psh, vi)), vec(1, vi))
                             y = builder.bitcast(builder.and_(builder.add(builder.add(
                                 yv, vec(lowp >> 1, vi)), lsb), vec(~lowp, vi)), vf)
-                        # CARRY: a·y is exact, so one fused rounding is the add's
-                        t = builder.call(cfma, [builder.bitcast(av, vf), y, s]) \
-                            if prod == CARRY else builder.fadd(s, y)
+                        if prod == CARRY and flush:
+                            # the term a·y, exact and normal in float32, flushed or
+                            # overflowed in fmt like a PAM product
+                            yi = builder.bitcast(builder.fmul(builder.bitcast(av, vf), y), vi)
+                            mag = builder.and_(yi, vec(S.ABS32, vi))
+                            if flush == FLUSH_OVF:
+                                ovf = builder.or_(builder.and_(
+                                    yi, vec(S.SIGN32 - (1 << 32), vi)), fovf)
+                                yi = builder.select(builder.icmp_signed(">", mag, fmx), ovf, yi)
+                            kept = builder.icmp_signed(">=", mag, fmn)
+                            t = builder.fadd(s, builder.bitcast(yi, vf))
+                        elif prod == CARRY:
+                            # a·y is exact, so one fused rounding is the add's
+                            t = builder.call(cfma, [builder.bitcast(av, vf), y, s])
+                        else:
+                            t = builder.fadd(s, y)
                         if sticky:  # round-to-odd: to the odd neighbour on 2Sum's error's side
                             bb = builder.fsub(t, s)
                             err = builder.fadd(builder.fsub(s, builder.fsub(t, bb)),
@@ -787,30 +802,30 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
             nk = min(kc1, g1 * KG) - ka
             ao = (q0 + q) * QR * K + ka
             if m == CLEAN:
-                mk_clean(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0)
+                mk_clean(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
             elif m == _MASK_A:
-                mk_mask_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0)
+                mk_mask_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
             elif m == _MASK_B:
-                mk_mask_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0)
+                mk_mask_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
             elif m == _MASK_AB:
                 mk_mask_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof,
-                           0)
+                           0, flc)
             elif m == _FLUSH:
-                mk_fl(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, flc, 0)
+                mk_fl(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
             elif m == _FLUSH + 1:
-                mk_fl_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, flc, 0)
+                mk_fl_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
             elif m == _FLUSH + 2:
-                mk_fl_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, flc, 0)
+                mk_fl_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
             elif m == _FLUSH + 3:
-                mk_fl_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, flc, 0)
+                mk_fl_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
             elif m == _FLUSH_OVF:
-                mk_ov(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, flc, 0)
+                mk_ov(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
             elif m == _FLUSH_OVF + 1:
-                mk_ov_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, flc, 0)
+                mk_ov_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
             elif m == _FLUSH_OVF + 2:
-                mk_ov_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, flc, 0)
+                mk_ov_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
             elif m == _FLUSH_OVF + 3:
-                mk_ov_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, flc, 0)
+                mk_ov_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
             elif m == GENERAL:
                 for r in range(QR):
                     a_row = A[ba, (q0 + q) * QR + r]

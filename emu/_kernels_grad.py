@@ -421,13 +421,16 @@ def _make_grad_blocked():
     2^(E_w + 1) finite),
     MASKED where zeros occur (their ±0 terms are skipped: the float32 accumulator is
     never -0), SKIP without normal operands; where x's rows hold a NaN, or a term may
-    leave the normal range, each term takes the scalar definition."""
+    leave the normal range, each term takes the scalar definition, except (FLUSH and
+    FLUSH_OVF, emu/_kernels.py) where every operand is finite and every term g·2^(E_w +
+    carry) is a normal float32: then it is formed exactly, flushed to ±0 (not added)
+    below fmt's min normal, and overflowed above its max, as apply_slope does."""
     # half tiles: the mantissa tile and the accumulators together fill the registers
     H = K.QR // 2
-    mks = {(ma, mb): K._micro_kernel(ma, mb, prod=K.CARRY, rows=H)
-           for ma in (False, True) for mb in (False, True)}
-    mk_clean, mk_a, mk_b, mk_ab = mks[False, False], mks[True, False], mks[False, True], \
-        mks[True, True]
+    (mk_clean, mk_a, mk_b, mk_ab, mk_fl, mk_fl_a, mk_fl_b, mk_fl_ab, mk_ov, mk_ov_a, mk_ov_b,
+     mk_ov_ab) = (K._micro_kernel(ma, mb, prod=K.CARRY, rows=H, flush=fl)
+                  for fl in (0, K.FLUSH, K.FLUSH_OVF)
+                  for ma, mb in ((False, False), (True, False), (False, True), (True, True)))
     QR, PW, NV, KG, KC = K.QR, K.PW, K.NV, K.KG, K.KC
     qt, pt = K.MB // QR, K.NB // PW
 
@@ -438,6 +441,7 @@ def _make_grad_blocked():
         npan = Bp.shape[1]
         nq = Pq // QR
         ng = (R + KG - 1) // KG
+        flc = K.flush_consts(fc)
         nti = (nq + qt - 1) // qt
         ntj = (npan + pt - 1) // pt
         out = np.empty((nout, P, C), np.float32)
@@ -461,6 +465,13 @@ def _make_grad_blocked():
                         sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc, -0x7FFFFF, 0x800000)
                     if m == MASKED:
                         m = K._MASK_AB if sa[2] and sb[2] else (K._MASK_A if sa[2] else K._MASK_B)
+                    elif (m == GENERAL and not nan and sa[1] < S.INF32
+                          and sb[1] + 0x800000 < S.INF32
+                          and sa[0] + sb[0] - S.ONE32 - 0x7FFFFF >= 0x800000
+                          and sa[1] + sb[1] - S.ONE32 + 0x800000 < S.INF32):
+                        # every term a normal float32 (its pattern lies between these)
+                        m = ((K._FLUSH_OVF if sa[1] + sb[1] - S.ONE32 + 0x800000 > fc.max32
+                              else K._FLUSH) + (1 if sa[2] else 0) + (2 if sb[2] else 0))
                     modes[q, gi] = m
             acc = np.zeros((npl, nql * QR, PW), np.float32)
             accf = acc.reshape(-1)
@@ -489,17 +500,41 @@ def _make_grad_blocked():
                                     ho, ha = off + h * PW, ao + h * R
                                     hx = xo + h * PW
                                     if m == CLEAN:
-                                        mk_clean(accf, ho, bpf, ka * PW, bmf, ka * NV, af, amf, amf,
-                                                 ha, R, nk, xf, hx)
+                                        mk_clean(accf, ho, bpf, ka * PW, bmf, ka * NV, af, amf,
+                                             amf, ha, R, nk, xf, hx, flc)
                                     elif m == K._MASK_A:
-                                        mk_a(accf, ho, bpf, ka * PW, bmf, ka * NV, af, amf, amf, ha,
-                                             R, nk, xf, hx)
+                                        mk_a(accf, ho, bpf, ka * PW, bmf, ka * NV, af, amf,
+                                             amf, ha, R, nk, xf, hx, flc)
                                     elif m == K._MASK_B:
-                                        mk_b(accf, ho, bpf, ka * PW, bmf, ka * NV, af, amf, amf, ha,
-                                             R, nk, xf, hx)
+                                        mk_b(accf, ho, bpf, ka * PW, bmf, ka * NV, af, amf,
+                                             amf, ha, R, nk, xf, hx, flc)
                                     elif m == K._MASK_AB:
-                                        mk_ab(accf, ho, bpf, ka * PW, bmf, ka * NV, af, amf, amf,
-                                              ha, R, nk, xf, hx)
+                                        mk_ab(accf, ho, bpf, ka * PW, bmf, ka * NV, af, amf,
+                                             amf, ha, R, nk, xf, hx, flc)
+                                    elif m == K._FLUSH:
+                                        mk_fl(accf, ho, bpf, ka * PW, bmf, ka * NV, af, amf,
+                                             amf, ha, R, nk, xf, hx, flc)
+                                    elif m == K._FLUSH + 1:
+                                        mk_fl_a(accf, ho, bpf, ka * PW, bmf, ka * NV, af, amf,
+                                             amf, ha, R, nk, xf, hx, flc)
+                                    elif m == K._FLUSH + 2:
+                                        mk_fl_b(accf, ho, bpf, ka * PW, bmf, ka * NV, af, amf,
+                                             amf, ha, R, nk, xf, hx, flc)
+                                    elif m == K._FLUSH + 3:
+                                        mk_fl_ab(accf, ho, bpf, ka * PW, bmf, ka * NV, af, amf,
+                                             amf, ha, R, nk, xf, hx, flc)
+                                    elif m == K._FLUSH_OVF:
+                                        mk_ov(accf, ho, bpf, ka * PW, bmf, ka * NV, af, amf,
+                                             amf, ha, R, nk, xf, hx, flc)
+                                    elif m == K._FLUSH_OVF + 1:
+                                        mk_ov_a(accf, ho, bpf, ka * PW, bmf, ka * NV, af, amf,
+                                             amf, ha, R, nk, xf, hx, flc)
+                                    elif m == K._FLUSH_OVF + 2:
+                                        mk_ov_b(accf, ho, bpf, ka * PW, bmf, ka * NV, af, amf,
+                                             amf, ha, R, nk, xf, hx, flc)
+                                    elif m == K._FLUSH_OVF + 3:
+                                        mk_ov_ab(accf, ho, bpf, ka * PW, bmf, ka * NV, af, amf,
+                                             amf, ha, R, nk, xf, hx, flc)
                             else:
                                 for r in range(QR):
                                     i = (q0 + q) * QR + r

@@ -178,10 +178,11 @@ def elementwise_fold(A, B, dY, fmt, kind):
     return fold(ta, 2), fold(tb, 0)
 
 
-@pytest.mark.parametrize("fmt", ["float32", "bf16", "e5m2"])
-@pytest.mark.parametrize("case", ["clean", "zeros", "ranges", "specials"])
+@pytest.mark.parametrize("fmt", ["float32", "bf16", "e5m2", "e4m3fn"])
+@pytest.mark.parametrize("case", ["clean", "zeros", "ranges", "overflow", "specials"])
 def test_exact_matmul_fast_paths(fmt, case, rng):
-    """The vectorised fast paths (clean, masked, skip) agree with the elementwise fold."""
+    """The vectorised fast paths (clean, masked, skip, and in fp8 flush and overflow of
+    finite terms) agree with the elementwise fold."""
     m, k, n = 37, 45, 70
     A, B, dY = matmul_case(rng, m, k, n, fmt, case == "specials")
     dY = emu.quantize(dY, fmt)
@@ -197,6 +198,12 @@ def test_exact_matmul_fast_paths(fmt, case, rng):
         A = emu.quantize(A, fmt)
         B = emu.quantize(B, fmt)
         dY = emu.quantize(dY, fmt)
+    if case == "overflow":    # finite terms above fmt's max in some blocks, flushes in others
+        f = emu.format(fmt)
+        with np.errstate(over="ignore"):        # float32/bf16: some become inf
+            B[::3] = emu.quantize(B[::3] * np.float32(f.max / 4), fmt)
+            A[:, ::3] = emu.quantize(A[:, ::3] * np.float32(f.max / 4), fmt)
+        dY[::2] = emu.quantize(dY[::2] * np.float32(8), fmt)
     da, db = G.pam_matmul(A, B, dY, fmt, kind="exact")
     wa, wb = elementwise_fold(A, B, dY, fmt, "exact")
     assert_bits_equal(da, wa, what=f"dA {case}")
