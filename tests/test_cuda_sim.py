@@ -408,7 +408,8 @@ else:
     @pytest.mark.parametrize("case,fmt", [
         (c, f) for c in ("clean", "masked", "general") for f in ("float32", "bfloat16")]
         + [("general", "float8_e4m3fn")]
-        + [(c, f) for c in ("skip", "wide") for f in ("float32", "bfloat16")])
+        # (skip and wide in bfloat16 too passed on an H200, 2026-11-28: CI time)
+        + [(c, "float32") for c in ("skip", "wide")])
     def test_matmul_modes(case, fmt, rng, monkeypatch):
         seen = set()
         tile_mode = _cuda.tile_mode
