@@ -489,6 +489,18 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
 
 
 @register_jitable
+def flush_mode(sa, sb, lo, hi, floor, ceil, fc):
+    """_FLUSH or _FLUSH_OVF plus the mask offset for a GENERAL block of finite tiles
+    (statistics sa, sb) whose products' patterns, between those of the pattern sums with
+    the constants lo and hi, lie in [floor, ceil); else GENERAL."""
+    if (sa[1] < S.INF32 and sb[1] < S.INF32 and sa[0] + sb[0] - S.ONE32 + lo >= floor
+            and sa[1] + sb[1] - S.ONE32 + hi < ceil):
+        return ((_FLUSH_OVF if sa[1] + sb[1] - S.ONE32 + hi > fc.max32 else _FLUSH)
+                + (1 if sa[2] else 0) + (2 if sb[2] else 0))
+    return GENERAL
+
+
+@register_jitable
 def flush_consts(fc):
     """fmt's min normal, max and overflow patterns for the FLUSH micro-kernels."""
     return np.array((fc.minnorm32, fc.max32, fc.ovf32), np.int32)
@@ -737,11 +749,8 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
         m = tile_mode_range(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc, lo, hi)
         if m == MASKED:
             return _MASK_AB if sa[2] and sb[2] else (_MASK_A if sa[2] else _MASK_B)
-        if (m == GENERAL and flushes and sa[1] < S.INF32 and sb[1] < S.INF32
-                and sa[0] + sb[0] - S.ONE32 + lo >= 0 and sa[1] + sb[1] - S.ONE32 + hi < 1 << 31):
-            # finite operands whose pattern sums do not wrap: FLUSH(_OVF)
-            return ((_FLUSH_OVF if sa[1] + sb[1] - S.ONE32 + hi > fc.max32 else _FLUSH)
-                    + (1 if sa[2] else 0) + (2 if sb[2] else 0))
+        if m == GENERAL and flushes:      # pattern sums that do not wrap: FLUSH(_OVF)
+            return flush_mode(sa, sb, lo, hi, 0, 1 << 31, fc)
         return m
 
     @register_jitable

@@ -465,13 +465,9 @@ def _make_grad_blocked():
                         sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc, -0x7FFFFF, 0x800000)
                     if m == MASKED:
                         m = K._MASK_AB if sa[2] and sb[2] else (K._MASK_A if sa[2] else K._MASK_B)
-                    elif (m == GENERAL and not nan and sa[1] < S.INF32
-                          and sb[1] + 0x800000 < S.INF32
-                          and sa[0] + sb[0] - S.ONE32 - 0x7FFFFF >= 0x800000
-                          and sa[1] + sb[1] - S.ONE32 + 0x800000 < S.INF32):
-                        # every term a normal float32 (its pattern lies between these)
-                        m = ((K._FLUSH_OVF if sa[1] + sb[1] - S.ONE32 + 0x800000 > fc.max32
-                              else K._FLUSH) + (1 if sa[2] else 0) + (2 if sb[2] else 0))
+                    elif m == GENERAL and not nan and sb[1] + 0x800000 < S.INF32:
+                        # every term a normal float32
+                        m = K.flush_mode(sa, sb, -0x7FFFFF, 0x800000, 0x800000, S.INF32, fc)
                     modes[q, gi] = m
             acc = np.zeros((npl, nql * QR, PW), np.float32)
             accf = acc.reshape(-1)
