@@ -38,7 +38,7 @@ def _lanes() -> int:
 
 
 W = _lanes()
-#: the CLAMPED step's clamp is one vrangeps (AVX-512DQ) where it is else three operations
+#: the CLAMPED step's clamp is one vrangeps (AVX-512DQ), else it rounds in place (_micro_kernel)
 _RANGE = W == 16 and llvm.get_host_cpu_features().get("avx512dq", False)
 drop_stale(__file__, config=f"lanes={W}")
 
@@ -222,9 +222,10 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
     increasing order, the accumulators in vector registers (LLVM IR, so the block is
     register-allocated as written).  Masked-off products are not added.  ``sh`` > 0:
     each sum is then rounded onto the grid of a format with 23 - sh mantissa bits, the
-    SCALED step of emu/_kernels_acc.py: with ``emin``, the grid of a format with that
-    smallest normal exponent (subnormals included), and the last step's sum, if it
-    rounds to zero, gives it its sign (the ``negzero`` pattern bit); ``sh`` = F16:
+    SCALED step of emu/_kernels_acc.py; with ``emin``, its CLAMPED step onto the grid
+    of a format with that smallest normal exponent (subnormals included): in place on
+    the patterns of values scaled by 2^(-126 - emin), a -0 stored as +0 where
+    ``negzero`` (the format's -0 pattern) is 0; ``sh`` = F16:
     rounded to binary16 (its F16 step).  ``sticky``: the sum is first made round-to-odd
     with 2Sum's error, then rounded to binary16 (``sh`` = F16) or, in place on its
     pattern, onto the grid of an E = 8 format with 23 - sh mantissa bits (the STICKY
@@ -246,7 +247,13 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
     i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
     vi, vf, vm = ir.VectorType(i32, W), ir.VectorType(f32, W), ir.VectorType(ir.IntType(1), W)
     mt = ir.IntType(W)
-    fix = emin is not None and negzero != 0     # the peeled last step sets the zero's sign
+    # CLAMPED (emin): with vrangeps the SCALED rounding of the clamped sum, whose peeled last
+    # step sets a zero's sign (fewest operations there); else in place (fewest without it)
+    clamped = emin is not None
+    inplace = clamped and not _RANGE
+    fix = clamped and _RANGE and negzero != 0
+    if clamped:
+        assert prod == ADD and not sticky and -126 <= emin and 13 <= sh, (emin, sh)
 
     @intrinsic
     def kernel(typingctx, acc, acc_off, bp, b_off, bm, bm_off, a, am, ao, a_off, a_stride, nk,
@@ -286,9 +293,10 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                 flp = builder.bitcast(context.make_array(ta[14])(context, builder, args[14]).data,
                                       i32.as_pointer())
                 fmn, fmx, fovf = (splat(builder.load(at(flp, i))) for i in range(3))
-            if prod == CARRY:       # the mantissa tile: loop-invariant
+            if prod == CARRY or inplace:
                 cfma = builder.module.declare_intrinsic(
                     f"llvm.fma.v{W}f32", (), ir.FunctionType(vf, [vf, vf, vf]))
+            if prod == CARRY:       # the mantissa tile: loop-invariant
                 xmp = base(12, 13, i32)
                 xms = [builder.load(at(xmp, r * PW + v * W, vi), align=4)
                        for r in range(rows) for v in range(NV)]
@@ -298,7 +306,7 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
             if sh > 0 and not sticky:
                 fmuladd = builder.module.declare_intrinsic(
                     f"llvm.fmuladd.v{W}f32", (), ir.FunctionType(vf, [vf, vf, vf]))
-                if emin is not None and _RANGE:
+                if clamped and _RANGE:
                     vrange = builder.module.declare_intrinsic(
                         "llvm.x86.avx512.mask.range.ps.512", (), ir.FunctionType(
                             vf, [vf, vf, i32, vf, ir.IntType(16), i32]))
@@ -306,29 +314,62 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
             def vec(x, ty=vf):
                 return ir.Constant(ty, [x] * W)
 
+            if inplace:     # exact: acc's values are multiples of its subnormal quantum
+                init = [builder.fmul(x, vec(2.0 ** (-126 - emin))) for x in init]
+
             if prod == FMUL_ROUND:
                 pmuladd = builder.module.declare_intrinsic(
                     f"llvm.fmuladd.v{W}f32", (), ir.FunctionType(vf, [vf, vf, vf]))
 
             def scaled(t):
                 """The SCALED rounding of t (emu/_kernels_acc.py): with c = 2^sh g,
-                RN(RN(t - c) + c); g = t, or t clamped to |g| >= 1.5 2^emin with t's
-                sign.  c is exact, so fmuladd is the same with or without an FMA."""
+                RN(RN(t - c) + c); g = t, or (CLAMPED) t clamped to |g| >= 1.5 2^emin
+                with t's sign.  c is exact, so fmuladd is the same with or without an
+                FMA."""
                 g = t
-                if emin is not None:
-                    tiny = vec(1.5 * 2.0 ** emin)
-                    if _RANGE:      # imm 7: the larger magnitude (bits 1:0), t's sign (3:2)
-                        g = builder.call(vrange, [t, tiny, ir.Constant(i32, 7), vec(0.0),
-                                                  ir.Constant(ir.IntType(16), -1),
-                                                  ir.Constant(i32, 4)])
-                    else:           # max(|t|, tiny) with t's sign bit
-                        tv = builder.bitcast(t, vi)
-                        a = builder.bitcast(builder.and_(tv, vec(S.ABS32, vi)), vf)
-                        m = builder.select(builder.fcmp_ordered(">", a, tiny), a, tiny)
-                        g = builder.bitcast(builder.or_(builder.bitcast(m, vi), builder.and_(
-                            tv, vec(S.SIGN32 - (1 << 32), vi))), vf)
+                if clamped:     # imm 7: the larger magnitude (bits 1:0), t's sign (3:2)
+                    g = builder.call(vrange, [t, vec(1.5 * 2.0 ** emin), ir.Constant(i32, 7),
+                                              vec(0.0), ir.Constant(ir.IntType(16), -1),
+                                              ir.Constant(i32, 4)])
                 return builder.call(fmuladd, [g, vec(2.0 ** sh), builder.call(
                     fmuladd, [g, vec(-2.0 ** sh), t])])
+
+            def in_place(tv, sh):
+                """RNE of the float32 pattern tv onto the grid with its low sh bits clear."""
+                low = (1 << sh) - 1
+                lsb = builder.and_(builder.lshr(tv, vec(sh, vi)), vec(1, vi))
+                return builder.and_(builder.add(builder.add(tv, vec(low >> 1, vi)), lsb),
+                                    vec(~low, vi))
+
+            def masked(t, s, ma, mb):
+                """t where this step's product is not masked off, else s."""
+                if ma is not None and mb is not None:
+                    return builder.select(builder.and_(ma, mb), t, s)
+                if ma is not None or mb is not None:
+                    return builder.select(ma if ma is not None else mb, t, s)
+                return t
+
+            def odd_step(s, y, t):
+                """The STICKY step for t = RN(s + y): round-to-odd, to the odd neighbour on
+                2Sum's error's side; then the F16 conversion's input, or (E = 8, finite
+                operands) rounded in place, the tie bit (which only decides exact ties)
+                being, for an inexact sum, whether the error points away from zero: what
+                rounding its round-to-odd pattern gives."""
+                bb = builder.fsub(t, s)
+                err = builder.fadd(builder.fsub(s, builder.fsub(t, bb)), builder.fsub(y, bb))
+                nz = builder.fcmp_ordered("!=", err, vec(0.0))
+                tv = builder.bitcast(t, vi)
+                away = builder.icmp_signed(
+                    ">=", builder.xor(builder.bitcast(err, vi), tv), vec(0, vi))
+                if sh == F16:
+                    tz = builder.and_(nz, builder.not_(away))
+                    return builder.bitcast(builder.or_(builder.sub(tv, builder.zext(tz, vi)),
+                                                       builder.zext(nz, vi)), vf)
+                low = (1 << sh) - 1
+                lsb = builder.and_(builder.lshr(tv, vec(sh, vi)), vec(1, vi))
+                tie = builder.select(nz, builder.zext(away, vi), lsb)
+                return builder.bitcast(builder.and_(builder.add(
+                    builder.add(tv, vec(low >> 1, vi)), tie), vec(~low, vi)), vf)
 
             def step(k, accs, last):
                 """One k: the accumulators after it (``last``: the zero takes t's sign)."""
@@ -338,7 +379,7 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                       for v in range(NV)]
                 mb = [builder.bitcast(builder.load(at(bmp, builder.add(km, ir.Constant(i64, v)))),
                                       vm) for v in range(NV)] if mask_b else None
-                new = []
+                new, mids, pend, mas = [], [], [], []
                 for r in range(rows):
                     kr = builder.add(offs[r], k)
                     one = builder.insert_element(ir.Constant(vi, ir.Undefined),
@@ -346,6 +387,7 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                     av = builder.shuffle_vector(one, ir.Constant(vi, ir.Undefined),
                                                 ir.Constant(vi, [0] * W))
                     ma = builder.bitcast(builder.load(at(amp, kr)), vm) if mask_a else None
+                    mas.append(ma)
                     if variants:    # this row's B variant
                         vo = builder.add(kb, builder.sext(builder.load(at(aop, kr)), i64))
                         bs = [builder.load(at(bpp, builder.add(vo, ir.Constant(i64, v * W)), vi),
@@ -393,34 +435,27 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                         elif prod == CARRY:
                             # a·y is exact, so one fused rounding is the add's
                             t = builder.call(cfma, [builder.bitcast(av, vf), y, s])
+                        elif inplace:   # the scaled sum, rounded once
+                            t = builder.call(cfma, [y, vec(2.0 ** (-126 - emin)), s])
                         else:
                             t = builder.fadd(s, y)
-                        if sticky:  # round-to-odd: to the odd neighbour on 2Sum's error's side
-                            bb = builder.fsub(t, s)
-                            err = builder.fadd(builder.fsub(s, builder.fsub(t, bb)),
-                                               builder.fsub(y, bb))
-                            nz = builder.fcmp_ordered("!=", err, vec(0.0))
+                        if sticky and sh != F16:
+                            # E = 8, finite operands: the float32 sum rounds in place as the
+                            # exact one unless it is a midpoint of acc's grid (then its
+                            # exact neighbours lie on either side); those take odd_step
                             tv = builder.bitcast(t, vi)
-                            away = builder.icmp_signed(
-                                ">=", builder.xor(builder.bitcast(err, vi), tv), vec(0, vi))
-                            if sh == F16:
-                                tz = builder.and_(nz, builder.not_(away))
-                                odd = builder.or_(builder.sub(tv, builder.zext(tz, vi)),
-                                                  builder.zext(nz, vi))
-                                t = builder.bitcast(odd, vf)
-                            else:
-                                # E = 8, finite operands: round the pattern in place, the
-                                # tie bit (which only decides exact ties) being, for an
-                                # inexact sum, whether the error points away from zero:
-                                # what rounding its round-to-odd pattern gives
-                                low = (1 << sh) - 1
-                                lsb = builder.and_(builder.lshr(tv, vec(sh, vi)), vec(1, vi))
-                                tie = builder.select(nz, builder.zext(away, vi), lsb)
-                                t = builder.bitcast(builder.and_(builder.add(
-                                    builder.add(tv, vec(low >> 1, vi)), tie), vec(~low, vi)), vf)
+                            low = (1 << sh) - 1
+                            mids.append(builder.icmp_signed("==", builder.and_(
+                                tv, vec(low, vi)), vec(1 << (sh - 1), vi)))
+                            pend.append((len(new), s, y, t))
+                            t = builder.bitcast(in_place(tv, sh), vf)
+                        elif sticky:
+                            t = odd_step(s, y, t)
                         if sh == F16:
                             t = builder.fpext(
                                 builder.fptrunc(t, ir.VectorType(ir.HalfType(), W)), vf)
+                        elif inplace:
+                            t = builder.bitcast(in_place(builder.bitcast(t, vi), sh), vf)
                         elif sh and not sticky:
                             r0 = scaled(t)
                             if last:    # a sum that rounds to zero: -0 if it was negative
@@ -430,11 +465,25 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                             t = r0
                         if flush:
                             t = builder.select(kept, t, s)
-                        if mask_a and mask_b:
-                            t = builder.select(builder.and_(ma, mb[v]), t, s)
-                        elif mask_a or mask_b:
-                            t = builder.select(ma if mask_a else mb[v], t, s)
+                        t = masked(t, s, ma, mb[v] if mask_b else None)
                         new.append(t)
+                if pend:    # rare: one branch per k for every accumulator's midpoints
+                    hit = mids[0]
+                    for m in mids[1:]:
+                        hit = builder.or_(hit, m)
+                    hit = builder.icmp_unsigned("!=", builder.bitcast(hit, mt), ir.Constant(mt, 0))
+                    fast, slow = builder.basic_block, builder.append_basic_block("mk.mid")
+                    cont = builder.append_basic_block("mk.cont")
+                    builder.cbranch(hit, slow, cont).set_weights([1, 1000])
+                    builder.position_at_end(slow)
+                    fixed = list(new)
+                    for i, s, y, t in pend:
+                        r, v = divmod(i, NV)
+                        fixed[i] = masked(odd_step(s, y, t), s, mas[r],
+                                          mb[v] if mask_b else None)
+                    builder.branch(cont)
+                    builder.position_at_end(cont)
+                    new = merge(new, fast, fixed, slow)
                 return new
 
             def merge(a, block_a, b, block_b):
@@ -479,6 +528,11 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                 builder.branch(done)
                 builder.position_at_end(done)
                 outs = merge(outs, after, fixed, last)
+            if inplace:     # exact; a -0 is +0 in formats without one
+                outs = [builder.fmul(x, vec(2.0 ** (126 + emin))) for x in outs]
+                if not negzero:
+                    outs = [builder.select(builder.fcmp_ordered("==", x, vec(0.0)), vec(0.0), x)
+                            for x in outs]
             for p, x in zip(ptrs, outs):
                 builder.store(x, p, align=4)
             return context.get_dummy_value()
@@ -699,8 +753,8 @@ def store_tiles(C, bo, tiles, q0, nql, p0, npl):
 
 def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, variants=False):
     """The register-blocked matmul: float32 accumulation for ``sh`` = 0, else the
-    SCALED step onto a 23 - sh mantissa-bit grid (``emin``: clamped at that exponent,
-    the zero's sign ``negzero``) or (``sh`` = F16) the F16 step, of emu/_kernels_acc.py
+    SCALED step onto a 23 - sh mantissa-bit grid (``emin``: the CLAMPED step for that
+    smallest normal exponent, the zero's sign ``negzero``) or (``sh`` = F16) the F16 step, of emu/_kernels_acc.py
     (whose preconditions make MASKED and SKIP exact); ``sticky``: its STICKY step,
     rounded to binary16 (F16) or in place onto an E = 8 grid (called only where every
     block is CLEAN).
@@ -819,22 +873,23 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
             elif m == _MASK_AB:
                 mk_mask_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof,
                            0, flc)
-            elif m == _FLUSH:
-                mk_fl(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
-            elif m == _FLUSH + 1:
-                mk_fl_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
-            elif m == _FLUSH + 2:
-                mk_fl_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
-            elif m == _FLUSH + 3:
-                mk_fl_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
-            elif m == _FLUSH_OVF:
-                mk_ov(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
-            elif m == _FLUSH_OVF + 1:
-                mk_ov_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
-            elif m == _FLUSH_OVF + 2:
-                mk_ov_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
-            elif m == _FLUSH_OVF + 3:
-                mk_ov_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
+            elif flushes and m >= _FLUSH:   # (a constant: no code where no FLUSH mode)
+                if m == _FLUSH:
+                    mk_fl(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
+                elif m == _FLUSH + 1:
+                    mk_fl_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
+                elif m == _FLUSH + 2:
+                    mk_fl_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
+                elif m == _FLUSH + 3:
+                    mk_fl_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
+                elif m == _FLUSH_OVF:
+                    mk_ov(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
+                elif m == _FLUSH_OVF + 1:
+                    mk_ov_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
+                elif m == _FLUSH_OVF + 2:
+                    mk_ov_b(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
+                elif m == _FLUSH_OVF + 3:
+                    mk_ov_ab(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
             elif m == GENERAL:
                 for r in range(QR):
                     a_row = A[ba, (q0 + q) * QR + r]

@@ -55,17 +55,31 @@ SCALED (scaled_ok: no inf/NaN, every non-zero product at least 2^(emin + p_acc -
        accumulator is never -0 and adding a ±0 product is the identity: zero products
        are skipped as in the float32 kernel, which runs it register-blocked
        (K.matmul_blocked).
-CLAMPED (clamped_ok: every block CLEAN and the same bound; sums may be subnormal): the
-       SCALED rounding with g = s where |s| >= 1.5 2^emin, else g = ±1.5 2^emin with
-       s's sign, and c = 2^sh g.  Above the clamp it is SCALED's argument; below it c =
-       ±3 2^22 q_min (q_min = 2^(emin - M_acc), acc's subnormal spacing: an even
-       multiple) and |s - c| lies in (2^(emin+sh), 1.5 2^(emin+sh)], float32's binade
-       of spacing q_min, so RN32(s - c) + c is s rounded RNE onto that grid.  A sum
-       that rounds to zero comes out +0 where acc's RNE gives s's sign: no product is
-       ±0, so the next step's sum is y either way, and only the last step of each
-       micro-kernel call ORs s's sign into the result (``negzero``, nothing in fnuz
-       formats).  The clamp is vrangeps where the host has AVX-512DQ: 3 operations per
-       step on top of the float32 kernel's 2.
+CLAMPED (clamped_ok: every block CLEAN and the same bound; sums may be subnormal; acc
+       has emin >= -126), two ways, by the host:
+       with vrangeps (AVX-512DQ, 16 lanes): the SCALED rounding with g = s where |s| >=
+       1.5 2^emin, else g = ±1.5 2^emin with s's sign (one vrangeps), and c = 2^sh g.
+       Above the clamp it is SCALED's argument; below it c = ±3 2^22 q_min (q_min =
+       2^(emin - M_acc), acc's subnormal spacing: an even multiple) and |s - c| lies in
+       (2^(emin+sh), 1.5 2^(emin+sh)], float32's binade of spacing q_min, so RN32(s -
+       c) + c is s rounded RNE onto that grid.  A sum that rounds to zero comes out +0
+       where acc's RNE gives s's sign: no product is ±0, so the next step's sum is y
+       either way, and only the last step of each micro-kernel call ORs s's sign into
+       the result (``negzero``, nothing in fnuz formats).  3 operations per step on top
+       of the float32 kernel's 2.
+       elsewhere, in place: within each micro-kernel call the accumulator and every
+       product are scaled by 2^(-126 - emin).  Scaled, acc's grid is float32's patterns
+       with the low sh bits clear: its normals are float32 normals, its subnormals
+       (quantum Q = 2^(sh - 149)) float32 subnormals.  So RNE_acc of a scaled float32
+       sum is the finite rounding in place on its pattern (below): per step one fused
+       multiply-add, RN32(x + 2^(-126 - emin) y), and five integer operations (the
+       generic clamp took seven, all in each accumulator's chain).  PLAIN's argument
+       holds in the scaled range, the FMA rounding the scaled sum once: where it is not
+       a float32, y's last bit is below 2^-149, so |y| < 2^(p_acc - 150) <= Q/8 (p_acc
+       <= 11) and the sum lies at least Q/2 - Q/8 from every odd multiple of Q/2 (its
+       (iii)).  A sum that rounds to zero keeps its sign (through the FMA's rounding
+       too); where acc has no -0 (fnuz), a -0 is stored as +0.  Loading and storing the
+       accumulator, the scaling is exact (acc's values are multiples of Q).
 F16    (acc IEEE binary16 on a host with F16C, any operands): RNE_acc(s) is the
        hardware conversion to binary16 and back (overflow to inf, subnormals, NaN);
        NaNs are made canonical when C is written.  Where every block is CLEAN

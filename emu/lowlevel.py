@@ -27,7 +27,8 @@ Kernels (the serial twins take flat uint32 pattern arrays and ``fmt.consts``):
   multiply-adds (by a pattern sum with one constant: ``c32``, 0 for PAM);
 * ``VECTOR_LANES``: the matmul micro-kernel's lanes on this host (16 with AVX-512, else
   8; ``PAMSIM_VECTOR_LANES`` overrides it), ``RANGE_CLAMP``: whether the narrow
-  accumulators' CLAMPED step is one ``vrangeps`` (AVX-512DQ);
+  accumulators' CLAMPED step clamps with one ``vrangeps`` (AVX-512DQ, 16 lanes), else
+  it rounds in place;
 * ``twins(variant, py_func)``: a prange loop compiled parallel and serial, cached;
   ``njit_variant(variant)``: one kernel of a factory, cached under ``variant``.
 

@@ -137,9 +137,9 @@ def host_line() -> str:
     except OSError:
         pass
     isa = "AVX-512" if VECTOR_LANES == 16 else "AVX2-width"
-    clamp = "vrangeps" if RANGE_CLAMP else "generic (3 ops)"
+    clamp = "vrangeps clamp" if RANGE_CLAMP else "in place"
     return (f"host: {name}, {os.cpu_count()} CPUs; matmul micro-kernel {VECTOR_LANES} lanes "
-            f"({isa}), CLAMPED step's clamp {clamp}"
+            f"({isa}), CLAMPED step {clamp}"
             + ("; PAMSIM_VECTOR_LANES set" if "PAMSIM_VECTOR_LANES" in os.environ else ""))
 
 

@@ -291,6 +291,15 @@ def test_clamped_step_every_accumulator_value(acc):
     assert_bits_equal(got, want, what=acc)
     if f.exp_bits < 8:      # (E = 8: normal operands are multiples of q, so are the sums)
         assert np.signbit(want[want == 0]).any() == f.has_neg_zero
+    # a sum that cancels to +0, then tiny addends (below q/2: each rounds to a zero of its
+    # sign, some too small to scale), at the last step and before it
+    t = y[np.abs(y) < q / 2]
+    A = np.float32([[1, 1, 1, 1], [1, 1, 1, 2.0 ** -20]])
+    B = np.stack([np.ones_like(t), -np.ones_like(t), t, t]).astype(np.float32)
+    want = fold(A, B, "float32", acc)
+    assert_bits_equal(narrow(A, B, "float32", acc, False, KA.CLAMPED), want, what=f"{acc} zeros")
+    if f.exp_bits < 8:
+        assert np.signbit(want[want == 0]).any() == f.has_neg_zero
 
 
 def test_scaled_bound_at_the_range_end():

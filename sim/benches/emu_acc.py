@@ -5,7 +5,8 @@ call with ``acc="float32"`` (the register-blocked float32 kernel), in the same r
 bf16 operands have products of 8 significant bits, so bf16 and fp16 accumulators take
 the PLAIN step (float32 add, one rounding), register-blocked: SCALED for bf16 (the
 bounded data admits it), CLAMPED for fp16 (tiny products could make sums subnormal,
-so the rounding constant is clamped at fp16's smallest normal); float32 operands with
+so the rounding constant is clamped at fp16's smallest normal with vrangeps on AVX-512,
+else the sums are rounded in place, scaled so that fp16's subnormals are float32's); float32 operands with
 a bf16 accumulator take the STICKY step (round-to-odd through 2Sum),
 emu/_kernels_acc.py.  Then the exact PAM-matmul gradient
 (emu.grad.pam_matmul, kind="exact": dA and dB) with a bf16 accumulator against float32
@@ -56,8 +57,8 @@ AVX2 = " [AVX2 code, 8 lanes]"
 
 def avx2_rows(quick: bool) -> list[Row]:
     """narrow_rows again in a process whose kernels are compiled as an AVX2-only host
-    compiles them (PAMSIM_VECTOR_LANES=8, NUMBA_CPU_NAME=haswell: no AVX-512, no
-    vrangeps), with their own Numba cache: a target only AVX2 hosts miss shows here too.
+    compiles them (PAMSIM_VECTOR_LANES=8, NUMBA_CPU_NAME=haswell: no AVX-512), with
+    their own Numba cache: a target only AVX2 hosts miss shows here too.
     Run from an AVX-512 host only (elsewhere the rows above are already these)."""
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pamsim" / "numba-avx2"
     env = dict(os.environ, PAMSIM_VECTOR_LANES="8", NUMBA_CPU_NAME="haswell",
