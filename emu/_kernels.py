@@ -771,8 +771,13 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
     for both.  ``variants`` (ADD): corrected PAM, B packed once per row of the table
     (matmul_prepare_b), each product a + Bp[i(a)] (matmul_variant_offsets), the modes
     with the constant between c32 + min T and c32 + max T."""
+    # STICKY (E = 8) at 16 lanes: its CLEAN kernel in half tiles (the midpoint branch keeps
+    # each step's sums and products live; 1024^3 on one thread 153-175 -> 110-116 ms, at 8
+    # lanes half tiles are slower: 120 -> 137 ms)
+    rh = QR // 2 if sticky and sh != F16 and W == 16 else QR
     mk_clean, mk_mask_a, mk_mask_b, mk_mask_ab = (
-        _micro_kernel(ma, mb, sh, sticky, emin, negzero, prod, psh, variants)
+        _micro_kernel(ma, mb, sh, sticky, emin, negzero, prod, psh, variants,
+                      rows=rh if not (ma or mb) else QR)
         for ma, mb in ((False, False), (True, False), (False, True), (True, True)))
     # FLUSH: a ±0 product leaves a float32 accumulator (never -0) unchanged
     flushes = prod == ADD and sh == 0 and not sticky
@@ -865,7 +870,9 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
             nk = min(kc1, g1 * KG) - ka
             ao = (q0 + q) * QR * K + ka
             if m == CLEAN:
-                mk_clean(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
+                for h in range(0, QR, rh):
+                    mk_clean(accf, off + h * PW, bpf, ka * PW, bmf, ka * NV, af, amf, aof,
+                             ao + h * K, K, nk, aof, 0, flc)
             elif m == _MASK_A:
                 mk_mask_a(accf, off, bpf, ka * PW, bmf, ka * NV, af, amf, aof, ao, K, nk, aof, 0, flc)
             elif m == _MASK_B:
