@@ -93,3 +93,16 @@ def run_in_simulator(test_file, **env):
         capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert " passed" in proc.stdout and " skipped" not in proc.stdout, proc.stdout[-2000:]
+
+
+# The longest single tests (the CUDA simulator's subprocesses, the docs' quick figures),
+# longest first, run before the rest: xdist then hands the short ones to whichever worker
+# is free, instead of leaving one worker with a long test at the end (CI time).
+SLOW_FIRST = ("test_cuda_simulator[matmul]", "test_cuda_simulator[grad]",
+              "test_torch_cuda_backend_matches_cpu", "test_memory_cuda_matches_cpu",
+              "test_quick_deterministic_figures_reproduce", "test_cuda_simulator[exhaustive]")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.name, len(rank)))
