@@ -227,7 +227,8 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
     the patterns of values scaled by 2^(-126 - emin), a -0 stored as +0 where
     ``negzero`` (the format's -0 pattern) is 0; ``sh`` = F16:
     rounded to binary16 (its F16 step).  ``sticky``: the sum is first made round-to-odd
-    with 2Sum's error, then rounded to binary16 (``sh`` = F16) or, in place on its
+    with 2Sum's error (E = 8: only in a k where some sum is a midpoint of the grid, the
+    one case where it can change the result; one branch per k), then rounded to binary16 (``sh`` = F16) or, in place on its
     pattern, onto the grid of an E = 8 format with 23 - sh mantissa bits (the STICKY
     step with _kernels_acc's finite rounding).  ``prod``: how B's packed entries and A's
     pattern make the product (ADD, FMUL, or FMUL_ROUND onto a grid of 23 - ``psh``
@@ -334,11 +335,15 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                 return builder.call(fmuladd, [g, vec(2.0 ** sh), builder.call(
                     fmuladd, [g, vec(-2.0 ** sh), t])])
 
-            def in_place(tv, sh):
-                """RNE of the float32 pattern tv onto the grid with its low sh bits clear."""
+            def in_place(tv, sh, inexact=None, away=None):
+                """RNE of the float32 pattern tv onto the grid with its low sh bits clear;
+                a tie goes to the even neighbour, or where ``inexact``, away from zero
+                exactly where ``away`` (the round-to-odd pattern's rounding)."""
                 low = (1 << sh) - 1
-                lsb = builder.and_(builder.lshr(tv, vec(sh, vi)), vec(1, vi))
-                return builder.and_(builder.add(builder.add(tv, vec(low >> 1, vi)), lsb),
+                tie = builder.and_(builder.lshr(tv, vec(sh, vi)), vec(1, vi))
+                if inexact is not None:
+                    tie = builder.select(inexact, builder.zext(away, vi), tie)
+                return builder.and_(builder.add(builder.add(tv, vec(low >> 1, vi)), tie),
                                     vec(~low, vi))
 
             def masked(t, s, ma, mb):
@@ -365,11 +370,7 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                     tz = builder.and_(nz, builder.not_(away))
                     return builder.bitcast(builder.or_(builder.sub(tv, builder.zext(tz, vi)),
                                                        builder.zext(nz, vi)), vf)
-                low = (1 << sh) - 1
-                lsb = builder.and_(builder.lshr(tv, vec(sh, vi)), vec(1, vi))
-                tie = builder.select(nz, builder.zext(away, vi), lsb)
-                return builder.bitcast(builder.and_(builder.add(
-                    builder.add(tv, vec(low >> 1, vi)), tie), vec(~low, vi)), vf)
+                return builder.bitcast(in_place(tv, sh, nz, away), vf)
 
             def step(k, accs, last):
                 """One k: the accumulators after it (``last``: the zero takes t's sign)."""
