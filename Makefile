@@ -40,7 +40,7 @@ run: $(STAMP)
 # ruff runs first (its rule set: pyproject.toml, CONTRIBUTING.md).
 test: $(STAMP)
 	$(BIN)/ruff check .
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup --durations=40
 	if [ "$$(env -u PAMSIM_VECTOR_LANES $(BIN)/python -c 'from emu import _kernels; print(_kernels.W)')" = 16 ]; then \
 		PAMSIM_VECTOR_LANES=8 NUMBA_CACHE_DIR="$(abspath $(VENV))/numba-cache-8-lanes" \
 		PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadgroup tests/test_matmul.py tests/test_matmul_acc.py \

@@ -42,10 +42,20 @@ def torchrun_world_size() -> int | None:
     return None
 
 
-def _join_torchrun(backend: str):
+def _under_torchrun(backend: str, fn: Callable, args: tuple):
+    """``fn(*args)`` as this torchrun rank.  A group joined here is destroyed here: one
+    left to the interpreter's exit destroys gloo's threads unjoined, and the C++
+    runtime aborts the rank ("terminate called without an active exception")."""
     import torch.distributed as dist
-    if not dist.is_initialized():
-        dist.init_process_group(backend, init_method="env://")
+    if dist.is_initialized():
+        return fn(*args)
+    dist.init_process_group(backend, init_method="env://")
+    try:
+        out = fn(*args)
+        dist.barrier()              # no rank closes its pairs while another still reads
+        return out
+    finally:
+        dist.destroy_process_group()
 
 
 def _worker(rank: int, nproc: int, store: str, result: str, threads: int, backend: str,
@@ -79,8 +89,7 @@ def run(fn: Callable, nproc: int, *args, threads: int = 1, backend: str = "gloo"
         if nproc not in (1, launched):
             raise ValueError(f"nproc={nproc} but torchrun started WORLD_SIZE={launched} "
                              "processes; omit --nproc under torchrun or make them agree")
-        _join_torchrun(backend)
-        return fn(*args)
+        return _under_torchrun(backend, fn, args)
     if nproc == 1:
         return fn(*args)
     import torch.multiprocessing as mp
