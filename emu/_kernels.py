@@ -96,15 +96,9 @@ def twins(variant, py_func):
 
 def _quantize(x, out, fc, mode, subnormals, saturate, key):
     if _in_place(fc, mode, subnormals, saturate):
-        sh = np.uint32(23 - fc.man_bits)
-        low = (np.int64(1) << (23 - fc.man_bits)) - 1
-        rne = np.uint32(1) if mode == S.RNE else np.uint32(0)
-        half = np.uint32(low >> 1) * rne            # S.quantize's RNE: + (low >> 1) + lsb
-        keep = np.uint32(~low & S.M32)
+        k = S.in_place_consts(fc, mode)
         for i in prange(x.size):        # branch-free: a loop LLVM vectorises
-            a = x[i] & np.uint32(S.ABS32)
-            r = ((a + half + ((a >> sh) & rne)) & keep) | (x[i] & np.uint32(S.SIGN32))
-            out[i] = np.uint32(S.QNAN32) if a > np.uint32(S.INF32) else r
+            out[i] = S.round_in_place(x[i], k)
     else:
         for i in prange(x.size):
             out[i] = S.quantize(x[i], fc, mode, subnormals, saturate, key, i)

@@ -411,6 +411,47 @@ def pa_sqrt(x, fc):
 
 
 @register_jitable
+def pa_sqrt_e8(x, fc):
+    """:func:`pa_sqrt` without branches (a loop of it vectorises), for a format with
+    float32's exponent range (8 exponent bits, M >= 1): for a normal x > 0, palog2(x)/2
+    = (ux - ONE32) 2^-24, whose paexp2 is the pattern ux + ONE32 read with a 24-bit
+    mantissa field; rounding its low 24 - M bits RNE in place is the one rounding (a
+    carry moves the exponent), and the result is normal (2^-63 <= it < 2^64)."""
+    x = np.int64(x)
+    ux = x & ABS32
+    sh = 24 - fc.man_bits
+    low = (np.int64(1) << sh) - 1
+    p = ux + ONE32
+    r = ((p + (low >> 1) + ((p >> sh) & 1)) & ~low) >> 1
+    r = np.int64(INF32) if ux == INF32 else r
+    r = np.int64(fc.nan32) if (x >> 31) & 1 else r
+    r = x & fc.negzero32 if ux < fc.minnorm32 else r
+    return np.int64(fc.nan32) if ux > INF32 else r
+
+
+@register_jitable
+def in_place_consts(fc, mode):
+    """The loop invariants of :func:`round_in_place` for the format and mode (RNE or
+    toward zero): (shift, half, rne, keep) as uint32."""
+    low = (np.int64(1) << (23 - fc.man_bits)) - 1
+    rne = np.uint32(1) if mode == RNE else np.uint32(0)
+    return (np.uint32(23 - fc.man_bits), np.uint32(low >> 1) * rne, rne,
+            np.uint32(~low & 0xFFFFFFFF))
+
+
+@register_jitable
+def round_in_place(x, k):
+    """The float32 pattern ``x`` (uint32) rounded in place onto the grid whose low bits
+    ``k`` (:func:`in_place_consts`) clears, RNE (+ half - 1 + the last kept bit) or
+    toward zero, without branches; a NaN becomes the canonical NaN.  This is
+    :func:`quantize` for the formats of _kernels._in_place."""
+    sh, half, rne, keep = k
+    a = x & np.uint32(ABS32)
+    r = ((a + half + ((a >> sh) & rne)) & keep) | (x & np.uint32(SIGN32))
+    return np.uint32(QNAN32) if a > np.uint32(INF32) else r
+
+
+@register_jitable
 def pa_exp(x, fc):
     """paexp(x) = paexp2(log2(e) ·̂ x), eq. (18), log2(e) rounded to the format."""
     return pa_exp2(pam_mul(x, fc.log2e32, fc), fc)

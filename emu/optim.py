@@ -25,7 +25,7 @@ from numba.extending import register_jitable
 
 from . import _scalar as S
 from . import sizes
-from ._kernels import as_f32, as_i32, twins
+from ._kernels import _in_place, as_f32, as_i32, twins
 from ._numba_cache import drop_stale
 from .formats import Format, float32, format
 from .ops import rounding_mode, stochastic_key
@@ -49,44 +49,61 @@ def _p(x):
     return np.int64(as_i32(x)) & 0xFFFFFFFF
 
 
-def _kernel(rnd):
-    """The fused kernel; ``rnd`` (whether R rounds at all: not for float32) is compiled
-    in, so that the float32 kernel has no rounding code to branch around."""
+#: how R rounds (the kernel variants): not at all (float32, where every R is the
+#: identity), in place on the pattern (the formats of _kernels._in_place: branch-free
+#: with pa_sqrt_e8, so LLVM vectorises the loop), or by S.quantize (every other case)
+NONE, IN_PLACE, GENERAL = 0, 1, 2
+
+
+def _kernel(kind):
+    """The fused kernel for one way of rounding (compiled in, so that the float32 and
+    in-place kernels have no rounding code to branch around)."""
     @register_jitable
-    def r(x, fc, mode, keys, j, i):
+    def r(x, fc, mode, keys, j, i, k):
         """R(x) as the ops then see it: rounded into the format with stream ``keys[j]``
-        (element i uses draw i), then the operand rounding every op applies."""
-        if rnd:
-            x = S.quantize(x, fc, mode, True, False, keys[j], i)
-        return S.operand(x, fc)
+        (element i uses draw i), then the operand rounding every op applies (the
+        identity on a rounded value of an in-place format)."""
+        if kind == IN_PLACE:
+            return np.int64(S.round_in_place(np.uint32(x), k))
+        if kind == GENERAL:
+            return S.operand(S.quantize(x, fc, mode, True, False, keys[j], i), fc)
+        return x
+
+    @register_jitable
+    def sqrt(x, fc):
+        return S.pa_sqrt(x, fc) if kind == GENERAL else S.pa_sqrt_e8(x, fc)
 
     def kernel(P, G, M, V, outp, outm, outv, fc, mode, keys, c, eps, decay, negate):
+        k = S.in_place_consts(fc, mode) if kind == IN_PLACE else S.in_place_consts(fc, S.RNE)
+        c0, c1, c2, c3, c4 = (S.operand(c[0], fc), S.operand(c[1], fc), S.operand(c[2], fc),
+                              S.operand(c[3], fc), S.operand(c[4], fc))
+        flip = S.SIGN32 if negate else 0
         for i in prange(P.size):
             p = np.int64(P[i])
-            g = np.int64(G[i]) ^ (S.SIGN32 if negate else 0)
+            g = np.int64(G[i]) ^ flip
             m = np.int64(M[i])
             v = np.int64(V[i])
-            if decay:
-                t = S.pam_mul(r(p, fc, mode, keys, 0, i), S.operand(c[0], fc), fc)
-                p = _p(_f(p) - _f(t))
-            t = S.pam_mul(r(_p(_f(g) - _f(m)), fc, mode, keys, 1, i), S.operand(c[1], fc), fc)
+            # (a select, not a branch: the loop stays one basic block for LLVM)
+            t = S.pam_mul(r(p, fc, mode, keys, 0, i, k), c0, fc)
+            p = _p(_f(p) - _f(t)) if decay else p
+            t = S.pam_mul(r(_p(_f(g) - _f(m)), fc, mode, keys, 1, i, k), c1, fc)
             m = _p(_f(m) + _f(t))
-            gg = S.pam_mul(r(g, fc, mode, keys, 2, i), r(g, fc, mode, keys, 3, i), fc)
-            t = S.pam_mul(r(_p(_f(gg) - _f(v)), fc, mode, keys, 4, i), S.operand(c[2], fc), fc)
+            gg = S.pam_mul(r(g, fc, mode, keys, 2, i, k), r(g, fc, mode, keys, 3, i, k), fc)
+            t = S.pam_mul(r(_p(_f(gg) - _f(v)), fc, mode, keys, 4, i, k), c2, fc)
             v = _p(_f(v) + _f(t))
-            sq = S.pa_sqrt(r(v, fc, mode, keys, 5, i), fc)
-            d = _p(_f(S.pa_div(r(sq, fc, mode, keys, 6, i), S.operand(c[3], fc), fc)) + eps)
-            q = S.pa_div(r(m, fc, mode, keys, 7, i), r(d, fc, mode, keys, 8, i), fc)
-            t = S.pam_mul(r(q, fc, mode, keys, 9, i), S.operand(c[4], fc), fc)
+            sq = sqrt(r(v, fc, mode, keys, 5, i, k), fc)
+            d = _p(_f(S.pa_div(r(sq, fc, mode, keys, 6, i, k), c3, fc)) + eps)
+            q = S.pa_div(r(m, fc, mode, keys, 7, i, k), r(d, fc, mode, keys, 8, i, k), fc)
+            t = S.pam_mul(r(q, fc, mode, keys, 9, i, k), c4, fc)
             p = _p(_f(p) - _f(t))
             outp[i] = p
             outm[i] = m
             outv[i] = v
-    return twins(f"adamw rnd={rnd}", kernel)
+    return twins(f"adamw kind={kind}", kernel)
 
 
-#: the kernel, by whether R rounds, and parallel or serial (emu/_kernels.py's twins)
-_ADAMW = {rnd: _kernel(rnd) for rnd in (False, True)}
+#: the kernel, by how R rounds, and parallel or serial (emu/_kernels.py's twins)
+_ADAMW = {kind: _kernel(kind) for kind in (NONE, IN_PLACE, GENERAL)}
 
 
 def pa_adamw(p, g, m, v, consts, eps, fmt: Format | str = float32,
@@ -125,9 +142,12 @@ def step(p, g, m, v, outp, outm, outv, consts, eps, fmt: Format, mode: int, seed
     ``mode`` is the kernel's rounding code (emu.ops.ROUNDING)."""
     rnd = fmt != float32            # rounding into float32 is the identity: no streams
     sr = rnd and mode == S.SR
+    kind = GENERAL if rnd else NONE
+    if rnd and _in_place(fmt.consts, mode, True, False):
+        kind = IN_PLACE
     keys = np.array([stochastic_key(s) if sr else 0 for s in (seeds or [0] * ROUNDINGS)],
                     np.int64)
     c = np.array([0.0 if x is None else x for x in consts], np.float32).view(np.uint32)
-    _ADAMW[rnd][p.size >= sizes.SERIAL](p, g, m, v, outp, outm, outv, fmt.consts, mode, keys,
+    _ADAMW[kind][p.size >= sizes.SERIAL](p, g, m, v, outp, outm, outv, fmt.consts, mode, keys,
                                   c.astype(np.int64), np.float32(eps), consts[0] is not None,
                                   bool(maximize))

@@ -2,10 +2,12 @@
 
 * the small-matmul kernel (emu/_kernels_small.py) against the register-blocked one;
 * quantize into an IEEE format with 8 exponent bits, rounded in place (the branch-free
-  loop of emu/_kernels.py) against the scalar definition, every class of input.
+  loop of emu/_kernels.py) against the scalar definition, every class of input;
+* the branch-free pasqrt for those formats (emu/optim.py) against pa_sqrt.
 """
 import numpy as np
 import pytest
+from numba import njit
 
 import emu
 from conftest import assert_bits_equal
@@ -66,3 +68,28 @@ def test_quantize_in_place_is_the_scalar_definition(fmt, mode, rng):
                           what=f"parallel={parallel}")
     assert not K._in_place(fc, S.SR, True, False) and not K._in_place(fc, mode, False, False)
     assert not K._in_place(emu.float16.consts, mode, True, False)
+
+
+@njit
+def _sqrt_both(x, fc):
+    want, got = np.empty_like(x), np.empty_like(x)
+    for i in range(x.size):
+        want[i] = S.pa_sqrt(x[i], fc)
+        got[i] = S.pa_sqrt_e8(x[i], fc)
+    return want, got
+
+
+@pytest.mark.parametrize("fmt", ["float32", "bf16", "e8m3", "e8m1"])
+def test_pa_sqrt_e8_is_the_scalar_definition(fmt, rng):
+    """The branch-free pasqrt (the PA AdamW kernel's, emu/optim.py) against the exact
+    definition: every pattern of two binades (both exponent parities, so every rounding
+    case of the halved logarithm), every class of special, and random patterns."""
+    fc = emu.format(fmt).consts
+    special = np.array([0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00001, 0xFFFFFFFF, 1,
+                        0x807FFFFF, 0x007FFFFF, 0x00800000, 0x00800001, 0x7F7FFFFF,
+                        0x3F800000, 0xBF800000, 0x3F7FFFFF], np.uint32)
+    binades = np.arange(0x3F000000, 0x40000000, dtype=np.uint32)
+    x = np.concatenate([special, binades, rng.integers(0, 2 ** 32, 1 << 16, dtype=np.uint64)
+                        .astype(np.uint32)])
+    want, got = _sqrt_both(x, fc)
+    assert_bits_equal(got.view(np.float32), want.view(np.float32), x.view(np.float32), what=fmt)

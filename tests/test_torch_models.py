@@ -267,6 +267,7 @@ def test_paadamw_update_is_emus(rng):
 
 @pytest.mark.parametrize("pa_fmt,rounding,wd,maximize", [
     ("float32", "nearest_even", 0.05, False), ("bf16", "stochastic", 0.05, False),
+    ("bf16", "nearest_even", 0.05, True),
     ("e8m10", "toward_zero", 0.0, True), ("float16", "nearest_even", 0.1, False),
     ("float8_e4m3fn", "stochastic", 0.0, False)])
 def test_fused_adamw_is_the_sequence(rng, monkeypatch, pa_fmt, rounding, wd, maximize):
