@@ -97,7 +97,7 @@ THREADS = 256           # elementwise kernels: threads per block
 MAX_BLOCKS = 1 << 16    # grid-stride loops cover any size
 if SIM:
     # The simulator runs every thread as a Python thread: few threads, same code.
-    THREADS = 32
+    THREADS = 8
     MAX_BLOCKS = 2
 
 
@@ -318,8 +318,8 @@ def gather(src, out, shape, strides):
 #
 # C[b, i, j] = fold over k = 0..K-1 (increasing) of acc <- acc ⊕ pam_mul(A[b,i,k], B[b,k,j]),
 # acc starting at +0.0 (docs/semantics.md §5).  A block computes a TM x TN tile of C
-# with 16 x 16 threads, each owning R x R outputs (rows ty + 16 r, columns tx + 16 c);
-# k advances in tiles of TK staged in shared memory, and inside a tile in increasing
+# with (TM // R)^2 threads, each owning R x R outputs (rows ty + (TM // R) r, columns
+# tx + (TN // R) c); k advances in tiles of TK staged in shared memory, and inside a tile in increasing
 # k, so every output sees its products in the defined order.
 #
 # float32 accumulation adds the product to a float32 register with the GPU's add.f32
@@ -339,18 +339,22 @@ def gather(src, out, shape, strides):
 # NaN results are canonicalised when C is stored.  Operands are rounded to fmt (RNE,
 # `S.operand`) while staged, as the CPU rounds them before its kernel.
 
-TM = 64          # rows of C per block
-TN = 64          # columns of C per block
-TK = 16          # k per shared-memory stage
-R = 4            # outputs per thread in each direction (16 x 16 threads)
+TM_LOG = 6       # TK, TM, TN as shifts: staging index arithmetic without sign fix-ups
+if SIM:
+    # The simulator runs each of a block's threads as a Python thread: the same code
+    # on 16 x 16 tiles of 4 x 4 threads (CI time; the 64 x 64 tiles ran on an H200)
+    TM_LOG = 4
+TK_LOG = 4
+TM = 1 << TM_LOG     # rows of C per block
+TN = TM              # columns of C per block
+TK = 1 << TK_LOG     # k per shared-memory stage
+R = 4            # outputs per thread in each direction (TM // R x TN // R threads)
 TPB = (TM // R) * (TN // R)
 TMP = TM + 1     # padded shared-memory rows: conflict-free stores of k-fast operands
 TNP = TN + 1
 AS_SIZE = TK * TMP
 BS_SIZE = TK * TNP
-TK_LOG = 4       # TK, TM, TN as shifts: staging index arithmetic without sign fix-ups
-TM_LOG = 6
-assert TK == 1 << TK_LOG and TM == TN == 1 << TM_LOG and TPB == 256
+assert TM * TK % TPB == 0
 NT = 4           # batch-offset terms per operand (emu/cuda_backend.py _batch_terms)
 
 
@@ -366,7 +370,7 @@ def _batch_offset(bo, terms):
 
 @register_jitable
 def _staged(e, kfast):
-    """``(k, row or column)`` of element e of a TK x 64 tile staged by a thread block:
+    """``(k, row or column)`` of element e of a TK x TM tile staged by a thread block:
     consecutive e run along k where the operand's k stride is 1 (``kfast``), else along
     the other index, so that consecutive threads read consecutive addresses."""
     if kfast:

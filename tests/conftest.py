@@ -98,9 +98,9 @@ def run_in_simulator(test_file, **env):
 # The longest single tests (the CUDA simulator's subprocesses, the docs' quick figures),
 # longest first, run before the rest: xdist then hands the short ones to whichever worker
 # is free, instead of leaving one worker with a long test at the end (CI time).
-SLOW_FIRST = ("test_cuda_simulator[matmul]", "test_cuda_simulator[grad]",
-              "test_torch_cuda_backend_matches_cpu", "test_memory_cuda_matches_cpu",
-              "test_quick_deterministic_figures_reproduce", "test_cuda_simulator[exhaustive]")
+SLOW_FIRST = ("test_memory_cuda_matches_cpu", "test_cuda_simulator[exhaustive]",
+              "test_quick_deterministic_figures_reproduce", "test_torch_cuda_backend_matches_cpu",
+              "test_cuda_simulator[elementwise]", "test_cuda_simulator[matmul]")
 
 
 def pytest_collection_modifyitems(config, items):

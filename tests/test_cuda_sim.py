@@ -429,7 +429,7 @@ else:
             assert expected in seen, f"{case} data never took mode {expected}: {seen}"
 
     def test_matmul_tile_edges(rng):
-        """M, N past one 64-wide tile, K past one 16-deep stage, mixed modes."""
+        """M, N past one tile (64 wide; 16 under the simulator), K past one 16-deep stage, mixed modes."""
         a, b = mm_case("masked", (67, 18), (18, 66), rng)
         a[5, 7] = np.inf
         got = host(emu.pam_matmul(dev(a), dev(b)))
