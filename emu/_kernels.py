@@ -146,14 +146,20 @@ def _unary(op, parallel):
     return njit_variant(f"unary {op.name} parallel={parallel}", parallel=parallel)(kernel)
 
 
-def pairwise(f, variant, parallel):
+def pairwise(f, variant, parallel, f32=None):
     """The kernel ``out[i] = f(x[i], y[i], fc)`` with both operands rounded into the
     format first: a binary op, or the exact derivative of a unary one
-    (emu/_kernels_grad.py, whose scalar definitions this module's cache depends on)."""
+    (emu/_kernels_grad.py, whose scalar definitions this module's cache depends on).
+    ``f32``: f's twin on uint32 patterns (Op.scalar32), where no operand is rounded."""
+    if f32 is None:
+        @register_jitable
+        def f32(a, b, fc):
+            return f(np.int64(a), np.int64(b), fc)
+
     def kernel(x, y, out, fc):
         if S.is_float32(fc):        # operands need no rounding: a loop LLVM vectorises
             for i in prange(x.size):
-                out[i] = f(np.int64(x[i]), np.int64(y[i]), fc)
+                out[i] = f32(x[i], y[i], fc)
         else:
             for i in prange(x.size):
                 out[i] = f(S.operand(x[i], fc), S.operand(y[i], fc), fc)
@@ -161,7 +167,7 @@ def pairwise(f, variant, parallel):
 
 
 def _binary(op, parallel):
-    return pairwise(op.scalar, f"binary {op.name} parallel={parallel}", parallel)
+    return pairwise(op.scalar, f"binary {op.name} parallel={parallel}", parallel, op.scalar32)
 
 
 #: one CPU kernel per elementwise op of the registry (emu/registry.py), by name, and

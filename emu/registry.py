@@ -43,6 +43,8 @@ class Op:
     rational definitions.  ``public``: whether emu exports a front end of this name
     (``fp_mul_daz`` is ``fp_mul(..., subnormals=False)``).  ``approx_scalar``: ``approx``
     on one element (emu/_scalar_approx.py), ``(x[, y], dy, ln2, fc)``, for fused kernels.
+    ``scalar32``: a twin of ``scalar`` on uint32 patterns, equal for every input, that
+    the CPU kernels run where operands need no rounding (emu/_kernels.py).
     """
     name: str
     arity: int
@@ -55,6 +57,7 @@ class Op:
     oracle_grad: Callable | None = None
     public: bool = True
     approx_scalar: Callable | None = None
+    scalar32: Callable | None = None
 
     @property
     def differentiable(self) -> bool:
@@ -160,7 +163,7 @@ def _pa(name: str, arity: int, what: str, doc: str) -> Op:
     grads = tuple(getattr(G, f"{name}_{d}") for d in (("da", "db") if arity == 2 else ("dx",)))
     return Op(name, arity, getattr(S, name), getattr(R, name), f"{_PA}, {what}", doc, grads,
               globals()[f"_{name}_approx"], getattr(RG, name),
-              approx_scalar=getattr(A, f"{name}_approx"))
+              approx_scalar=getattr(A, f"{name}_approx"), scalar32=getattr(S, f"{name}32", None))
 
 
 #: every elementwise operation, by name

@@ -3,7 +3,8 @@
 * the small-matmul kernel (emu/_kernels_small.py) against the register-blocked one;
 * quantize into an IEEE format with 8 exponent bits, rounded in place (the branch-free
   loop of emu/_kernels.py) against the scalar definition, every class of input;
-* the branch-free pasqrt for those formats (emu/optim.py) against pa_sqrt.
+* the branch-free pasqrt for those formats (emu/optim.py) against pa_sqrt, and the
+  32-bit branch-free PAM of the float32 kernels against pam_mul.
 """
 import numpy as np
 import pytest
@@ -93,3 +94,36 @@ def test_pa_sqrt_e8_is_the_scalar_definition(fmt, rng):
                         .astype(np.uint32)])
     want, got = _sqrt_both(x, fc)
     assert_bits_equal(got.view(np.float32), want.view(np.float32), x.view(np.float32), what=fmt)
+
+
+@njit
+def _pam_both(a, b, fc):
+    want, got = np.empty_like(a), np.empty_like(a)
+    for i in range(a.size):
+        want[i] = S.pam_mul(a[i], b[i], fc)
+        got[i] = S.pam_mul32(a[i], b[i], fc)
+    return want, got
+
+
+@pytest.mark.parametrize("fmt", ["float32", "bf16", "float16", "float8_e4m3fn", "float8_e5m2",
+                                 "float8_e4m3fnuz", "float4_e2m1fn"])
+def test_pam_mul32_is_the_scalar_definition(fmt, rng):
+    """The 32-bit branch-free PAM (the float32 kernels', emu/_kernels.py) against the
+    definition, for any patterns (format values or not): every pair of 64 corner
+    patterns around each threshold (zero, min normal, one, max, inf, NaN, both signs),
+    every bf16 pattern against random partners, and random pairs."""
+    fc = emu.format(fmt).consts
+    edges = [0, 1, fc.minnorm32 - 1, fc.minnorm32, fc.minnorm32 + 1, S.ONE32 - 1, S.ONE32,
+             S.ONE32 + 1, fc.max32 - 1, fc.max32, fc.max32 + 1, S.INF32 - 1, S.INF32,
+             S.INF32 + 1, S.QNAN32, S.ABS32, 0x40000000, 0x3F000000, 0x1F800000, 0x5F800000,
+             0x00400000, 0x20000000, 0x60000000, 0x7F000000, 0x01000000, 0x7E800000,
+             0x3FFFFFFF, 0x00FFFFFF, 0x3E800000, 0x41000000, 0x7F7FFFFF, 0x00800000]
+    corner = np.array(edges + [e | S.SIGN32 for e in edges], np.uint32)
+    a, b = (v.reshape(-1) for v in np.meshgrid(corner, corner))
+    bf = np.arange(1 << 16, dtype=np.uint32) << 16
+    a = np.concatenate([a, bf, rng.integers(0, 2 ** 32, 1 << 18, dtype=np.uint64).astype(np.uint32)])
+    b = np.concatenate([b, rng.permutation(bf) | rng.integers(0, 1 << 16, bf.size, dtype=np.uint32),
+                        rng.integers(0, 2 ** 32, 1 << 18, dtype=np.uint64).astype(np.uint32)])
+    want, got = _pam_both(a, b, fc)
+    assert_bits_equal(got.view(np.float32), want.view(np.float32), a.view(np.float32),
+                      b.view(np.float32), what=fmt)
