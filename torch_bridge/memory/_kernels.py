@@ -225,8 +225,7 @@ def inverted_scale(coef, cst, icst):
 
     The table is a closure constant of the compiled kernel (numba keys the on-disk
     cache by the closure's contents): LLVM then knows its lookups cannot alias ``out``
-    and vectorises the branch-free element loop with gathers (an argument table
-    would need runtime alias checks it cannot bound, and the loop stays scalar).  All
+    (an argument table would need runtime alias checks it cannot bound).  All
     arithmetic is in y's dtype (integers in its width) and Horner of constant length
     unrolls; no fast-math, no FMA contraction (the GPU twin rounds alike)."""
     ft = coef.dtype.type
@@ -250,7 +249,16 @@ def inverted_scale(coef, cst, icst):
             spread = branch.view(np.uint64)
             for g in range(pc.size):
                 spread[g] = (np.uint64(pc[g]) * _BIT0) & _SPREAD_BITS
+            # S.inverted_slope in two loops: the piece selection vectorised, then the
+            # table's Horner (LLVM will not gather from the table on every host: on
+            # AMD Zen its cost model keeps a loop with gathers scalar)
+            rows = np.empty(CHUNK, np.uint16)
+            svar = np.empty(CHUNK, ft)
             for i in range(m):
-                oc[i] = gc[i] * S.inverted_slope(yc[i], bc[i], branch[i] != 0, table, words,
-                                                 fcst, icst, it, ft)
+                rows[i], svar[i] = S.inverted_piece(yc[i], bc[i], branch[i] != 0, fcst, icst,
+                                                    it, ft)
+            for i in range(m):
+                v = yc[i]
+                acc = S.horner(table, rows[i], svar[i], words)
+                oc[i] = gc[i] * (acc if v == v else v)
     return kernel

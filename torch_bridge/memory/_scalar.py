@@ -176,10 +176,11 @@ def horner(table, j, s, words):
 
 
 @register_jitable
-def inverted_slope(v, bits, right, table, words, fcst, icst, it, ft):
-    """f'(f⁻¹(y)) for y = v (bit pattern ``bits``) on a branch (inverted.py; the piece
-    selection of ``inverted.Inverter.__call__``), all arithmetic in v's dtype ``ft``,
-    integers in ``it`` of its width:
+def inverted_piece(v, bits, right, fcst, icst, it, ft):
+    """(row, s): the coefficient row and Horner's variable of f'(f⁻¹(y)) for y = v (bit
+    pattern ``bits``) on a branch (inverted.py; the piece selection of
+    ``inverted.Inverter.__call__``), all arithmetic in v's dtype ``ft``, integers in
+    ``it`` of its width:
 
     * t = sqrt(y - ymin) on the piece int(min(t * n / t_end, n)) of the branch;
     * left tail, |y| < 2**e_split: the binade coordinate of |y| (its bits >> low)
@@ -208,5 +209,13 @@ def inverted_slope(v, bits, right, table, words, fcst, icst, it, ft):
     off = it(np.int64(bits) - np.int64(first))     # wraps to 32 bits for float32, as meant
     if np.uint32(off) < np.uint32(count):
         j = it(off + (win_right if right else win_left))
-    acc = horner(table, np.uint16(j), s, words)     # small unsigned index: no wraparound
+    return np.uint16(j), s                      # small unsigned index: no wraparound
+
+
+@register_jitable
+def inverted_slope(v, bits, right, table, words, fcst, icst, it, ft):
+    """f'(f⁻¹(y)) for y = v on a branch: Horner on the row :func:`inverted_piece`
+    picks (NaN stays NaN)."""
+    j, s = inverted_piece(v, bits, right, fcst, icst, it, ft)
+    acc = horner(table, j, s, words)
     return acc if v == v else v
