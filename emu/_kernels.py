@@ -160,6 +160,10 @@ def pairwise(f, variant, parallel, f32=None):
         if S.is_float32(fc):        # operands need no rounding: a loop LLVM vectorises
             for i in prange(x.size):
                 out[i] = f32(x[i], y[i], fc)
+        elif _in_place(fc, S.RNE, True, False):     # bf16, e8mM: rounded in place
+            k = S.in_place_consts(fc, S.RNE)
+            for i in prange(x.size):
+                out[i] = f32(S.round_in_place(x[i], k), S.round_in_place(y[i], k), fc)
         else:
             for i in prange(x.size):
                 out[i] = f(S.operand(x[i], fc), S.operand(y[i], fc), fc)
