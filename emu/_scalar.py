@@ -370,6 +370,35 @@ def pa_div(a, b, fc):
 
 
 @register_jitable
+def pa_div32(a, b, fc):
+    """:func:`pa_div` of two uint32 patterns in 32-bit arithmetic and without branches
+    (as :func:`pam_mul32`), the same result for every pair of patterns: the difference
+    |a| - |b| + ONE32 is compared as |a| + ONE32 against |b| plus the thresholds, so
+    nothing wraps."""
+    u = np.uint32
+    one, inf = u(ONE32), u(INF32)
+    s = u(u(a ^ b) & u(SIGN32))
+    ua = u(a & u(ABS32))
+    ub = u(b & u(ABS32))
+    mn = u(fc.minnorm32)
+    nz = u(s & u(fc.negzero32 & M32))
+    nan = u(fc.nan32)
+    ovf = u(s | u(fc.ovf32))
+    a_zero = ua < mn
+    b_zero = ub < mn
+    t = u(ua + one)
+    r = u(t - ub) | s
+    r = nz if t < u(ub + mn) else r
+    r = ovf if t > u(ub + u(fc.max32)) else r
+    r = nz if a_zero else r
+    r = (nan if a_zero or fc.nan_kind == NAN_FN or fc.nan_kind == NAN_FNUZ else ovf) \
+        if b_zero else r
+    r = nz if ub == inf else r
+    r = (nan if ub == inf else u(s | inf)) if ua == inf else r
+    return nan if (ua > inf) | (ub > inf) else r
+
+
+@register_jitable
 def _paexp2_exact(n, sh, fc):
     """paexp2 of the exact value n * 2^-sh (eq. 9), rounded once into the format."""
     fl = n >> sh                                  # floor, also for negative n

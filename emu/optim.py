@@ -69,9 +69,22 @@ def _kernel(kind):
             return S.operand(S.quantize(x, fc, mode, True, False, keys[j], i), fc)
         return x
 
+    # the PA ops: their branch-free 32-bit twins where R needs no quantize
     @register_jitable
     def sqrt(x, fc):
         return S.pa_sqrt(x, fc) if kind == GENERAL else S.pa_sqrt_e8(x, fc)
+
+    @register_jitable
+    def mul(a, b, fc):
+        if kind == GENERAL:
+            return S.pam_mul(a, b, fc)
+        return np.int64(S.pam_mul32(np.uint32(a), np.uint32(b), fc))
+
+    @register_jitable
+    def div(a, b, fc):
+        if kind == GENERAL:
+            return S.pa_div(a, b, fc)
+        return np.int64(S.pa_div32(np.uint32(a), np.uint32(b), fc))
 
     def kernel(P, G, M, V, outp, outm, outv, fc, mode, keys, c, eps, decay, negate):
         k = S.in_place_consts(fc, mode) if kind == IN_PLACE else S.in_place_consts(fc, S.RNE)
@@ -84,17 +97,17 @@ def _kernel(kind):
             m = np.int64(M[i])
             v = np.int64(V[i])
             # (a select, not a branch: the loop stays one basic block for LLVM)
-            t = S.pam_mul(r(p, fc, mode, keys, 0, i, k), c0, fc)
+            t = mul(r(p, fc, mode, keys, 0, i, k), c0, fc)
             p = _p(_f(p) - _f(t)) if decay else p
-            t = S.pam_mul(r(_p(_f(g) - _f(m)), fc, mode, keys, 1, i, k), c1, fc)
+            t = mul(r(_p(_f(g) - _f(m)), fc, mode, keys, 1, i, k), c1, fc)
             m = _p(_f(m) + _f(t))
-            gg = S.pam_mul(r(g, fc, mode, keys, 2, i, k), r(g, fc, mode, keys, 3, i, k), fc)
-            t = S.pam_mul(r(_p(_f(gg) - _f(v)), fc, mode, keys, 4, i, k), c2, fc)
+            gg = mul(r(g, fc, mode, keys, 2, i, k), r(g, fc, mode, keys, 3, i, k), fc)
+            t = mul(r(_p(_f(gg) - _f(v)), fc, mode, keys, 4, i, k), c2, fc)
             v = _p(_f(v) + _f(t))
             sq = sqrt(r(v, fc, mode, keys, 5, i, k), fc)
-            d = _p(_f(S.pa_div(r(sq, fc, mode, keys, 6, i, k), c3, fc)) + eps)
-            q = S.pa_div(r(m, fc, mode, keys, 7, i, k), r(d, fc, mode, keys, 8, i, k), fc)
-            t = S.pam_mul(r(q, fc, mode, keys, 9, i, k), c4, fc)
+            d = _p(_f(div(r(sq, fc, mode, keys, 6, i, k), c3, fc)) + eps)
+            q = div(r(m, fc, mode, keys, 7, i, k), r(d, fc, mode, keys, 8, i, k), fc)
+            t = mul(r(q, fc, mode, keys, 9, i, k), c4, fc)
             p = _p(_f(p) - _f(t))
             outp[i] = p
             outm[i] = m

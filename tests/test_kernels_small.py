@@ -112,6 +112,16 @@ def test_pam_mul32_is_the_scalar_definition(fmt, rng):
     definition, for any patterns (format values or not): every pair of 64 corner
     patterns around each threshold (zero, min normal, one, max, inf, NaN, both signs),
     every bf16 pattern against random partners, and random pairs."""
+    a, b, fc = _pairs(fmt, rng)
+    want, got = _pam_both(a, b, fc)
+    assert_bits_equal(got.view(np.float32), want.view(np.float32), a.view(np.float32),
+                      b.view(np.float32), what=fmt)
+
+
+def _pairs(fmt, rng):
+    """Pattern pairs (a, b) and the format's constants: every pair of 64 corner
+    patterns around each threshold (both signs), every bf16 pattern against random
+    partners, and random pairs."""
     fc = emu.format(fmt).consts
     edges = [0, 1, fc.minnorm32 - 1, fc.minnorm32, fc.minnorm32 + 1, S.ONE32 - 1, S.ONE32,
              S.ONE32 + 1, fc.max32 - 1, fc.max32, fc.max32 + 1, S.INF32 - 1, S.INF32,
@@ -124,6 +134,25 @@ def test_pam_mul32_is_the_scalar_definition(fmt, rng):
     a = np.concatenate([a, bf, rng.integers(0, 2 ** 32, 1 << 18, dtype=np.uint64).astype(np.uint32)])
     b = np.concatenate([b, rng.permutation(bf) | rng.integers(0, 1 << 16, bf.size, dtype=np.uint32),
                         rng.integers(0, 2 ** 32, 1 << 18, dtype=np.uint64).astype(np.uint32)])
-    want, got = _pam_both(a, b, fc)
+    return a, b, fc
+
+
+@njit
+def _div_both(a, b, fc):
+    want, got = np.empty_like(a), np.empty_like(a)
+    for i in range(a.size):
+        want[i] = S.pa_div(a[i], b[i], fc)
+        got[i] = S.pa_div32(a[i], b[i], fc)
+    return want, got
+
+
+@pytest.mark.parametrize("fmt", ["float32", "bf16", "float16", "float8_e4m3fn", "float8_e5m2",
+                                 "float8_e4m3fnuz", "float4_e2m1fn"])
+def test_pa_div32_is_the_scalar_definition(fmt, rng):
+    """The 32-bit branch-free PA division (the PA AdamW kernel's, emu/optim.py) against
+    the definition, for any patterns: the corner pairs, bf16 patterns and random pairs
+    of test_pam_mul32_is_the_scalar_definition."""
+    a, b, fc = _pairs(fmt, rng)
+    want, got = _div_both(a, b, fc)
     assert_bits_equal(got.view(np.float32), want.view(np.float32), a.view(np.float32),
                       b.view(np.float32), what=fmt)
