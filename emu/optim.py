@@ -161,6 +161,14 @@ def step(p, g, m, v, outp, outm, outv, consts, eps, fmt: Format, mode: int, seed
     keys = np.array([stochastic_key(s) if sr else 0 for s in (seeds or [0] * ROUNDINGS)],
                     np.int64)
     c = np.array([0.0 if x is None else x for x in consts], np.float32).view(np.uint32)
-    _ADAMW[kind][p.size >= sizes.SERIAL](p, g, m, v, outp, outm, outv, fmt.consts, mode, keys,
-                                  c.astype(np.int64), np.float32(eps), consts[0] is not None,
-                                  bool(maximize))
+    # LLVM runs the vectorised loop only where no output overlaps an input (a runtime
+    # check): an update in place (torch_bridge's) writes fresh arrays, then copies back
+    outs = (outp, outm, outv)
+    to = [np.empty_like(o) if any(np.may_share_memory(o, x) for x in (p, g, m, v)) else o
+          for o in outs]
+    _ADAMW[kind][p.size >= sizes.SERIAL](p, g, m, v, *to, fmt.consts, mode, keys,
+                                         c.astype(np.int64), np.float32(eps),
+                                         consts[0] is not None, bool(maximize))
+    for o, t in zip(outs, to):
+        if t is not o:
+            o[...] = t
