@@ -132,7 +132,7 @@ def test_bench_tiny_models_quick():
     from sim import bench
     rows = bench.run(quick=True, only=["tiny-models"])
     assert [r.name.split(":")[0] for r in rows] == ["encoder", "gru"]
-    assert all(r.seconds > 0 and r.baseline_seconds > 0 and r.target == 5.0 for r in rows)
+    assert all(r.seconds > 0 and r.baseline_seconds > 0 and r.target == 4.0 for r in rows)
 
 
 def test_complex_products_and_scatter_products_count():
