@@ -96,13 +96,20 @@ def test_pa_sqrt_e8_is_the_scalar_definition(fmt, rng):
     assert_bits_equal(got.view(np.float32), want.view(np.float32), x.view(np.float32), what=fmt)
 
 
-@njit
-def _pam_both(a, b, fc):
-    want, got = np.empty_like(a), np.empty_like(a)
-    for i in range(a.size):
-        want[i] = S.pam_mul(a[i], b[i], fc)
-        got[i] = S.pam_mul32(a[i], b[i], fc)
-    return want, got
+def _both(definition, twin):
+    """A compiled loop: (definition, twin) of every pair (a[i], b[i])."""
+    @njit
+    def run(a, b, fc):
+        want, got = np.empty_like(a), np.empty_like(a)
+        for i in range(a.size):
+            want[i] = definition(a[i], b[i], fc)
+            got[i] = twin(a[i], b[i], fc)
+        return want, got
+    return run
+
+
+_pam_both = _both(S.pam_mul, S.pam_mul32)
+_div_both = _both(S.pa_div, S.pa_div32)
 
 
 @pytest.mark.parametrize("fmt", ["float32", "bf16", "float16", "float8_e4m3fn", "float8_e5m2",
@@ -135,15 +142,6 @@ def _pairs(fmt, rng):
     b = np.concatenate([b, rng.permutation(bf) | rng.integers(0, 1 << 16, bf.size, dtype=np.uint32),
                         rng.integers(0, 2 ** 32, 1 << 18, dtype=np.uint64).astype(np.uint32)])
     return a, b, fc
-
-
-@njit
-def _div_both(a, b, fc):
-    want, got = np.empty_like(a), np.empty_like(a)
-    for i in range(a.size):
-        want[i] = S.pa_div(a[i], b[i], fc)
-        got[i] = S.pa_div32(a[i], b[i], fc)
-    return want, got
 
 
 @pytest.mark.parametrize("fmt", ["float32", "bf16", "float16", "float8_e4m3fn", "float8_e5m2",
