@@ -13,6 +13,11 @@ drop_stale(__file__)
 
 
 def _mul(x, y, out, fc, mp):
+    if mp.kind == SM.SUM and mp.k == 0 and S.is_float32(fc):
+        c = mp.c32      # one constant, float32 operands as they are: the 32-bit twin
+        for i in prange(x.size):
+            out[i] = S.pam_sum32(x[i], y[i], fc, c)
+        return
     for i in prange(x.size):
         out[i] = SM.product(S.operand(x[i], fc), S.operand(y[i], fc), fc, mp)
 

@@ -311,14 +311,20 @@ def pam_sum(a, b, fc, c):
 
 @register_jitable
 def pam_mul32(a, b, fc):
-    """:func:`pam_mul` of two uint32 patterns in 32-bit arithmetic and without branches,
-    the same result for every pair of patterns: LLVM if-converts every case, and the
-    uint32 casts of each intermediate (Numba computes in 64 bits) let it narrow the
-    vectors to 32-bit lanes, twice as many as the int64 definition gets.  The pattern
-    sum |a| + |b| < 2^32 is compared against the thresholds plus ONE32 before the bias
-    comes off, so nothing wraps."""
+    """:func:`pam_mul` as :func:`pam_sum32` (32-bit lanes, no branches)."""
+    return pam_sum32(a, b, fc, 0)
+
+
+@register_jitable
+def pam_sum32(a, b, fc, c):
+    """:func:`pam_sum` of two uint32 patterns in 32-bit arithmetic and without branches,
+    the same result for every pair of patterns and every constant |c| < 2^29: LLVM
+    if-converts every case, and the uint32 casts of each intermediate (Numba computes in
+    64 bits) let it narrow the vectors to 32-bit lanes, twice as many as the int64
+    definition gets.  The pattern sum |a| + |b| < 2^32 is compared against the
+    thresholds plus the bias ONE32 - c before the bias comes off, so nothing wraps."""
     u = np.uint32
-    one, inf = u(ONE32), u(INF32)
+    bias, inf = u(ONE32 - c), u(INF32)
     s = u(u(a ^ b) & u(SIGN32))
     ua = u(a & u(ABS32))
     ub = u(b & u(ABS32))
@@ -328,9 +334,9 @@ def pam_mul32(a, b, fc):
     hi = u(max(ua, ub))     # NaN or inf among the operands: the larger one is
     small = u(min(ua, ub)) < mn
     t = u(ua + ub)
-    r = u(s | u(t - one))
-    r = nz if t < u(mn + one) else r
-    r = u(s | u(fc.ovf32)) if t > u(u(fc.max32) + one) else r
+    r = u(s | u(t - bias))
+    r = nz if t < u(mn + bias) else r
+    r = u(s | u(fc.ovf32)) if t > u(u(fc.max32) + bias) else r
     r = nz if small else r
     r = (nan if small else u(s | inf)) if hi == inf else r
     return nan if hi > inf else r

@@ -735,11 +735,11 @@ def _blocked(ea, eb, sa, sb, kb: int, pow2: bool, acc: Format, m: Multiplier, mf
     sa3 = np.ascontiguousarray(np.swapaxes(u32(sa, a.shape[:-2] + (M, nb)), -1, -2))
     sb3 = u32(sb, b.shape[:-2] + (nb, N))
     out = np.empty((t, M, N), np.float32)
-    if not exact and kb % KB.KG == 0 and kb >= 64:
+    if not exact and kb % KB.KG == 0 and kb >= 32:
         # the register-blocked micro-kernel's products (emu.matmul's, packed as it packs);
-        # shorter blocks: its epilogue per QR x PW tile costs more than the products
-        # (2026-11-28, 1024^3, 2 threads: nvfp4 162 ms against 83 in BLOCKED_F32, mxfp8
-        # 37 against 38, fp8_block 27 against 37)
+        # shorter blocks: its epilogue per QR x PW tile costs as much as BLOCKED_F32's
+        # slower products (2026-11-28, 1024^3, 1 thread: mxfp8 (32) 46 ms against 62,
+        # nvfp4 (16) 114 against 113)
         fc = float32.consts
         a3 = a.reshape(-1, M, K)
         if M % KB.QR:

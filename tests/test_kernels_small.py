@@ -97,32 +97,36 @@ def test_pa_sqrt_e8_is_the_scalar_definition(fmt, rng):
 
 
 def _both(definition, twin):
-    """A compiled loop: (definition, twin) of every pair (a[i], b[i])."""
+    """A compiled loop: (definition, twin) of every pair (a[i], b[i]), with the
+    arguments ``rest`` after them."""
     @njit
-    def run(a, b, fc):
+    def run(a, b, *rest):
         want, got = np.empty_like(a), np.empty_like(a)
         for i in range(a.size):
-            want[i] = definition(a[i], b[i], fc)
-            got[i] = twin(a[i], b[i], fc)
+            want[i] = definition(a[i], b[i], *rest)
+            got[i] = twin(a[i], b[i], *rest)
         return want, got
     return run
 
 
-_pam_both = _both(S.pam_mul, S.pam_mul32)
+_pam_both = _both(S.pam_sum, S.pam_sum32)
 _div_both = _both(S.pa_div, S.pa_div32)
 
 
+@pytest.mark.parametrize("c", [0, 0x80000, 0x400000, -3, 5])
 @pytest.mark.parametrize("fmt", ["float32", "bf16", "float16", "float8_e4m3fn", "float8_e5m2",
                                  "float8_e4m3fnuz", "float4_e2m1fn"])
-def test_pam_mul32_is_the_scalar_definition(fmt, rng):
-    """The 32-bit branch-free PAM (the float32 kernels', emu/_kernels.py) against the
-    definition, for any patterns (format values or not): every pair of 64 corner
-    patterns around each threshold (zero, min normal, one, max, inf, NaN, both signs),
-    every bf16 pattern against random partners, and random pairs."""
+def test_pam_sum32_is_the_scalar_definition(fmt, c, rng):
+    """The 32-bit branch-free PAM with a constant (pam_mul32 is its c = 0; the float32
+    kernels' and the recipe epilogue's, emu/_kernels.py, emu/_kernels_recipes.py)
+    against the definition, for any patterns (format values or not) and the constants
+    of PAM, L-Mul (e4m3: 2^19; bf16 ...: 2^22) and offsets of either sign: every pair of
+    64 corner patterns around each threshold (zero, min normal, one, max, inf, NaN, both
+    signs), every bf16 pattern against random partners, and random pairs."""
     a, b, fc = _pairs(fmt, rng)
-    want, got = _pam_both(a, b, fc)
+    want, got = _pam_both(a, b, fc, c)
     assert_bits_equal(got.view(np.float32), want.view(np.float32), a.view(np.float32),
-                      b.view(np.float32), what=fmt)
+                      b.view(np.float32), what=f"{fmt} c={c}")
 
 
 def _pairs(fmt, rng):
@@ -149,7 +153,7 @@ def _pairs(fmt, rng):
 def test_pa_div32_is_the_scalar_definition(fmt, rng):
     """The 32-bit branch-free PA division (the PA AdamW kernel's, emu/optim.py) against
     the definition, for any patterns: the corner pairs, bf16 patterns and random pairs
-    of test_pam_mul32_is_the_scalar_definition."""
+    of test_pam_sum32_is_the_scalar_definition."""
     a, b, fc = _pairs(fmt, rng)
     want, got = _div_both(a, b, fc)
     assert_bits_equal(got.view(np.float32), want.view(np.float32), a.view(np.float32),

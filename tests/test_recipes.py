@@ -575,7 +575,7 @@ def blockwise(qa, qb, r, mul, roles=("act", "weight")):
                                       ("mxfp8/64", "lmul")])
 def test_one_pass_recipe_matmul_is_the_blockwise_definition(name, mul, monkeypatch):
     """emu/_kernels_recipes.py's one pass, taken where it should be (pattern sums in
-    K-blocks of 64 or more, a multiple of 8: on the register-blocked micro-kernel, tasks
+    K-blocks of 32 or more, a multiple of 8: on the register-blocked micro-kernel, tasks
     of 64 rows and 256 columns; the others: BLOCKED_F32, tasks of 32 x 256 and row
     groups of 4), across its task edges (M = 70, padded to rows of 8; N = 1104, a
     partial panel; a batch of 2 against one B), with zero elements and rows, a zero
