@@ -221,7 +221,7 @@ _F32C = float32.consts      # FMUL's GENERAL step: S.fp_fma into float32
 
 
 def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod=ADD, psh=0,
-                  variants=False, flush=0, rows=QR):
+                  variants=False, flush=0, rows=QR, blocks=False):
     """``acc[r, :] += A[r, k] ·̂ B[k, :]`` for QR rows, PW columns and k = 0..nk-1 in
     increasing order, the accumulators in vector registers (LLVM IR, so the block is
     register-allocated as written).  Masked-off products are not added.  ``sh`` > 0:
@@ -248,7 +248,11 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
     the product's sign; ``fl`` holds min normal, max and the overflow pattern (read
     only with ``flush``); CARRY with ``flush``: the same for its term g·y, exact in
     float32 (the caller's blocks keep it normal there).  ``rows``: the rows of one call, QR or fewer (CARRY's mantissa tile takes as
-    many registers as the accumulators).  The preconditions are the caller's."""
+    many registers as the accumulators).  ``blocks`` (ADD, float32): K-blocks of
+    ``xm_off`` steps (nk a multiple of it): each block's sums start at +0 in the
+    registers and are then added to ``acc`` in memory, ``acc + sum`` rounded once (the
+    fold of emu.recipe_matmul's block sums, scales applied to the operands before).
+    The preconditions are the caller's."""
     i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
     vi, vf, vm = ir.VectorType(i32, W), ir.VectorType(f32, W), ir.VectorType(ir.IntType(1), W)
     mt = ir.IntType(W)
@@ -259,6 +263,7 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
     fix = clamped and _RANGE and negzero != 0
     if clamped:
         assert prod == ADD and not sticky and -126 <= emin and 13 <= sh, (emin, sh)
+    assert not blocks or (prod == ADD and sh == 0 and not sticky and not flush), "blocks"
 
     @intrinsic
     def kernel(typingctx, acc, acc_off, bp, b_off, bm, bm_off, a, am, ao, a_off, a_stride, nk,
@@ -306,7 +311,8 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                 xms = [builder.load(at(xmp, r * PW + v * W, vi), align=4)
                        for r in range(rows) for v in range(NV)]
             ptrs = [at(accp, r * PW + v * W, vf) for r in range(rows) for v in range(NV)]
-            init = [builder.load(p, align=4) for p in ptrs]
+            zeros = [ir.Constant(vf, [0.0] * W)] * (rows * NV)
+            init = zeros if blocks else [builder.load(p, align=4) for p in ptrs]
             offs = [builder.mul(a_stride, ir.Constant(i64, r)) for r in range(rows)]
             if sh > 0 and not sticky:
                 fmuladd = builder.module.declare_intrinsic(
@@ -514,10 +520,32 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
             for x in init:
                 accs.append(builder.phi(vf))
                 accs[-1].add_incoming(x, pre)
+            if blocks:      # steps left in this K-block
+                kb = as_i64(13)
+                left = builder.phi(i64)
+                left.add_incoming(kb, pre)
             new = step(k, accs, False)
+            if blocks:      # at a block's end: acc + its sums, once rounded; sums from +0
+                left1 = builder.sub(left, ir.Constant(i64, 1))
+                body = builder.basic_block
+                fold = builder.append_basic_block("mk.fold")
+                cont = builder.append_basic_block("mk.next")
+                builder.cbranch(builder.icmp_signed("==", left1, ir.Constant(i64, 0)),
+                                fold, cont)
+                builder.position_at_end(fold)
+                for p, x in zip(ptrs, new):
+                    builder.store(builder.fadd(builder.load(p, align=4), x), p, align=4)
+                builder.branch(cont)
+                builder.position_at_end(cont)
+                new = merge(new, body, zeros, fold)
+                nxt = builder.phi(i64)
+                nxt.add_incoming(left1, body)
+                nxt.add_incoming(kb, fold)
             k1 = builder.add(k, ir.Constant(i64, 1))
             end = builder.basic_block
             k.add_incoming(k1, end)
+            if blocks:
+                left.add_incoming(nxt, end)
             for ph, t in zip(accs, new):
                 ph.add_incoming(t, end)
             builder.cbranch(builder.icmp_signed("<", k1, stop), loop, after)
@@ -538,8 +566,9 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                 if not negzero:
                     outs = [builder.select(builder.fcmp_ordered("==", x, vec(0.0)), vec(0.0), x)
                             for x in outs]
-            for p, x in zip(ptrs, outs):
-                builder.store(x, p, align=4)
+            if not blocks:  # (blocks: every block was added at its end)
+                for p, x in zip(ptrs, outs):
+                    builder.store(x, p, align=4)
             return context.get_dummy_value()
 
         return sig, codegen

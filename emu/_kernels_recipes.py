@@ -11,15 +11,21 @@ from . import _scalar_mul as SM
 from . import _kernels as K
 from ._kernels import as_f32, as_i32, twins
 from ._numba_cache import drop_stale, njit_variant
+from ._tiles import CLEAN, SKIP
 
 drop_stale(__file__)
 
+#: how a K-block's sum P is scaled before it is folded (``scaling``): T = mul(P, mul(s_a,
+#: s_b)) by the multiplier; RN(P s_a s_b) for power-of-two scales; T = P, the elements
+#: having been scaled before (recipes._prescaled: the same bits)
+MUL, POW2, PRESCALED = 0, 1, 2
 
-def _scale_fold(p, sa, sb, out, pow2, f32c, fca, mp, mpx):
+
+def _scale_fold(p, sa, sb, out, scaling, f32c, fca, mp, mpx):
     """``out[t, i, j]`` = the fold over blocks b, increasing, from +0, of
     ``RN_acc(c + T)`` with ``T = p[t, b, i, j]`` scaled by ``sa[t, b, i]`` and
-    ``sb[t, b, j]``: exactly (``pow2``: powers of two, one rounding to float32) or by the
-    multiplier ``mp`` in float32, ``mul(P, mul(s_a, s_b))``.  The fold's step is the
+    ``sb[t, b, j]``: exactly (``scaling`` POW2: powers of two, one rounding to float32)
+    or (MUL) by the multiplier ``mp`` in float32, ``mul(P, mul(s_a, s_b))``.  The fold's step is the
     matmul's exact step (``mpx``), SM.mac with the factor 1.  Uint32 patterns."""
     nt, nb, m, n = p.shape
     if fca.man_bits == 23 and fca.exp_bits == 8:        # float32: fold_row's plain add
@@ -28,7 +34,7 @@ def _scale_fold(p, sa, sb, out, pow2, f32c, fca, mp, mpx):
             i = task % m
             c32 = np.zeros(n, np.float32)
             for b in range(nb):
-                fold_row(c32, p[t, b, i].view(np.float32), sa[t, b, i], sb[t, b], n, pow2,
+                fold_row(c32, p[t, b, i].view(np.float32), sa[t, b, i], sb[t, b], n, scaling,
                          f32c, mp)
             for j in range(n):
                 v = c32[j]
@@ -43,7 +49,7 @@ def _scale_fold(p, sa, sb, out, pow2, f32c, fca, mp, mpx):
             fa = np.float64(as_f32(np.int32(np.uint32(a))))
             for j in range(n):
                 x = np.int64(p[t, b, i, j])
-                if pow2:
+                if scaling == POW2:
                     v = np.float32(np.float64(as_f32(np.int32(np.uint32(x)))) * fa
                                    * np.float64(as_f32(np.int32(np.uint32(sb[t, b, j])))))
                     y = np.int64(S.QNAN32) if v != v else np.int64(as_i32(v)) & S.M32
@@ -58,13 +64,60 @@ def _scale_fold(p, sa, sb, out, pow2, f32c, fca, mp, mpx):
 SCALE_FOLD = twins("recipe scale_fold", _scale_fold)
 
 
+@njit_variant("recipe prescale", parallel=True)
+def prescale(e, s, kb, along_rows):
+    """``e`` (n, R, C) float32 elements times their block scales ``s``: (n, R, C / kb)
+    along each row's C (``along_rows``), else (n, R / kb, C) along each column's R; the
+    product's int32 pattern and, per row of ``e``, the smallest non-zero and the largest
+    magnitude pattern of the products, whether a non-zero element's product is not a
+    normal float32 (or not finite), and the smallest non-zero and largest magnitude
+    pattern of the elements (recipes._prescaled; loops LLVM vectorises)."""
+    n, R, C = e.shape
+    out = np.empty((n, R, C), np.int32)
+    lo = np.empty((n, R), np.int32)
+    hi = np.empty((n, R), np.int32)
+    bad = np.empty((n, R), np.bool_)
+    elo = np.empty((n, R), np.int32)
+    ehi = np.empty((n, R), np.int32)
+    m = np.int32(S.ABS32)
+    for t in prange(n * R):
+        b = t // R
+        r = t % R
+        o = out[b, r]
+        x = e[b, r]
+        if along_rows:
+            for blk in range(C // kb):
+                sc = s[b, r, blk]
+                for c in range(blk * kb, blk * kb + kb):
+                    o[c] = as_i32(x[c] * sc)
+        else:
+            sr = s[b, r // kb]
+            for c in range(C):
+                o[c] = as_i32(x[c] * sr[c])
+        mn, mx, hit, emn, emx = m, np.int32(0), np.int32(0), m, np.int32(0)
+        for c in range(C):
+            u = o[c] & m
+            v = as_i32(x[c]) & m
+            mn = min(mn, u if v != 0 else m)
+            mx = max(mx, u)
+            hit |= np.int32(v != 0) & np.int32((u < np.int32(0x800000)) | (u >= np.int32(S.INF32)))
+            emn = min(emn, v if v != 0 else m)
+            emx = max(emx, v)
+        lo[b, r], hi[b, r], bad[b, r], elo[b, r], ehi[b, r] = mn, mx, hit != 0, emn, emx
+    return out, lo, hi, bad, elo, ehi
+
+
 @register_jitable(inline="always")      # a call per row: 2x the fold's time at K-blocks of 32
-def fold_row(out, p, s_a, sb, n, pow2, f32c, mp):
+def fold_row(out, p, s_a, sb, n, scaling, f32c, mp):
     """``out[j] += T_j`` in float32 for j < n: ``T_j`` the partial product ``p[j]`` scaled
-    by ``s_a`` and ``sb[j]`` (uint32 patterns) as in :func:`_scale_fold`; a pattern sum
-    with one constant (PAM, L-Mul, offsets) without branches, so the loop vectorises."""
+    by ``s_a`` and ``sb[j]`` (uint32 patterns) as ``scaling`` says (:data:`MUL`, ...); a
+    pattern sum with one constant (PAM, L-Mul, offsets) without branches, so the loop
+    vectorises."""
     a = np.int64(s_a)
-    if pow2:
+    if scaling == PRESCALED:
+        for j in range(n):
+            out[j] += p[j]
+    elif scaling == POW2:
         fa = np.float64(as_f32(np.int32(np.uint32(a))))
         for j in range(n):
             out[j] += np.float32(np.float64(p[j]) * fa
@@ -101,7 +154,7 @@ CB = 256        # columns of C per task (RT x CB sums; 2026-11-28, 1 thread: wit
                 # RT 4-128, CB 64-512, this the fastest)
 
 
-def _blocked_f32(A, Bp, Bm, sa, sb, ia, ib, C, kb, exact, pow2, f32c, mp):
+def _blocked_f32(A, Bp, Bm, sa, sb, ia, ib, C, kb, exact, scaling, f32c, mp):
     """recipe_matmul with a float32 accumulator in one pass, each K-block's partial
     product scaled and folded while it is in cache (the same bits as the batched
     emu.matmul then :func:`_scale_fold`; callers check the preconditions).
@@ -182,7 +235,7 @@ def _blocked_f32(A, Bp, Bm, sa, sb, ia, ib, C, kb, exact, pow2, f32c, mp):
                     k += 1
             for r in range(nr):
                 fold_row(out[r0 - rt + r], acc[r], sa[ba, b, r0 + r], sb[bb, b, c0:c0 + nc],
-                         nc, pow2, f32c, mp)
+                         nc, scaling, f32c, mp)
         for r in range(mt):
             for j in range(nc):
                 v = out[r, j]
@@ -202,11 +255,25 @@ def _micro(run_tile, task_modes):
     K-block, each QR x PW tile of the task's sums starts at +0, takes the block's
     products in k order, and is scaled and folded into the task's results
     (:func:`fold_row`) while it is in cache.  K-blocks are multiples of KG (mode
-    groups never straddle them)."""
-    QR, PW, NB = K.QR, K.PW, K.NB
+    groups never straddle them).  PRESCALED: a run of K-blocks whose groups are all in
+    one mode is one call of the micro-kernel with ``blocks``, each block's sums added
+    to the results in its registers; other blocks as above."""
+    QR, PW, NB, NV, KG = K.QR, K.PW, K.NB, K.NV, K.KG
+    mk_clean, mk_a, mk_b, mk_ab = (K._micro_kernel(ma, mb, blocks=True) for ma, mb in (
+        (False, False), (True, False), (False, True), (True, True)))
+
+    @register_jitable(inline="always")
+    def block_mode(modes, q, b, kb):
+        """Row block q's mode in K-block b: its groups' one mode, else -1."""
+        g0 = b * kb // KG
+        m = modes[q, g0]
+        for g in range(g0 + 1, g0 + kb // KG):
+            if modes[q, g] != m:
+                return -1
+        return m
 
     @njit_variant(f"recipe micro lanes={K.W}", parallel=True)
-    def kernel(A, Am, sta, Bp, Bm, stb, ia, ib, C, fc, mp, fx, Ao, sa, sb, kb, pow2, f32c,
+    def kernel(A, Am, sta, Bp, Bm, stb, ia, ib, C, fc, mp, fx, Ao, sa, sb, kb, scaling, f32c,
                mps):
         """C (nout, M, N) of A (nA, Mq, K) and B packed by matmul_prepare_a/_b with the
         multiplier ``mp`` (one constant), ``sa`` (nA, nb, M) and ``sb`` (nB, nb, N) the
@@ -223,31 +290,61 @@ def _micro(run_tile, task_modes):
         nti = (nq + qt - 1) // qt
         ntj = (npan + pt - 1) // pt
         flc = K.flush_consts(fc)
+        kcb = kb * max(1, K.KC // kb)       # whole K-blocks per pass
         for t in prange(nout * nti * ntj):
             bo, ba, bb, q0, nql, p0, npl = K.task_span(t, nti, ntj, qt, pt, nq, npan, ia, ib)
             modes = task_modes(sta, stb, ba, bb, q0, nql, (p0 * PW) // NB, ng, fc, mp)
             acc = np.zeros((npl, nql * QR, PW), np.float32)
             out = np.zeros((npl, nql * QR, PW), np.float32)
             accf = acc.reshape(-1)
+            outf = out.reshape(-1)
             af = A[ba].reshape(-1)
             amf = Am[ba].reshape(-1)
-            for b in range(Kd // kb):
+            for kc0 in range(0, Kd, kcb):
                 for p in range(npl):
                     bpf = Bp[bb, p0 + p].reshape(-1)
                     bmf = Bm[bb, p0 + p].reshape(-1)
                     c0 = (p0 + p) * PW
                     nc = min(PW, N - c0)
                     for q in range(nql):
-                        run_tile(acc, accf, p, q, modes, b * kb, (b + 1) * kb, A, af, amf, af,
-                                 Bp, bpf, bmf, ba, bb, q0, p0, Kd, fc, c32, one, 0, 0, fx, flc)
-                        for r in range(QR):
-                            i = (q0 + q) * QR + r
-                            sums = acc[p, q * QR + r]
-                            if i < M:
-                                fold_row(out[p, q * QR + r], sums, sa[ba, b, i],
-                                         sb[bb, b, c0:c0 + nc], nc, pow2, f32c, mps)
-                            for j in range(PW):     # the next block's sums start at +0
-                                sums[j] = 0
+                        off = (p * nql + q) * QR * PW
+                        b = kc0 // kb
+                        while b * kb < min(Kd, kc0 + kcb):
+                            m = block_mode(modes, q, b, kb) if scaling == PRESCALED else -1
+                            b1 = b + 1
+                            while b1 * kb < min(Kd, kc0 + kcb) and m != -1 and \
+                                    block_mode(modes, q, b1, kb) == m:
+                                b1 += 1
+                            ka = b * kb
+                            nk = (b1 - b) * kb
+                            ao = (q0 + q) * QR * Kd + ka
+                            if m == CLEAN:
+                                mk_clean(outf, off, bpf, ka * PW, bmf, ka * NV, af, amf, af,
+                                         ao, Kd, nk, af, kb, flc)
+                            elif m == K._MASK_A:
+                                mk_a(outf, off, bpf, ka * PW, bmf, ka * NV, af, amf, af, ao,
+                                     Kd, nk, af, kb, flc)
+                            elif m == K._MASK_B:
+                                mk_b(outf, off, bpf, ka * PW, bmf, ka * NV, af, amf, af, ao,
+                                     Kd, nk, af, kb, flc)
+                            elif m == K._MASK_AB:
+                                mk_ab(outf, off, bpf, ka * PW, bmf, ka * NV, af, amf, af, ao,
+                                      Kd, nk, af, kb, flc)
+                            elif m == -1:   # the tile's sums of the block, then its fold
+                                run_tile(acc, accf, p, q, modes, ka, ka + kb, A, af, amf, af,
+                                         Bp, bpf, bmf, ba, bb, q0, p0, Kd, fc, c32, one, 0, 0,
+                                         fx, flc)
+                                for r in range(QR):
+                                    i = (q0 + q) * QR + r
+                                    ro = off + r * PW
+                                    sums = accf[ro:ro + PW]     # (3-D views cost more)
+                                    if i < M:
+                                        fold_row(outf[ro:ro + PW], sums, sa[ba, b, i],
+                                                 sb[bb, b, c0:c0 + nc], nc, scaling, f32c, mps)
+                                    for j in range(PW):     # the next block's from +0
+                                        sums[j] = 0
+                            # (SKIP, PRESCALED: sums of +0 change nothing)
+                            b = b1
             K.store_tiles(C, bo, out, q0, nql, p0, npl)
     return kernel
 

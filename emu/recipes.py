@@ -699,6 +699,7 @@ def _blocked(ea, eb, sa, sb, kb: int, pow2: bool, acc: Format, m: Multiplier, mf
     from . import _kernels as KB
     from . import _scalar_mul as SM
     from ._kernels_mul import exact_ok
+    from . import _kernels_recipes as KR
     from ._kernels_recipes import BLOCKED_F32, micro_kernel
     from ._scalar import ABS32, INF32, ONE32
     from .host import _pick
@@ -709,21 +710,23 @@ def _blocked(ea, eb, sa, sb, kb: int, pow2: bool, acc: Format, m: Multiplier, mf
         return None
     if ea.shape[-1] // kb == 1 or kb >= 256:
         return None         # few blocks: emu.matmul's register-blocked kernel per block is faster
-    a = np.ascontiguousarray(ea, np.float32).view(np.int32)
-    b = np.ascontiguousarray(eb, np.float32).view(np.int32)
-    ua, ub = a & ABS32, b & ABS32
-    if ua.size and ua.max() >= INF32 or ub.size and ub.max() >= INF32:
-        return None
-    if exact:
-        if not exact_ok(a, b, mf):
-            return None
+    scaling, pre = KR.POW2 if pow2 else KR.MUL, None
+    if pow2 and not exact:      # its own checks, in the pass that scales
+        pre = _prescaled(ea, eb, sa, sb, kb, int(mp.c32))
+    if pre is not None:
+        a, b = pre
+        scaling = KR.PRESCALED
     else:
-        nz_a, nz_b = ua[ua > 0], ub[ub > 0]
-        if nz_a.size and nz_b.size:
-            lo = int(nz_a.min()) + int(nz_b.min()) - ONE32 + int(mp.c32)
-            hi = int(nz_a.max()) + int(nz_b.max()) - ONE32 + int(mp.c32)
-            if lo < float32.consts.minnorm32 or hi > float32.consts.max32:
+        a = np.ascontiguousarray(ea, np.float32).view(np.int32)
+        b = np.ascontiguousarray(eb, np.float32).view(np.int32)
+        ua, ub = a & ABS32, b & ABS32
+        if ua.size and ua.max() >= INF32 or ub.size and ub.max() >= INF32:
+            return None
+        if exact:
+            if not exact_ok(a, b, mf):
                 return None
+        elif not _normal_products(ua, ub, int(mp.c32)):
+            return None
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     nb = K // kb
@@ -748,15 +751,61 @@ def _blocked(ea, eb, sa, sb, kb: int, pow2: bool, acc: Format, m: Multiplier, mf
         bpk, bmk, stb = KB.matmul_prepare_b(b.reshape(-1, K, N), fc, int(mp.c32), KB.NO_TABLE, 0)
         micro_kernel()(a3, am, sta, bpk, bmk, stb, ia, ib, out, fc,
                        SM.MulParams(SM.SUM, mp.c32, KB.NO_TABLE, 0), KB.float_consts(fc),
-                       KB.NO_OFFSETS, sa3, sb3, kb, pow2, fc, m.params(float32))
+                       KB.NO_OFFSETS, sa3, sb3, kb, scaling, fc, m.params(float32))
         return out.reshape(tuple(batch) + (M, N))
     # BLOCKED_F32's B: packed for the pattern sum, with its zero mask (exact: b itself)
     bp = b if exact else (b.astype(np.int64) - ONE32 + int(mp.c32)).astype(np.int32)
-    bm = b if exact else np.where(ub != 0, np.int32(-1), np.int32(0))
+    bm = b if exact else np.where(b & ABS32 != 0, np.int32(-1), np.int32(0))
     _pick(*(BLOCKED_F32[par] for par in (True, False)), out)(
         a.reshape(-1, M, K), bp.reshape(-1, K, N), bm.reshape(-1, K, N), sa3, sb3, ia, ib,
-        out, kb, exact, pow2, float32.consts, m.params(float32))
+        out, kb, exact, scaling, float32.consts, m.params(float32))
     return out.reshape(tuple(batch) + (M, N))
+
+
+def _normal_products(ua, ub, c32: int) -> bool:
+    """Whether every pattern-sum product (constant ``c32``) of the non-zero magnitude
+    patterns ``ua``, ``ub`` is a normal float32."""
+    nz_a, nz_b = ua[ua > 0], ub[ub > 0]
+    return not (nz_a.size and nz_b.size) or _normal_range(
+        int(nz_a.min()), int(nz_a.max()), int(nz_b.min()), int(nz_b.max()), c32)
+
+
+def _normal_range(lo_a: int, hi_a: int, lo_b: int, hi_b: int, c32: int) -> bool:
+    """Whether the pattern sums (constant ``c32``) of magnitude patterns in [lo_a, hi_a]
+    and [lo_b, hi_b] are normal float32s."""
+    from ._scalar import ONE32
+    return (lo_a + lo_b - ONE32 + c32 >= float32.consts.minnorm32
+            and hi_a + hi_b - ONE32 + c32 <= float32.consts.max32)
+
+
+def _prescaled(ea, eb, sa, sb, kb: int, c32: int):
+    """The elements times their power-of-two block scales (int32 patterns), where that
+    gives recipe_matmul's bits with the scales left out (or None).  Scaling normal
+    operands by 2^e adds e to the exponent of their pattern sums, and, with every term a
+    normal float32 (a multiple of 2^-149) and no partial sum overflowing in either
+    domain, to the exponent of every rounded partial sum of a K-block (a sum below
+    2^-126 is then exact), so each scaled block sum is ``RN(P s_a s_b)`` itself.  Needs:
+    finite elements, every non-zero scaled element normal, every product normal in
+    both domains, and K-block sums bounded by 2 kb max|a| max|b| < 2^127 in both (a
+    pattern-sum product is at most twice the exact one)."""
+    from ._kernels_recipes import prescale
+    f32 = lambda x: np.ascontiguousarray(x, np.float32)                  # noqa: E731
+    ra = prescale(f32(ea).reshape((-1,) + ea.shape[-2:]), f32(sa).reshape((-1,) + sa.shape[-2:]),
+                  kb, True)
+    rb = prescale(f32(eb).reshape((-1,) + eb.shape[-2:]), f32(sb).reshape((-1,) + sb.shape[-2:]),
+                  kb, False)
+    if ra[3].any() or rb[3].any():
+        return None
+    val = lambda u: float(np.int32(u).view(np.float32))                   # noqa: E731
+    for lo, hi in ((1, 2), (4, 5)):         # scaled, then the elements themselves
+        lo_a, lo_b = int(ra[lo].min(initial=0x7FFFFFFF)), int(rb[lo].min(initial=0x7FFFFFFF))
+        hi_a, hi_b = int(ra[hi].max(initial=0)), int(rb[hi].max(initial=0))
+        if lo_a > hi_a or lo_b > hi_b:      # an all-zero operand: no product
+            continue
+        if not _normal_range(lo_a, hi_a, lo_b, hi_b, c32) or \
+                2.0 * kb * val(hi_a) * val(hi_b) >= 2.0 ** 127:
+            return None
+    return ra[0].reshape(ea.shape), rb[0].reshape(eb.shape)
 
 
 def _scale_fold(p, sa, sb, pow2: bool, acc: Format, m: Multiplier) -> np.ndarray:
@@ -764,7 +813,7 @@ def _scale_fold(p, sa, sb, pow2: bool, acc: Format, m: Multiplier) -> np.ndarray
     scales ``sa`` (..., nb, M|1) and ``sb`` (..., nb, N|1): each ``T_b`` (an exponent add
     for ``pow2`` scales, else ``mul(P, mul(s_a, s_b))`` in float32) folded over b in
     increasing order from +0 as ``RN_acc(C + T_b)``, one pass (emu/_kernels_recipes.py)."""
-    from ._kernels_recipes import SCALE_FOLD
+    from ._kernels_recipes import MUL, POW2, SCALE_FOLD
     from .host import _pick
     *batch, nb, M, N = p.shape
     t = int(np.prod(batch, dtype=np.int64))
@@ -773,6 +822,6 @@ def _scale_fold(p, sa, sb, pow2: bool, acc: Format, m: Multiplier) -> np.ndarray
         .view(np.uint32)
     out = np.empty((t, M, N), np.uint32)
     _pick(*(SCALE_FOLD[par] for par in (True, False)), out)(
-        u32(p, (nb, M, N)), u32(sa, (nb, M)), u32(sb, (nb, N)), out, pow2, float32.consts,
-        acc.consts, m.params(float32), _EXACT.params(float32))
+        u32(p, (nb, M, N)), u32(sa, (nb, M)), u32(sb, (nb, N)), out, POW2 if pow2 else MUL,
+        float32.consts, acc.consts, m.params(float32), _EXACT.params(float32))
     return out.view(np.float32).reshape(tuple(batch) + (M, N))

@@ -603,3 +603,52 @@ def test_one_pass_recipe_matmul_is_the_blockwise_definition(name, mul, monkeypat
     # tensorwise (one K-block): emu.matmul, then _scale_fold's float32 pass
     assert taken and (taken[0] is None) == (name == "fp8_current")
     assert same_bits(got, blockwise(qa, qb, r, mul))
+
+
+@pytest.mark.parametrize("name,mul", [("mxfp8", "pam"), ("mxfp8/64", "lmul"), ("mxfp4", "pam"),
+                                      ("mxfp8/8", "pam-2"), ("mxfp8", "exact")])
+def test_prescaled_recipe_matmul_is_the_blockwise_definition(name, mul, monkeypatch):
+    """Power-of-two scales applied to the elements first (recipes._prescaled), where its
+    preconditions hold, then the K-blocks' sums added in the micro-kernel's registers
+    (runs of blocks in one mode: CLEAN, zeros in A, in B, in both; blocks whose groups
+    differ, the tile path; SKIP) or BLOCKED_F32's (blocks of 8), across 2 passes of K
+    (384 = 1.5 x 256), a partial panel, rows padded to 8 and a batch against one B:
+    emu's own per-block ops' bits.  ``exact`` never prescales."""
+    rng = np.random.default_rng(11)
+    r = emu.recipe(name)
+    a = rng.standard_normal((2, 70, 384)).astype(np.float32)
+    b = rng.standard_normal((384, 1104)).astype(np.float32)
+    a[0, :, 40:41] = 0                      # one group of k with zeros in A: MASK_A
+    b[40:41, :600] = 0                      # ... in B: MASK_B, and one with both
+    b[64:128:4, :] = 0                      # every group of 2 (1) K-blocks: MASK_B runs
+    a[1, 8:16, 128:192] = 0                 # zero rows of a row block: SKIP blocks
+    a[0, 16:24, 200:204] = 0                # zeros in half of a K-block's groups
+    a[:, 30] *= np.float32(2.0 ** 20)       # scales far apart, still in range
+    b[:, 50] *= np.float32(2.0 ** -30)
+    a[1, 33, ::5] *= np.float32(2.0 ** -9)  # block sums that need more than 24 bits
+    qa = emu.recipe_quantize(a, r, "act")
+    qb = emu.recipe_quantize(b, r, "weight", axis=-2)
+    pre = []
+    prescaled = RC._prescaled
+    monkeypatch.setattr(RC, "_prescaled", lambda *args: pre.append(prescaled(*args)) or pre[-1])
+    got = emu.recipe_matmul(qa, qb, r, mul=mul)
+    assert [p is not None for p in pre] == ([] if mul == "exact" else [True])
+    assert same_bits(got, blockwise(qa, qb, r, mul))
+
+
+def test_prescaled_needs_normal_scaled_elements():
+    """A scale that makes a non-zero element subnormal, or products leave float32's
+    normal range after scaling, keeps the scales apart (the same bits, another path)."""
+    r = emu.recipe("mxfp8")
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((16, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 32)).astype(np.float32)
+    for scale_a, scale_b in ((2.0 ** -120, 1.0), (2.0 ** 60, 2.0 ** 60), (1.0, 1.0)):
+        qa = emu.recipe_quantize(a * np.float32(scale_a), r, "act")
+        qb = emu.recipe_quantize(b * np.float32(scale_b), r, "weight", axis=-2)
+        m, mf = RC._multipliers(r, "pam", r.element("act"), r.element("weight"))
+        sa = RC._expand(qa.scales, (16, 2), (RC._reps(qa)[-2], 1))
+        sb = RC._expand(qb.scales, (2, 32), (1, RC._reps(qb)[-1]))
+        pre = RC._prescaled(qa.elements, qb.elements, sa, sb, 32, int(m.params(mf).c32))
+        assert (pre is not None) == (scale_a == 1.0), (scale_a, scale_b)
+        assert same_bits(emu.recipe_matmul(qa, qb, r), blockwise(qa, qb, r, "pam"))
