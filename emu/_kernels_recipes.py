@@ -11,7 +11,7 @@ from . import _scalar_mul as SM
 from . import _kernels as K
 from ._kernels import as_f32, as_i32, twins
 from ._numba_cache import drop_stale, njit_variant
-from ._tiles import CLEAN, SKIP
+from ._tiles import CLEAN
 
 drop_stale(__file__)
 
