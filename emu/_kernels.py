@@ -686,25 +686,6 @@ def matmul_prepare_b(B, fc, c32, table, tk):
     return Bp, Bm, st
 
 
-@register_jitable
-def pam_sum_nb(a, b, mn, mx, ovf, c32):
-    """S.pam_sum without branches (so the column loop vectorises); int64 patterns of
-    fmt values, mn/mx/ovf fmt's minnorm32/max32/ovf32, c32 the constant.  Same cases
-    in the same order: NaN, inf (times zero: NaN), zero/subnormal (DAZ), flush, overflow."""
-    s = (a ^ b) & S.SIGN32
-    ua = a & S.ABS32
-    ub = b & S.ABS32
-    r = ua + ub - S.ONE32 + c32
-    res = s | r
-    res = (s | ovf) if r > mx else res
-    zero = ua < mn or ub < mn
-    res = s if (zero or r < mn) else res
-    inf = ua == S.INF32 or ub == S.INF32
-    res = (s | S.INF32) if inf else res
-    nan = ua > S.INF32 or ub > S.INF32 or (inf and zero)
-    return np.int32(np.uint32((S.QNAN32 if nan else res) & S.M32))
-
-
 class FloatConsts(NamedTuple):
     """fmt's constants for the FLOAT product (float_consts)."""
     sh: np.int32        # 23 - M
@@ -854,8 +835,7 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
             return as_f32(np.int32(np.uint32(S.fp_fma(as_i32(acc), a, b, f32c))))
         if prod == FMUL_ROUND:
             return add_rnd(acc, as_f32(float_nb(np.int32(a), np.int32(np.uint32(b)), fx)))
-        return add_rnd(acc, as_f32(pam_sum_nb(np.int64(a), np.int64(b), fc.minnorm32, fc.max32,
-                                              fc.ovf32, c32)))
+        return add_rnd(acc, as_f32(np.int32(S.pam_sum32(np.uint32(a), np.uint32(b), fc, c32))))
     low = (1 << max(sh, 0)) - 1
     tiny = np.float32(1.5 * 2.0 ** (emin or 0))
 

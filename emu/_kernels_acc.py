@@ -316,14 +316,15 @@ def _make(sticky, e8, f16=False):
                     ar[j] = step_finite(ar[j], y, ac)
 
     @register_jitable
-    def run_general(acc, A, B, i0, j0, jw, k0, nk, fmn, fmx, fovf, c32, ac):
+    def run_general(acc, A, B, i0, j0, jw, k0, nk, fc, c32, ac):
         for k in range(k0, k0 + nk):
             brow = B[k, j0:j0 + jw]       # indexed from 0: no wraparound code
             for r in range(QR):
-                av = np.int64(A[i0 + r, k])
+                av = np.uint32(A[i0 + r, k])
                 ar = acc[r]
                 for j in range(jw):
-                    ar[j] = step(ar[j], K.pam_sum_nb(av, np.int64(brow[j]), fmn, fmx, fovf, c32), ac)
+                    ar[j] = step(ar[j], np.int32(S.pam_sum32(av, np.uint32(brow[j]), fc, c32)),
+                                 ac)
 
     @njit_variant(f"sticky={sticky} e8={e8} f16={f16} qr={QR}", parallel=True)  # as _kernels
     def kernel(A, sta, B, stb, ia, ib, C, fc, ac, c32):
@@ -339,8 +340,6 @@ def _make(sticky, e8, f16=False):
         nti = (nq + qt - 1) // qt
         ntj = (N + NB - 1) // NB
         fmn = np.int32(fc.minnorm32)
-        fmx = np.int64(fc.max32)
-        fovf = np.int64(fc.ovf32)
         one = np.int32(np.uint32((S.ONE32 - np.int64(c32)) & S.M32))
         for t in prange(nout * nti * ntj):
             bo, bi, bj = task_index(t, nti, ntj)
@@ -373,7 +372,7 @@ def _make(sticky, e8, f16=False):
                         if m == CLEAN:
                             run_clean(acc, Ab, Bb, i0, j0, jw, k0, nk, one, ac)
                         elif m == GENERAL:
-                            run_general(acc, Ab, Bb, i0, j0, jw, k0, nk, fmn, fmx, fovf, c32,
+                            run_general(acc, Ab, Bb, i0, j0, jw, k0, nk, fc, c32,
                                         ac)
                         else:
                             run_zeros(acc, Ab, Bb, i0, j0, jw, k0, nk, fmn, one, ac)
