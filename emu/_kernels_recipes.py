@@ -11,7 +11,7 @@ from . import _scalar_mul as SM
 from . import _kernels as K
 from ._kernels import as_f32, as_i32, twins
 from ._numba_cache import drop_stale, njit_variant
-from ._tiles import CLEAN
+from ._tiles import CLEAN, SKIP
 
 drop_stale(__file__)
 
@@ -69,8 +69,8 @@ def prescale(e, s, kb, along_rows):
     """``e`` (n, R, C) float32 elements times their block scales ``s``: (n, R, C / kb)
     along each row's C (``along_rows``), else (n, R / kb, C) along each column's R; the
     product's int32 pattern and, per row of ``e``, the smallest non-zero and the largest
-    magnitude pattern of the products, whether a non-zero element's product is not a
-    normal float32 (or not finite), and the smallest non-zero and largest magnitude
+    magnitude pattern of the products, whether a product is not finite or a non-zero
+    element's product not a normal float32, and the smallest non-zero and largest magnitude
     pattern of the elements (recipes._prescaled; loops LLVM vectorises)."""
     n, R, C = e.shape
     out = np.empty((n, R, C), np.int32)
@@ -100,7 +100,8 @@ def prescale(e, s, kb, along_rows):
             v = as_i32(x[c]) & m
             mn = min(mn, u if v != 0 else m)
             mx = max(mx, u)
-            hit |= np.int32(v != 0) & np.int32((u < np.int32(0x800000)) | (u >= np.int32(S.INF32)))
+            # not finite (a zero element times an inf or NaN scale too), or not normal
+            hit |= np.int32(u >= np.int32(S.INF32)) | (np.int32(v != 0) & np.int32(u < np.int32(0x800000)))
             emn = min(emn, v if v != 0 else m)
             emx = max(emx, v)
         lo[b, r], hi[b, r], bad[b, r], elo[b, r], ehi[b, r] = mn, mx, hit != 0, emn, emx
@@ -330,19 +331,21 @@ def _micro(run_tile, task_modes):
                             elif m == K._MASK_AB:
                                 mk_ab(outf, off, bpf, ka * PW, bmf, ka * NV, af, amf, af, ao,
                                       Kd, nk, af, kb, flc)
-                            elif m == -1:   # the tile's sums of the block, then its fold
-                                run_tile(acc, accf, p, q, modes, ka, ka + kb, A, af, amf, af,
-                                         Bp, bpf, bmf, ba, bb, q0, p0, Kd, fc, c32, one, 0, 0,
-                                         fx, flc)
-                                for r in range(QR):
-                                    i = (q0 + q) * QR + r
-                                    ro = off + r * PW
-                                    sums = accf[ro:ro + PW]     # (3-D views cost more)
-                                    if i < M:
-                                        fold_row(outf[ro:ro + PW], sums, sa[ba, b, i],
-                                                 sb[bb, b, c0:c0 + nc], nc, scaling, f32c, mps)
-                                    for j in range(PW):     # the next block's from +0
-                                        sums[j] = 0
+                            elif m != SKIP:     # block by block: the tile's sums, folded
+                                for bk in range(b, b1):
+                                    run_tile(acc, accf, p, q, modes, bk * kb, bk * kb + kb, A,
+                                             af, amf, af, Bp, bpf, bmf, ba, bb, q0, p0, Kd,
+                                             fc, c32, one, 0, 0, fx, flc)
+                                    for r in range(QR):
+                                        i = (q0 + q) * QR + r
+                                        ro = off + r * PW
+                                        sums = accf[ro:ro + PW]     # (3-D views cost more)
+                                        if i < M:
+                                            fold_row(outf[ro:ro + PW], sums, sa[ba, bk, i],
+                                                     sb[bb, bk, c0:c0 + nc], nc, scaling,
+                                                     f32c, mps)
+                                        for j in range(PW):     # the next block's from +0
+                                            sums[j] = 0
                             # (SKIP, PRESCALED: sums of +0 change nothing)
                             b = b1
             K.store_tiles(C, bo, out, q0, nql, p0, npl)

@@ -655,3 +655,12 @@ def test_prescaled_needs_normal_scaled_elements():
         pre = RC._prescaled(qa.elements, qb.elements, sa, sb, 32, int(m.params(mf).c32))
         assert (pre is not None) == (scale_a == 1.0), (scale_a, scale_b)
         assert same_bits(emu.recipe_matmul(qa, qb, r), blockwise(qa, qb, r, "pam"))
+    # a NaN or inf scale of an all-zero block: its block sum times the scale is NaN (with
+    # B all zero too, no product range check sees it)
+    for bad in (np.nan, np.inf):
+        sa_bad = sa.copy()
+        sa_bad[3, 1] = bad
+        ea = qa.elements.copy()
+        ea[3, 32:] = 0
+        for eb in (qb.elements, np.zeros_like(qb.elements)):
+            assert RC._prescaled(ea, eb, sa_bad, sb, 32, int(m.params(mf).c32)) is None
