@@ -790,22 +790,22 @@ def _prescaled(ea, eb, sa, sb, kb: int, c32: int):
     pattern-sum product is at most twice the exact one)."""
     from ._kernels_recipes import prescale
     f32 = lambda x: np.ascontiguousarray(x, np.float32)                  # noqa: E731
-    ra = prescale(f32(ea).reshape((-1,) + ea.shape[-2:]), f32(sa).reshape((-1,) + sa.shape[-2:]),
-                  kb, True)
-    rb = prescale(f32(eb).reshape((-1,) + eb.shape[-2:]), f32(sb).reshape((-1,) + sb.shape[-2:]),
-                  kb, False)
-    if ra[3].any() or rb[3].any():
+    a, lo_a, hi_a, bad_a, elo_a, ehi_a = prescale(
+        f32(ea).reshape((-1,) + ea.shape[-2:]), f32(sa).reshape((-1,) + sa.shape[-2:]), kb, True)
+    b, lo_b, hi_b, bad_b, elo_b, ehi_b = prescale(
+        f32(eb).reshape((-1,) + eb.shape[-2:]), f32(sb).reshape((-1,) + sb.shape[-2:]), kb, False)
+    if bad_a.any() or bad_b.any():
         return None
     val = lambda u: float(np.int32(u).view(np.float32))                   # noqa: E731
-    for lo, hi in ((1, 2), (4, 5)):         # scaled, then the elements themselves
-        lo_a, lo_b = int(ra[lo].min(initial=0x7FFFFFFF)), int(rb[lo].min(initial=0x7FFFFFFF))
-        hi_a, hi_b = int(ra[hi].max(initial=0)), int(rb[hi].max(initial=0))
-        if lo_a > hi_a or lo_b > hi_b:      # an all-zero operand: no product
+    least = lambda x: int(x.min(initial=0x7FFFFFFF))                      # noqa: E731
+    most = lambda x: int(x.max(initial=0))                                # noqa: E731
+    for la, ha, lb, hb in ((least(lo_a), most(hi_a), least(lo_b), most(hi_b)),      # scaled
+                           (least(elo_a), most(ehi_a), least(elo_b), most(ehi_b))):  # not
+        if la > ha or lb > hb:      # an all-zero operand: no product
             continue
-        if not _normal_range(lo_a, hi_a, lo_b, hi_b, c32) or \
-                2.0 * kb * val(hi_a) * val(hi_b) >= 2.0 ** 127:
+        if not _normal_range(la, ha, lb, hb, c32) or 2.0 * kb * val(ha) * val(hb) >= 2.0 ** 127:
             return None
-    return ra[0].reshape(ea.shape), rb[0].reshape(eb.shape)
+    return a.reshape(ea.shape), b.reshape(eb.shape)
 
 
 def _scale_fold(p, sa, sb, pow2: bool, acc: Format, m: Multiplier) -> np.ndarray:
