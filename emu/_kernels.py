@@ -302,7 +302,7 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
             if flush:               # fmt's min normal, max and overflow: loop-invariant
                 flp = builder.bitcast(context.make_array(ta[14])(context, builder, args[14]).data,
                                       i32.as_pointer())
-                fmn, fmx, fovf = (splat(builder.load(at(flp, i))) for i in range(3))
+                fmn, fmx, fovf, fthr, fosg = (splat(builder.load(at(flp, i))) for i in range(5))
             if prod == CARRY or inplace:
                 cfma = builder.module.declare_intrinsic(
                     f"llvm.fma.v{W}f32", (), ir.FunctionType(vf, [vf, vf, vf]))
@@ -421,6 +421,7 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                                 builder.add(xms[r * NV + v], bs[v]), vec(-0x800000, vi)), vf)
                         else:
                             y = builder.fmul(builder.bitcast(bs[v], vf), builder.bitcast(av, vf))
+                        y0 = y
                         if prod == FMUL_ROUND and psh >= 13:
                             # the SCALED rounding (emu/_kernels_acc.py): c = 2^psh y is
                             # exact, RN(RN(y - c) + c) is y rounded RNE to 23 - psh bits
@@ -432,6 +433,22 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                             lsb = builder.and_(builder.lshr(yv, vec(psh, vi)), vec(1, vi))
                             y = builder.bitcast(builder.and_(builder.add(builder.add(
                                 yv, vec(lowp >> 1, vi)), lsb), vec(~lowp, vi)), vf)
+                        if prod == FMUL_ROUND and flush:
+                            # float_nb's rule for the exact product v (normal in float32):
+                            # rounded above max, the overflow value; v below min normal,
+                            # min normal at or above thr, else ±0 (not added)
+                            vmag = builder.and_(builder.bitcast(y0, vi), vec(S.ABS32, vi))
+                            yi = builder.bitcast(y, vi)
+                            if flush == FLUSH_OVF:
+                                yi = builder.select(
+                                    builder.icmp_signed(">", builder.and_(yi, vec(S.ABS32, vi)),
+                                                        fmx),
+                                    builder.or_(builder.and_(yi, fosg), fovf), yi)
+                            yi = builder.select(
+                                builder.icmp_signed("<", vmag, fmn), builder.or_(
+                                    builder.and_(yi, vec(S.SIGN32 - (1 << 32), vi)), fmn), yi)
+                            kept = builder.icmp_signed(">=", vmag, fthr)
+                            y = builder.bitcast(yi, vf)
                         if prod == CARRY and flush:
                             # the term a·y, exact and normal in float32, flushed or
                             # overflowed in fmt like a PAM product
@@ -590,8 +607,16 @@ def flush_mode(sa, sb, lo, hi, floor, ceil, fc):
 
 @register_jitable
 def flush_consts(fc):
-    """fmt's min normal, max and overflow patterns for the FLUSH micro-kernels."""
-    return np.array((fc.minnorm32, fc.max32, fc.ovf32), np.int32)
+    """The FLUSH micro-kernels' constants for a pattern sum: fmt's min normal, max and
+    overflow patterns, then two that only the float product reads (float_flush_consts)."""
+    return np.array((fc.minnorm32, fc.max32, fc.ovf32, 0, S.SIGN32 - (1 << 32)), np.int32)
+
+
+@register_jitable
+def float_flush_consts(fx):
+    """The same for the float product (float_nb): fmt's min normal, max, the overflow
+    value, the threshold below which a product is ±0, and the overflow's sign mask."""
+    return np.array((fx.minnorm, fx.max_finite, fx.ovf, fx.thr, fx.ovf_sign), np.int32)
 
 
 @register_jitable
@@ -795,7 +820,7 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
                       rows=rh if not (ma or mb) else QR)
         for ma, mb in ((False, False), (True, False), (False, True), (True, True)))
     # FLUSH: a ±0 product leaves a float32 accumulator (never -0) unchanged
-    flushes = prod == ADD and sh == 0 and not sticky
+    flushes = prod in (ADD, FMUL_ROUND) and sh == 0 and not sticky
     mk_fl, mk_fl_a, mk_fl_b, mk_fl_ab, mk_ov, mk_ov_a, mk_ov_b, mk_ov_ab = (
         _micro_kernel(ma, mb, sh, sticky, emin, negzero, prod, psh, variants,
                       fl if flushes else 0)
@@ -823,6 +848,10 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
         m = tile_mode_range(sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], fc, lo, hi)
         if m == MASKED:
             return _MASK_AB if sa[2] and sb[2] else (_MASK_A if sa[2] else _MASK_B)
+        if m == GENERAL and flushes and prod == FMUL_ROUND:
+            # products normal in float32 (so exact, M <= 11), below the SCALED rounding's
+            # top; at least PAM's, below twice it
+            return flush_mode(sa, sb, 0, 1 << 23, 1 << 23, top, fc)
         if m == GENERAL and flushes:      # pattern sums that do not wrap: FLUSH(_OVF)
             return flush_mode(sa, sb, lo, hi, 0, 1 << 31, fc)
         return m
@@ -964,7 +993,7 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
         one = S.ONE32 - c32                 # Bp[..., -1, ...] + one is b
         vsh = np.int32(23 - mp.k)           # variants: a's top k mantissa bits
         vmask = np.int32((1 << mp.k) - 1)
-        flc = flush_consts(fc)
+        flc = float_flush_consts(fx) if prod == FMUL_ROUND else flush_consts(fc)
         nti = (nq + qt - 1) // qt
         ntj = (npan + pt - 1) // pt
         for t in prange(nout * nti * ntj):

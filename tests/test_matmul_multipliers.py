@@ -90,10 +90,12 @@ def test_constant_multipliers_take_the_fast_kernels(mul, fmt, case, rng):
                       what=f"{mul} {fmt} {case}")
 
 
-def test_finite_general_blocks_take_the_flush_micro_kernels(rng):
+@pytest.mark.parametrize("mul", ["pam", "float"])
+def test_finite_general_blocks_take_the_flush_micro_kernels(mul, rng):
     """GENERAL blocks of finite fp8 operands (products that flush, or may overflow) run
     the vectorised FLUSH micro-kernels, not the scalar step; blocks with inf/NaN stay
-    GENERAL.  Their bits are the fold's (test_constant_multipliers_take_the_fast_kernels)."""
+    GENERAL.  Their bits are the fold's (test_constant_multipliers_take_the_fast_kernels,
+    test_other_multipliers_take_the_vector_kernel)."""
     from emu import _kernels as K
     from emu import _scalar_mul as SM
     from test_matmul_acc import tiled
@@ -105,10 +107,14 @@ def test_finite_general_blocks_take_the_flush_micro_kernels(rng):
         b3 = emu.to_bits(emu.quantize(B, f), "float32").view(np.int32)[None]
         a3 = np.concatenate([a3, np.zeros((1, -a3.shape[1] % K.QR, a3.shape[2]), np.int32)], 1)
         _, sta = K.matmul_prepare_a(a3, f.consts)
-        _, _, stb = K.matmul_prepare_b(b3, f.consts, 0, K.NO_TABLE, 0)
+        if mul == "pam":
+            kernel, mp = K.matmul_f32acc, SM.MulParams(SM.SUM, 0, K.NO_TABLE, 0)
+        else:   # as HostBackend._matmul_other calls it: B packed as b itself
+            kernel = K.blocked(prod=K.FMUL_ROUND, psh=23 - f.man_bits)
+            mp = SM.MulParams(SM.FLOAT, S.ONE32, K.NO_TABLE, 0)
+        _, _, stb = K.matmul_prepare_b(b3, f.consts, mp.c32, K.NO_TABLE, 0)
         ng = sta.shape[2]
-        mp = SM.MulParams(SM.SUM, 0, K.NO_TABLE, 0)
-        return {int(m) for bj in range(stb.shape[1]) for m in K.matmul_f32acc.task_modes(
+        return {int(m) for bj in range(stb.shape[1]) for m in kernel.task_modes(
             sta, stb, 0, 0, 0, sta.shape[1], bj, ng, f.consts, mp).ravel()}
 
     fl = set(range(K._FLUSH, K._FLUSH + 4))
