@@ -2,7 +2,9 @@
 multiplier's scalar definitions, emu/_scalar_mul.py, on each element, operands rounded
 into the format first; a parallel and a serial twin), and when the float32 product is the ``exact`` multiplier's step."""
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
 
 from . import _scalar as S
 from . import _scalar_mul as SM
@@ -97,9 +99,146 @@ def _table_f32acc(ea, eb, ia, ib, values, w, c):
             c[bo, i, j] = acc[j] if acc[j] == acc[j] else np.float32(np.nan)
 
 
+#: the panel kernel's columns (two AVX-512 vectors) and k of one expanded block
+#: (TKC x 2^w x TP float32: 256 KiB at w = 8, in L2)
+TP, TKC = 32, 8
+#: rows from which the panel kernel's expansion (2^w lookups per k and column) costs
+#: less than the lookups it saves (tests/test_table_multipliers.py runs both kernels)
+TABLE_PANEL_ROWS = 128
+
+
+@intrinsic
+def _fold_panel_row(typingctx, acc, acc_off, pk, stride, ea, ea_off, kn):
+    """acc[acc_off:acc_off + TP] += pk[kk · stride + ea[ea_off + kk] · TP:][:TP] for kk =
+    0 .. kn - 1 in increasing order, one float32 add per column and kk, the sums in
+    vector registers (1-D C arrays; numba's loop reloads them: it cannot tell acc from
+    pk)."""
+    sig = types.void(acc, acc_off, pk, stride, ea, ea_off, kn)
+    nv = TP // 16
+
+    def codegen(context, builder, signature, args):
+        i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+        vf = ir.VectorType(f32, 16)
+        ta = signature.args
+
+        def ptr(i, off, ty):
+            data = context.make_array(ta[i])(context, builder, args[i]).data
+            off = context.cast(builder, args[off], ta[off], types.int64)
+            return builder.bitcast(builder.gep(data, [off]), ty.as_pointer())
+
+        def i64_of(i):
+            return context.cast(builder, args[i], ta[i], types.int64)
+
+        accp = ptr(0, 1, f32)
+        eap = ptr(4, 5, i32)
+        pkp = builder.bitcast(context.make_array(ta[2])(context, builder, args[2]).data,
+                              f32.as_pointer())
+        stride, kn = i64_of(3), i64_of(6)
+        vptr = [builder.bitcast(builder.gep(accp, [ir.Constant(i64, 16 * v)]), vf.as_pointer())
+                for v in range(nv)]
+        init = [builder.load(p, align=4) for p in vptr]
+        pre = builder.basic_block
+        loop = builder.append_basic_block("fold.loop")
+        after = builder.append_basic_block("fold.after")
+        builder.cbranch(builder.icmp_signed(">", kn, ir.Constant(i64, 0)), loop, after)
+        builder.position_at_end(loop)
+        kk = builder.phi(i64)
+        kk.add_incoming(ir.Constant(i64, 0), pre)
+        sums = [builder.phi(vf) for _ in range(nv)]
+        for s_, x in zip(sums, init):
+            s_.add_incoming(x, pre)
+        e = builder.sext(builder.load(builder.gep(eap, [kk])), i64)
+        row = builder.gep(pkp, [builder.add(builder.mul(kk, stride),
+                                            builder.mul(e, ir.Constant(i64, TP)))])
+        new = [builder.fadd(s_, builder.load(builder.bitcast(
+            builder.gep(row, [ir.Constant(i64, 16 * v)]), vf.as_pointer()), align=4))
+            for v, s_ in enumerate(sums)]
+        kk1 = builder.add(kk, ir.Constant(i64, 1))
+        end = builder.basic_block
+        kk.add_incoming(kk1, end)
+        for s_, x in zip(sums, new):
+            s_.add_incoming(x, end)
+        builder.cbranch(builder.icmp_signed("<", kk1, kn), loop, after)
+        builder.position_at_end(after)
+        outs = [builder.phi(vf) for _ in range(nv)]
+        for out, x, y in zip(outs, init, new):
+            out.add_incoming(x, pre)
+            out.add_incoming(y, end)
+        for p, out in zip(vptr, outs):
+            builder.store(out, p, align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(parallel=True, cache=True)
+def _present_codes(ea, w):
+    """Per A batch and k, the encodings that column k of A holds, in increasing order:
+    (codes (nA, K, 2^w) uint8 (w <= 8; at most half of ea's bytes where the panel kernel
+    runs), count (nA, K))."""
+    na, m, k = ea.shape
+    ne = 1 << w
+    codes = np.empty((na, k, ne), np.uint8)
+    count = np.zeros((na, k), np.int32)
+    for t in prange(na * k):
+        b, kk = t // k, t % k
+        seen = np.zeros(ne, np.bool_)
+        for i in range(m):
+            seen[ea[b, i, kk]] = True
+        for e in range(ne):
+            if seen[e]:
+                codes[b, kk, count[b, kk]] = e
+                count[b, kk] += 1
+    return codes, count
+
+
+@njit(parallel=True, cache=True)
+def _table_panels_f32acc(ea, eb, ia, ib, values, w, c, codes, count):
+    """_table_f32acc's result by 32-column panels: per block of TKC k, the panel's
+    products for every encoding e_a that A's column k holds (``codes``, ``count``:
+    _present_codes), P[k, e_a, j] = values[e_a, e_b[k, j]] (lookups once per panel, not
+    per row), then each row adds the P rows its encodings name: two contiguous vector
+    loads and adds per k.  Each sum folds k in increasing order from +0 as
+    _table_f32acc's."""
+    nout, m, n = c.shape
+    k = ea.shape[2]
+    ne = 1 << w
+    npan = (n + TP - 1) // TP
+    for t in prange(nout * npan):
+        bo, p = t // npan, t % npan
+        j0 = p * TP
+        nj = min(TP, n - j0)
+        eaf = ea[ia[bo]].reshape(-1)
+        bmat = eb[ib[bo]]
+        acc = np.zeros((m, TP), np.float32)
+        accf = acc.reshape(-1)
+        pk = np.zeros((TKC, ne, TP), np.float32)    # columns past nj stay +0
+        for k0 in range(0, k, TKC):
+            kn = min(TKC, k - k0)
+            for kk in range(kn):
+                ebk = bmat[k0 + kk, j0:j0 + nj]
+                for u in range(count[ia[bo], k0 + kk]):
+                    e = np.int64(codes[ia[bo], k0 + kk, u])
+                    row = values[e << w:(e + 1) << w]
+                    pr = pk[kk, e]
+                    for j in range(nj):
+                        pr[j] = row[ebk[j]]
+            for i in range(m):
+                _fold_panel_row(accf, i * TP, pk.reshape(-1), ne * TP, eaf, i * k + k0, kn)
+        for i in range(m):
+            for j in range(nj):
+                v = acc[i, j]
+                c[bo, i, j0 + j] = v if v == v else np.float32(np.nan)
+
+
 def table_matmul_f32acc(a3, b3, ia, ib, c, fc, mp):
     """emu.matmul of a table multiplier with a float32 accumulator: operands encoded
     once, each product a lookup in the table's row of a's encoding (the fold of SM.mac,
-    tests/test_table_multipliers.py)."""
+    tests/test_table_multipliers.py); from TABLE_PANEL_ROWS rows by panels."""
     values = mp.table.astype(np.uint32).view(np.float32)
-    _table_f32acc(_encode(a3, fc), _encode(b3, fc), ia, ib, values, int(mp.k), c)
+    w = int(mp.k)
+    ea, eb = _encode(a3, fc), _encode(b3, fc)
+    if a3.shape[1] >= TABLE_PANEL_ROWS:
+        _table_panels_f32acc(ea, eb, ia, ib, values, w, c, *_present_codes(ea, w))
+    else:
+        _table_f32acc(ea, eb, ia, ib, values, w, c)

@@ -83,6 +83,13 @@ def rng():
     return np.random.default_rng(20261121)
 
 
+def spy(monkeypatch, module, name):
+    """The results of every call of ``module.<name>`` from here on."""
+    seen, real = [], getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *args: seen.append(real(*args)) or seen[-1])
+    return seen
+
+
 def run_in_simulator(test_file, **env):
     """Run ``test_file`` in a subprocess under Numba's CUDA simulator (it must be on
     before ``numba.cuda`` is imported); every test in it must pass, none be skipped."""

@@ -13,6 +13,7 @@ import emu
 from emu import recipes as RC
 from emu import reference as R
 from emu import reference_mul as RM
+from conftest import spy
 
 torch = pytest.importorskip("torch")
 
@@ -568,13 +569,6 @@ def blockwise(qa, qb, r, mul, roles=("act", "weight")):
     return np.where(np.isnan(c), np.float32(np.nan), c)
 
 
-def spy(monkeypatch, name):
-    """The results of every call of ``RC.<name>`` from here on."""
-    seen, real = [], getattr(RC, name)
-    monkeypatch.setattr(RC, name, lambda *args: seen.append(real(*args)) or seen[-1])
-    return seen
-
-
 @pytest.mark.parametrize("name,mul", [("nvfp4", "pam"), ("nvfp4", "lmul"), ("mxfp8", "pam"),
                                       ("fp8_block/16", "pam+3"), ("fp8_current", "pam"),
                                       ("mxfp4", "exact"), ("fp8_block/16", "exact"),
@@ -603,7 +597,7 @@ def test_one_pass_recipe_matmul_is_the_blockwise_definition(name, mul, monkeypat
     a[:, 1, ::3] *= np.float32(2.0 ** -9)     # block sums that need more than 24 bits
     qa = emu.recipe_quantize(a, r, "act")
     qb = emu.recipe_quantize(b, r, "weight", axis=-2)
-    taken = spy(monkeypatch, "_blocked")
+    taken = spy(monkeypatch, RC, "_blocked")
     got = emu.recipe_matmul(qa, qb, r, mul=mul)
     # tensorwise (one K-block): emu.matmul, then _scale_fold's float32 pass
     assert taken and (taken[0] is None) == (name == "fp8_current")
@@ -633,7 +627,7 @@ def test_prescaled_recipe_matmul_is_the_blockwise_definition(name, mul, monkeypa
     a[1, 33, ::5] *= np.float32(2.0 ** -9)  # block sums that need more than 24 bits
     qa = emu.recipe_quantize(a, r, "act")
     qb = emu.recipe_quantize(b, r, "weight", axis=-2)
-    pre = spy(monkeypatch, "_prescaled")
+    pre = spy(monkeypatch, RC, "_prescaled")
     got = emu.recipe_matmul(qa, qb, r, mul=mul)
     assert [p is not None for p in pre] == ([] if mul == "exact" else [True])
     assert same_bits(got, blockwise(qa, qb, r, mul))

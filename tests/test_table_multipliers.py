@@ -17,7 +17,7 @@ import emu.multipliers as EM
 import emu.reference as R
 import emu.reference_mul as RM
 import torch_bridge as tb
-from conftest import all_values, assert_bits_equal
+from conftest import all_values, assert_bits_equal, spy
 
 
 def truncated(a, b):
@@ -164,24 +164,38 @@ def test_bad_input_names_the_argument(trunc, call, match):
         call()
 
 
-def test_float32_accumulator_kernel_is_the_fold(trunc, rng):
-    """The lookup kernel (float32 accumulator) against the fold of SM.mac, batched and
-    broadcast, with NaN, inf and zero operands."""
+@pytest.mark.parametrize("kernel", ["rows", "panels"])
+def test_float32_accumulator_kernel_is_the_fold(kernel, trunc, rng, monkeypatch):
+    """Both lookup kernels (float32 accumulator; per row, or by 32-column panels of the
+    products of A's encodings) against the fold of SM.mac, batched and broadcast, with
+    NaN, inf and zero operands, K and N past a block's edge."""
     from emu import _kernels as K
+    from emu import _kernels_mul as KMul
     from emu import _scalar_mul as SM
+    monkeypatch.setattr(KMul, "TABLE_PANEL_ROWS", 10 ** 9 if kernel == "rows" else 1)
+    calls = spy(monkeypatch, KMul, "_table_f32acc" if kernel == "rows" else "_table_panels_f32acc")
     fmt = emu.format("float8_e4m3fn")
-    A = emu.quantize(rng.standard_normal((3, 7, 40)) * 8, fmt).astype(np.float32)
-    B = emu.quantize(rng.standard_normal((40, 9)) * 8, fmt).astype(np.float32)
-    A[0, 1, 2], A[1, 2, 3], B[4, 5] = np.nan, 0.0, -448.0
+    A = emu.quantize(rng.standard_normal((3, 7, 43)) * 8, fmt).astype(np.float32)
+    B = emu.quantize(rng.standard_normal((43, 45)) * 8, fmt).astype(np.float32)
+    A[0, 1, 2], A[1, 2, 3], B[4, 5], B[40, 44] = np.nan, 0.0, -448.0, 448.0
     got = emu.matmul(A, B, fmt, mul=trunc)
-    a3 = emu.quantize(A, fmt).view(np.int32).reshape(3, 7, 40)
-    b3 = emu.quantize(B, fmt).view(np.int32).reshape(1, 40, 9)
-    want = np.empty((3, 7, 9), np.int32)
+    assert calls
+    a3 = emu.quantize(A, fmt).view(np.int32).reshape(3, 7, 43)
+    b3 = emu.quantize(B, fmt).view(np.int32).reshape(1, 43, 45)
+    want = np.empty((3, 7, 45), np.int32)
     K.matmul_fmtacc(a3, b3, np.arange(3), np.zeros(3, np.int64), want, fmt.consts,
                     emu.float32.consts, trunc.params(fmt))
     assert_bits_equal(got, want.view(np.float32))
     assert np.isnan(got[0, 1]).all() and not np.isnan(got[1]).any()
     assert SM.TABLE == trunc.params(fmt).kind
+    # entries that overflow fp16: sums inf - inf, the hardware's NaN made canonical
+    huge = emu.table_multiplier(lambda x, y: x * y * 1024.0, fmt, "float16")
+    got = emu.matmul(A, B, fmt, mul=huge)
+    K.matmul_fmtacc(a3, b3, np.arange(3), np.zeros(3, np.int64), want, fmt.consts,
+                    emu.float32.consts, huge.params(fmt))
+    assert np.isnan(got[1]).any() and np.isinf(got).any()
+    assert_bits_equal(got, want.view(np.float32), what="inf entries")
+    assert (got.view(np.uint32)[np.isnan(got)] == emu.to_bits(np.float32(np.nan), "float32")).all()
 
 
 def test_cost_of_a_table_is_one_read_of_its_memory(trunc):
