@@ -235,18 +235,21 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
     one case where it can change the result; one branch per k), then rounded to binary16 (``sh`` = F16) or, in place on its
     pattern, onto the grid of an E = 8 format with 23 - sh mantissa bits (the STICKY
     step with _kernels_acc's finite rounding).  ``prod``: how B's packed entries and A's
-    pattern make the product (ADD, FMUL, or FMUL_ROUND onto a grid of 23 - ``psh``
-    mantissa bits, RNE on the pattern; CARRY: the exact PAM derivative's term a·y, y =
+    pattern make the product (ADD, FMUL, or FMUL_ROUND onto fmt's grid: for ``psh`` >= 13
+    the SCALED rounding by 2^(23 - M), read from ``fl``, else RNE on the pattern's low
+    ``psh`` bits; CARRY: the exact PAM derivative's term a·y, y =
     (m + b) & 0xFF800000 = ±2^(E_b + carry) (B packed as b itself), fused into the add,
     ``m`` the QR x PW tile of mantissas at ``xm_off`` in ``xm``, emu/_kernels_grad.py);
     ``variants``: each row's B entries come from the
     packed variant its A entry names (``ao``: element offsets, a table's row per a: the
-    corrected-PAM products).  ``flush`` (ADD, float32 accumulation), FLUSH or FLUSH_OVF:
-    S.pam_sum's flush (and overflow) for finite operands whose pattern sums stay in [0,
-    2^31): a product whose magnitude pattern is below fmt's min normal is ±0 (not added;
-    the accumulator is never -0), (FLUSH_OVF) above its max the overflow pattern with
-    the product's sign; ``fl`` holds min normal, max and the overflow pattern (read
-    only with ``flush``); CARRY with ``flush``: the same for its term g·y, exact in
+    corrected-PAM products).  ``flush`` (ADD or FMUL_ROUND, float32 accumulation), FLUSH
+    or FLUSH_OVF: S.pam_sum's flush (and overflow) for finite operands whose pattern sums
+    stay in [0, 2^31): a product whose magnitude pattern is below fmt's min normal is ±0
+    (not added; the accumulator is never -0), (FLUSH_OVF) above its max the overflow
+    pattern with the product's sign; FMUL_ROUND: float_nb's rule for products normal
+    in float32 (below min normal: min normal from thr, else ±0; the overflow value with
+    its sign policy); ``fl``: flush_consts or float_flush_consts (read with ``flush``
+    or FMUL_ROUND's SCALED rounding); CARRY with ``flush``: the same for its term g·y, exact in
     float32 (the caller's blocks keep it normal there).  ``rows``: the rows of one call, QR or fewer (CARRY's mantissa tile takes as
     many registers as the accumulators).  ``blocks`` (ADD, float32): K-blocks of
     ``xm_off`` steps (nk a multiple of it): each block's sums start at +0 in the
@@ -299,10 +302,14 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                 return builder.shuffle_vector(one, ir.Constant(vi, ir.Undefined),
                                               ir.Constant(vi, [0] * W))
 
-            if flush:               # fmt's min normal, max and overflow: loop-invariant
+            scaled_prod = prod == FMUL_ROUND and psh >= 13
+            if flush or scaled_prod:    # fl's constants: loop-invariant
                 flp = builder.bitcast(context.make_array(ta[14])(context, builder, args[14]).data,
                                       i32.as_pointer())
-                fmn, fmx, fovf, fthr, fosg = (splat(builder.load(at(flp, i))) for i in range(5))
+                fmn, fmx, fovf, fthr, fosg, fpow = (splat(builder.load(at(flp, i)))
+                                                    for i in range(6))
+                pscale = builder.bitcast(fpow, vf)      # 2^psh, psh = 23 - M of fmt
+                nscale = builder.fmul(pscale, ir.Constant(vf, [-1.0] * W))
             if prod == CARRY or inplace:
                 cfma = builder.module.declare_intrinsic(
                     f"llvm.fma.v{W}f32", (), ir.FunctionType(vf, [vf, vf, vf]))
@@ -422,11 +429,12 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                         else:
                             y = builder.fmul(builder.bitcast(bs[v], vf), builder.bitcast(av, vf))
                         y0 = y
-                        if prod == FMUL_ROUND and psh >= 13:
+                        if scaled_prod:
                             # the SCALED rounding (emu/_kernels_acc.py): c = 2^psh y is
                             # exact, RN(RN(y - c) + c) is y rounded RNE to 23 - psh bits
-                            y = builder.call(pmuladd, [y, vec(2.0 ** psh), builder.call(
-                                pmuladd, [y, vec(-2.0 ** psh), y])])
+                            # (2^psh from fl: one kernel for every format)
+                            y = builder.call(pmuladd, [y, pscale, builder.call(
+                                pmuladd, [y, nscale, y])])
                         elif prod == FMUL_ROUND:    # RNE on the pattern
                             lowp = (1 << psh) - 1
                             yv = builder.bitcast(y, vi)
@@ -609,14 +617,16 @@ def flush_mode(sa, sb, lo, hi, floor, ceil, fc):
 def flush_consts(fc):
     """The FLUSH micro-kernels' constants for a pattern sum: fmt's min normal, max and
     overflow patterns, then two that only the float product reads (float_flush_consts)."""
-    return np.array((fc.minnorm32, fc.max32, fc.ovf32, 0, S.SIGN32 - (1 << 32)), np.int32)
+    return np.array((fc.minnorm32, fc.max32, fc.ovf32, 0, S.SIGN32 - (1 << 32), 0), np.int32)
 
 
 @register_jitable
 def float_flush_consts(fx):
-    """The same for the float product (float_nb): fmt's min normal, max, the overflow
-    value, the threshold below which a product is ±0, and the overflow's sign mask."""
-    return np.array((fx.minnorm, fx.max_finite, fx.ovf, fx.thr, fx.ovf_sign), np.int32)
+    """The FMUL_ROUND micro-kernels' constants (float_nb's rule): fmt's min normal, max,
+    the overflow value, the threshold below which a product is ±0, the overflow's sign
+    mask, and the float32 pattern of 2^sh (the SCALED rounding's scale, sh = 23 - M)."""
+    return np.array((fx.minnorm, fx.max_finite, fx.ovf, fx.thr, fx.ovf_sign,
+                     (127 + fx.sh) << 23), np.int32)
 
 
 @register_jitable
@@ -806,7 +816,8 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
     inf/NaN occur; FMUL_ROUND, ``float`` for fmt with 23 - ``psh`` <= 11 mantissa bits:
     the modes with every product of normal operands normal in fmt after rounding (CLEAN
     and MASKED also need max |a| max |b| < max: the pattern sum plus one binade bounds
-    the product; and, for the SCALED rounding where psh >= 13, below 2^(126 - psh)),
+    the product; and, for the SCALED rounding (psh >= 13: one kernel for every such
+    fmt), below 2^(126 - 23 + M)),
     GENERAL S.fp_mul's rule per product.  B is packed with c32 = ONE32 (b itself)
     for both.  ``variants`` (ADD): corrected PAM, B packed once per row of the table
     (matmul_prepare_b), each product a + Bp[i(a)] (matmul_variant_offsets), the modes
@@ -827,15 +838,19 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
         for fl in (FLUSH, FLUSH_OVF)
         for ma, mb in ((False, False), (True, False), (False, True), (True, True)))
     f32c = _F32C
-    # FMUL_ROUND's SCALED rounding needs |product| 2^psh below float32's overflow
-    top = ((126 - psh) + 127) << 23 if psh >= 13 else S.INF32
+
+    @register_jitable
+    def top_of(fc):
+        """FMUL_ROUND's SCALED rounding needs |product| 2^psh below float32's overflow
+        (psh = 23 - M of fmt)."""
+        return ((126 - (23 - fc.man_bits)) + 127) << 23 if psh >= 13 else S.INF32
 
     @register_jitable
     def const_range(fc, mp):
         """(lo, hi): the product lies between the pattern sums with these constants."""
         lo = hi = np.int64(mp.c32)
         if prod == FMUL_ROUND:      # the product is at least PAM's, below twice it
-            lo, hi = 0, (1 << 23) + max(0, fc.max32 - top)
+            lo, hi = 0, (1 << 23) + max(0, fc.max32 - top_of(fc))
         elif variants:
             lo, hi = lo + mp.table.min(), hi + mp.table.max()
         return lo, hi
@@ -851,7 +866,7 @@ def matmul_blocked(sh, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, vari
         if m == GENERAL and flushes and prod == FMUL_ROUND:
             # products normal in float32 (so exact, M <= 11), below the SCALED rounding's
             # top; at least PAM's, below twice it
-            return flush_mode(sa, sb, 0, 1 << 23, 1 << 23, top, fc)
+            return flush_mode(sa, sb, 0, 1 << 23, 1 << 23, top_of(fc), fc)
         if m == GENERAL and flushes:      # pattern sums that do not wrap: FLUSH(_OVF)
             return flush_mode(sa, sb, lo, hi, 0, 1 << 31, fc)
         return m
@@ -1041,7 +1056,10 @@ _BLOCKED = {}       # matmul_blocked kernels by their arguments
 
 
 def blocked(sh=0, sticky=False, emin=None, negzero=0, prod=ADD, psh=0, variants=False):
-    """The :func:`matmul_blocked` kernel of these arguments (made once)."""
+    """The :func:`matmul_blocked` kernel of these arguments (made once).  ``psh`` only
+    matters to FMUL_ROUND, and there only below 13 (the rounding on the pattern): from 13
+    one kernel reads 2^psh at run time (float_flush_consts)."""
+    psh = 0 if prod != FMUL_ROUND else min(psh, 13)
     key = (sh, sticky, emin, negzero, prod, psh, variants)
     if key not in _BLOCKED:
         _BLOCKED[key] = matmul_blocked(*key)

@@ -6,10 +6,12 @@
 * ``exact`` (the float32 product and add where every product is exact) and ``float``
   (that product rounded onto fmt's grid in place) with bf16 or e4m3 operands: <= 1.5x;
 * a table multiplier at e4m3 (issue 24; the exact product rounded into bf16, as a
-  table: one lookup per product): <= 4x.
+  table: per 32-column panel and k the products of the encodings A's column holds,
+  looked up once, then vector adds): <= 4x.
 
 Operands: standard normal, rounded into fmt.  With e4m3 many products fall below its
-smallest normal (PAM and ``float`` flush them): those blocks take the GENERAL steps.
+smallest normal (PAM and ``float`` flush them): those blocks take the FLUSH
+micro-kernels.
 """
 from __future__ import annotations
 
