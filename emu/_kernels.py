@@ -310,6 +310,14 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                                                     for i in range(6))
                 pscale = builder.bitcast(fpow, vf)      # 2^psh, psh = 23 - M of fmt
                 nscale = builder.fmul(pscale, ir.Constant(vf, [-1.0] * W))
+            # the float product's FLUSH with vrangeps: rounded onto fmt's grid with
+            # subnormals (the scale's g clamped to 1.5 min normal), then kept from min normal
+            range_flush = prod == FMUL_ROUND and flush and scaled_prod and _RANGE
+            if range_flush:
+                vrange_p = builder.module.declare_intrinsic(
+                    "llvm.x86.avx512.mask.range.ps.512", (), ir.FunctionType(
+                        vf, [vf, vf, i32, vf, ir.IntType(16), i32]))
+                gmin = builder.bitcast(builder.or_(fmn, ir.Constant(vi, [1 << 22] * W)), vf)
             if prod == CARRY or inplace:
                 cfma = builder.module.declare_intrinsic(
                     f"llvm.fma.v{W}f32", (), ir.FunctionType(vf, [vf, vf, vf]))
@@ -429,7 +437,17 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                         else:
                             y = builder.fmul(builder.bitcast(bs[v], vf), builder.bitcast(av, vf))
                         y0 = y
-                        if scaled_prod:
+                        if range_flush:
+                            # c = 2^psh g, g = y with |g| >= 1.5 min normal (imm 7: the
+                            # larger magnitude, y's sign): RN(RN(y - c) + c) is y rounded
+                            # RNE onto fmt's grid, subnormals included, so a product from
+                            # thr up rounds to min normal and one below it to less
+                            g = builder.call(vrange_p, [y, gmin, ir.Constant(i32, 7),
+                                                        vec(0.0), ir.Constant(ir.IntType(16), -1),
+                                                        ir.Constant(i32, 4)])
+                            y = builder.call(pmuladd, [g, pscale, builder.call(
+                                pmuladd, [g, nscale, y])])
+                        elif scaled_prod:
                             # the SCALED rounding (emu/_kernels_acc.py): c = 2^psh y is
                             # exact, RN(RN(y - c) + c) is y rounded RNE to 23 - psh bits
                             # (2^psh from fl: one kernel for every format)
@@ -441,7 +459,15 @@ def _micro_kernel(mask_a, mask_b, sh=0, sticky=False, emin=None, negzero=0, prod
                             lsb = builder.and_(builder.lshr(yv, vec(psh, vi)), vec(1, vi))
                             y = builder.bitcast(builder.and_(builder.add(builder.add(
                                 yv, vec(lowp >> 1, vi)), lsb), vec(~lowp, vi)), vf)
-                        if prod == FMUL_ROUND and flush:
+                        if range_flush:     # float_nb's rule on the rounded product
+                            yi = builder.bitcast(y, vi)
+                            mag = builder.and_(yi, vec(S.ABS32, vi))
+                            if flush == FLUSH_OVF:
+                                yi = builder.select(builder.icmp_signed(">", mag, fmx),
+                                                    builder.or_(builder.and_(yi, fosg), fovf), yi)
+                            kept = builder.icmp_signed(">=", mag, fmn)
+                            y = builder.bitcast(yi, vf)
+                        elif prod == FMUL_ROUND and flush:
                             # float_nb's rule for the exact product v (normal in float32):
                             # rounded above max, the overflow value; v below min normal,
                             # min normal at or above thr, else ±0 (not added)
