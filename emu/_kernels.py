@@ -642,7 +642,7 @@ def flush_mode(sa, sb, lo, hi, floor, ceil, fc):
 @register_jitable
 def flush_consts(fc):
     """The FLUSH micro-kernels' constants for a pattern sum: fmt's min normal, max and
-    overflow patterns, then two that only the float product reads (float_flush_consts)."""
+    overflow patterns, then three that only the float product reads (float_flush_consts)."""
     return np.array((fc.minnorm32, fc.max32, fc.ovf32, 0, S.SIGN32 - (1 << 32), 0), np.int32)
 
 
