@@ -213,6 +213,7 @@ def _table_panels_f32acc(ea, eb, ia, ib, values, w, c, codes, count):
         acc = np.zeros((m, TP), np.float32)
         accf = acc.reshape(-1)
         pk = np.zeros((TKC, ne, TP), np.float32)    # columns past nj stay +0
+        pkf = pk.reshape(-1)
         for k0 in range(0, k, TKC):
             kn = min(TKC, k - k0)
             for kk in range(kn):
@@ -224,7 +225,7 @@ def _table_panels_f32acc(ea, eb, ia, ib, values, w, c, codes, count):
                     for j in range(nj):
                         pr[j] = row[ebk[j]]
             for i in range(m):
-                _fold_panel_row(accf, i * TP, pk.reshape(-1), ne * TP, eaf, i * k + k0, kn)
+                _fold_panel_row(accf, i * TP, pkf, ne * TP, eaf, i * k + k0, kn)
         for i in range(m):
             for j in range(nj):
                 v = acc[i, j]
