@@ -11,6 +11,7 @@ import emu
 import emu.grad as G
 import torch_bridge as tb
 import torch_bridge.elementwise as PE
+from torch_bridge import composites as D
 from conftest import assert_bits_equal
 
 CFG = tb.PAMConfig("bf16")
@@ -48,18 +49,51 @@ def _exp_neg(a):
     return emu.pam_mul(emu.pa_exp2(k, f32), m, f32)
 
 
-def _times_sigmoid(num, u, split=True):
-    """num·σ(u): num ÷̂ (1 + e) for u >= 0, (num ·̂ e) ÷̂ (1 + e) below, e = e^-|u|, the
-    product (``split``) as exact power-of-two scalings of num ·̂ m."""
-    one = np.float32(1)
-    k, m = _exp_neg_parts(np.abs(u))
+def _logistic(num, neg, k, m):
+    """num·σ from e = 2^k ·̂ m: num ÷̂ (1 + e) where not ``neg``, (num ·̂ e) ÷̂ (1 + e)
+    there, the product as exact power-of-two scalings of max(num, -104) ·̂ m."""
     e = emu.pam_mul(emu.pa_exp2(k, f32), m, f32)
     h = np.floor(emu.pam_mul(k, np.float32(0.5), f32))
-    p = emu.pam_mul(emu.pam_mul(emu.pam_mul(np.where(u < 0, num, 0), m, f32),
-                                emu.pa_exp2(h, f32), f32), emu.pa_exp2(k - h, f32), f32)
-    if not split:
-        p = emu.pam_mul(np.where(u < 0, num, 0), e, f32)
-    return emu.pa_div(np.where(u < 0, p, num), e + one, f32)
+    low = np.where(neg, np.maximum(num, np.float32(-104)), np.float32(0))
+    p = emu.pam_mul(emu.pam_mul(emu.pam_mul(low, m, f32), emu.pa_exp2(h, f32), f32),
+                    emu.pa_exp2(k - h, f32), f32)
+    return emu.pa_div(np.where(neg, p, num), e + np.float32(1), f32)
+
+
+def _times_sigmoid(num, u):
+    return _logistic(num, u < 0, *_exp_neg_parts(np.abs(u)))
+
+
+def _lead(v):
+    """v's leading power of two (mantissa bits cleared)."""
+    return (np.asarray(v, np.float32).view(np.uint32) & np.uint32(0xFF800000)).view(np.float32)
+
+
+def _times(v, d):
+    """v·c as PAMs by c's powers of two (v itself for 1), added in order, then v ·̂ rest."""
+    acc = None
+    for p in d.pieces:
+        t = v if abs(p) == 1 else emu.pam_mul(v, np.float32(abs(p)), f32)
+        acc = t if acc is None else acc + t if p > 0 else acc - t
+    return acc + emu.pam_mul(v, np.float32(d.rest), f32) if d.rest else acc
+
+
+def _times_wide(v, d):
+    h = emu.pam_mul(v, np.float32(1), f32)
+    return _times(h, d) + emu.pam_mul(v - h, np.float32(sum(d.pieces) + d.rest), f32)
+
+
+def _product(x, y, steps):
+    """Babić's iteration: PAM(x, y) errs by dx·dy (docs/semantics.md §8)."""
+    p = emu.pam_mul(x, y, f32)
+    if steps == 0:
+        return p
+    px, py = _lead(x), _lead(y)
+    q = emu.pam_mul(px, py, f32)
+    low = p < q + q
+    dx = np.where(low, x - px, (px + px) - x)
+    dy = np.where(low, y - py, (py + py) - y)
+    return p + _product(dx, dy, steps - 1)
 
 
 def test_composites_are_their_emu_definitions(x):
@@ -76,20 +110,24 @@ def test_composites_are_their_emu_definitions(x):
     t = np.where(a < 1, small, one - emu.pa_div(e + e, e + one, f32))
     assert_bits_equal(npy(PE.pa_tanh(x)), np.where(X < 0, -t, t))
     assert_bits_equal(npy(PE.pa_silu(x)), _times_sigmoid(X, X))
+    a = emu.pam_mul(np.minimum(np.abs(X), np.float32(12)), one, f32)      # tanh form
+    w = _times_wide(_product(a, a, 3), D.GELU_B) + np.float32(D.GELU_A)
+    wh = emu.pam_mul(w, one, f32)
+    y = -(_product(a, wh, 3) + emu.pam_mul(a, w - wh, f32))
+    k = np.floor(y)
+    assert_bits_equal(npy(PE.pa_gelu(x, "tanh")),
+                      _logistic(X, X < 0, k, emu.pa_exp2(y - k, f32)))
+    a = emu.pam_mul(np.minimum(np.abs(X), np.float32(16)), one, f32)      # erf form
+    s = _product(a, a, 3)
+    den = (a + emu.pam_mul(a, np.float32(0.25), f32) + one) + _times_wide(s, D.ERF_Q2)
+    num = emu.pam_mul(np.where(X < 0, a, one), np.float32(0.5), f32) + \
+        _times_wide(np.where(X < 0, s, a), D.ERF_P)
+    y = -_times_wide(s, D.LOG2E_HALF)
+    k = np.floor(y)
+    h = emu.pam_mul(emu.pa_div(num, den, f32),
+                    emu.pam_mul(emu.pa_exp2(k, f32), emu.pa_exp2(y - k, f32), f32), f32)
+    assert_bits_equal(npy(PE.pa_gelu(x)), np.where(X < 0, -h, emu.pam_mul(X, one - h, f32)))
     cube = emu.pam_mul(emu.pam_mul(X, X, f32), X, f32)
-    z2 = emu.pam_mul(X + emu.pam_mul(cube, np.float32(0.044715), f32),
-                     np.float32(2 * np.sqrt(2 / np.pi)), f32)
-    assert_bits_equal(npy(PE.pa_gelu(x, "tanh")), _times_sigmoid(X, z2, split=False))
-    a = np.minimum(np.abs(X), np.float32(16))             # erf form: A&S 7.1.26
-    t = emu.pa_div(one, one + emu.pam_mul(a, np.float32(0.3275911 / np.sqrt(2)), f32), f32)
-    b = [np.float32(c / 2) for c in (0.254829592, -0.284496736, 1.421413741, -1.453152027,
-                                     1.061405429)]
-    poly = b[4]
-    for c in b[3::-1]:
-        poly = c + emu.pam_mul(t, poly, f32)
-    h = emu.pam_mul(emu.pam_mul(t, poly, f32),
-                    _exp_neg(emu.pam_mul(emu.pam_mul(a, a, f32), np.float32(0.5), f32)), f32)
-    assert_bits_equal(npy(PE.pa_gelu(x)), emu.pam_mul(X, np.where(X < 0, h, one - h), f32))
     assert_bits_equal(npy(PE.pa_pow(x, 3)), cube)
     assert_bits_equal(npy(PE.pa_pow(x, -2)), emu.pa_div(one, emu.pam_mul(X, X, f32), f32))
     ax = np.abs(X)
@@ -522,16 +560,47 @@ def _o_exp_neg(a):
     return _pa2("pam_mul", _pa1("pa_exp2", k), m)
 
 
+def _neg(a):
+    return _Node(-a.v, [(a, lambda g: -g)])
+
+
+def _o_times(v, d):
+    acc = None
+    for p in d.pieces:
+        t = v if abs(p) == 1 else _pa2("pam_mul", v, abs(p))
+        acc = t if acc is None else _lin(acc, t, 1.0 if p > 0 else -1.0)
+    return _lin(acc, _pa2("pam_mul", v, d.rest)) if d.rest else acc
+
+
+def _o_times_wide(v, d):
+    h = _pa2("pam_mul", v, 1.0)
+    lo = _lin(v, h, -1.0)
+    return _lin(_o_times(h, d), _pa2("pam_mul", lo, sum(d.pieces) + d.rest))
+
+
+def _o_square(a, steps):
+    """Babić's iteration for a·a, its nodes in the composite's order."""
+    p = _pa2("pam_mul", a, a)
+    if steps == 0:
+        return p
+    pa = _Node(_lead(a.v))
+    q = _pa2("pam_mul", pa, pa)
+    d = _where(p.v < q.v + q.v, _lin(a, pa, -1.0), _lin(_lin(pa, pa), a, -1.0))
+    return _lin(p, _o_square(d, steps - 1))
+
+
 def _gelu(x):
-    a = _abs(x)
-    a = _where(a.v <= 16, a, 16.0)
-    t = _pa2("pa_div", 1.0, _lin(_pa2("pam_mul", a, 0.3275911 / np.sqrt(2)), 1.0))
-    poly = 1.061405429 / 2
-    for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
-        poly = _lin(_pa2("pam_mul", t, poly), c / 2)
-    e = _o_exp_neg(_pa2("pam_mul", _pa2("pam_mul", a, a), 0.5))
-    h = _pa2("pam_mul", _pa2("pam_mul", t, poly), e)
-    return _pa2("pam_mul", x, _where(x.v < 0, h, _lin(1.0, h, -1.0)))
+    neg = x.v < 0
+    a = _where(neg, _neg(x), x)
+    a = _pa2("pam_mul", _where(a.v <= 16, a, 16.0), 1.0)
+    s = _o_square(a, 3)
+    den = _lin(_lin(_o_times(a, D.ERF_Q1), 1.0), _o_times_wide(s, D.ERF_Q2))
+    num = _lin(_pa2("pam_mul", _where(neg, a, 1.0), 0.5), _o_times_wide(_where(neg, s, a), D.ERF_P))
+    y = _neg(_o_times_wide(s, D.LOG2E_HALF))
+    k = _floor(y)
+    m = _pa1("pa_exp2", _lin(y, k, -1.0))
+    h = _pa2("pam_mul", _pa2("pa_div", num, den), _pa2("pam_mul", _pa1("pa_exp2", k), m))
+    return _where(neg, _neg(h), _pa2("pam_mul", x, _lin(1.0, h, -1.0)))
 
 
 def _silu(x):
@@ -540,8 +609,10 @@ def _silu(x):
     k, m = _o_exp_neg_parts(a)
     e = _pa2("pam_mul", _pa1("pa_exp2", k), m)
     h = _floor(_pa2("pam_mul", k, 0.5))
-    p = _pa2("pam_mul", _pa2("pam_mul", _pa2("pam_mul", _where(neg, x, 0.0), m),
-                                _pa1("pa_exp2", h)), _pa1("pa_exp2", _lin(k, h, -1.0)))
+    nx = _neg(x)
+    low = _where(neg, _neg(_where(nx.v <= 104, nx, 104.0)), 0.0)
+    p = _pa2("pam_mul", _pa2("pam_mul", _pa2("pam_mul", low, m), _pa1("pa_exp2", h)),
+             _pa1("pa_exp2", _lin(k, h, -1.0)))
     return _pa2("pa_div", _where(neg, p, x), _lin(e, 1.0))
 
 

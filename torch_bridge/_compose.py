@@ -205,6 +205,9 @@ class Trace:
     def floor(self, a):
         return self._f("floor", a)
 
+    def lead(self, a):
+        return self._f("lead", a)
+
     def lt(self, a, c):
         return self._f("lt", a, c)
 
@@ -287,6 +290,13 @@ class GraphOps:
         return torch.floor(a).detach()
 
     @staticmethod
+    def lead(a):
+        """a's leading power of two, its mantissa bits cleared (sign kept; ±0 for zero and
+        subnormals), a constant of the function (no gradient), as floor."""
+        bits = a.float().view(torch.int32) & _LEAD_MASK
+        return bits.view(torch.float32).to(a.dtype).detach()
+
+    @staticmethod
     def lt(a, c):
         return a < c
 
@@ -318,7 +328,7 @@ def _pattern(v: float) -> int:
 
 
 _COND = {"lt": "<", "gt": ">"}
-_NO_GRAD = ("lt", "gt", "floor", "floor_max", "input")
+_NO_GRAD = ("lt", "gt", "floor", "lead", "floor_max", "input")
 
 
 class _Gen:
@@ -415,6 +425,8 @@ class _Gen:
             return f"clamp_max({self.val(a[0])}, F({self.val(a[1])}))"
         if n.op == "floor":
             return f"floor_({self.val(a[0])})"
+        if n.op == "lead":
+            return f"lead_({self.val(a[0])})"
         if n.op in _COND:
             return f"F({self.val(a[0])}) {_COND[n.op]} F({self.val(a[1])})"
         if n.op == "where":
@@ -691,6 +703,16 @@ def floor_(a):
     return P(np.float32(np.floor(F(a))))
 
 
+#: sign and exponent bits of a float32 (as a signed int32 for torch)
+_LEAD_MASK = -(1 << 23)
+
+
+@register_jitable
+def lead_(a):
+    """The leading power of two of a float32 pattern: its mantissa bits cleared."""
+    return a & 0xFF800000
+
+
 @register_jitable
 def floor_max(t, base, n):
     """floor(max) of a row (NaN if it holds a NaN, -inf if every value is -inf): the
@@ -737,7 +759,7 @@ def _compile(tag: str, src: str, fn: str) -> dict:
     out = {}
     for f32 in (True, False):
         ns = dict(_HELPERS[f32], S=S, np=np, F=F, P=P, fold=L.fold, floor_max=floor_max,
-                  floor_=floor_,                  __name__=__name__)   # Numba rebuilds a cached kernel's environment by name
+                  floor_=floor_, lead_=lead_, __name__=__name__)   # Numba rebuilds a cached kernel's environment by name
         exec(code, ns)
         out[f32] = L.njit_variant(f"composite {fn} f32={f32} {digest}")(ns[fn])
     return out

@@ -26,16 +26,23 @@ __all__ = ["ActivationError", "activation_errors", "BOUND", "REFERENCE"]
 #: 2x PAM's own worst relative error (1/9): the bound issue 25 sets for the activations
 BOUND = 2 / 9
 
-_ERF = np.vectorize(math.erf)
+_ERFC = np.vectorize(math.erfc)
+
+
+def _sigmoid(x):
+    return np.exp(-np.logaddexp(0.0, -x))
+
+
 
 #: the float64 functions
 REFERENCE = {
-    "sigmoid": lambda x: np.exp(-np.logaddexp(0.0, -x)),
+    "sigmoid": _sigmoid,
     "tanh": np.tanh,
-    "silu": lambda x: x * np.exp(-np.logaddexp(0.0, -x)),
-    "gelu tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi)
-                                                  * (x + 0.044715 * x ** 3))),
-    "gelu erf": lambda x: 0.5 * x * (1 + _ERF(x / math.sqrt(2))),
+    "silu": lambda x: x * _sigmoid(x),
+    # x·σ(2z) and erfc: 1 + tanh(z) and 1 + erf(x/√2) cancel to float64's last bits (or 0)
+    # in the left tails (x < -7 and x < -8), where the functions are still normal
+    "gelu tanh": lambda x: x * _sigmoid(2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)),
+    "gelu erf": lambda x: 0.5 * x * _ERFC(-x / math.sqrt(2)),
     "softplus": lambda x: np.logaddexp(0.0, x),
 }
 _PA = {

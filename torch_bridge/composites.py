@@ -3,8 +3,9 @@
 A description is a function of ``o``, the primitives, and its inputs: PA operations
 (``o.mul`` = PAM, ``o.div``, ``o.exp``, ``o.exp2``, ``o.log``, ``o.log2``, ``o.sqrt``,
 each rounding its operands into the format), float32 glue (``o.add``, ``o.sub``,
-``o.neg``, ``o.clamp_max``, ``o.floor`` (a constant: no gradient), ``o.lt``/``o.gt`` with
-``o.where``) and row statistics
+``o.neg``, ``o.clamp_max``, ``o.floor`` and ``o.lead`` (the leading power of two, the
+mantissa bits cleared; both constants: no gradient), ``o.lt``/``o.gt`` with ``o.where``)
+and row statistics
 (``o.sum``: a sum over the row in emu.fold_sum's order; ``o.floor_max``: the constant
 shift ``floor(max)``, no gradient).  A number as a PA operand is a constant rounded
 into the format; as an addend, bound or comparison it is float32.  Keyword
@@ -19,6 +20,7 @@ docs/torch_bridge.md ("Elementwise composites") lists what each computes.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 #: the composites torch_bridge runs (the other functions here are parts of them)
 __all__ = ["sigmoid", "tanh", "silu", "gelu_tanh", "gelu_erf", "softplus", "softmax",
@@ -27,39 +29,123 @@ __all__ = ["sigmoid", "tanh", "silu", "gelu_tanh", "gelu_erf", "softplus", "soft
 #: the exponential's argument is clamped here: e^-104 is below float32's smallest subnormal
 #: and x·e^x at x = -104 below its smallest normal, so nothing is lost; no pass sees an inf
 EXP_MAX = 104.0
-#: log2(e) = 1 + 2^-1 - 2^-4 + 2^-8 + LOG2E_R: a PAM by a power of two is exact, so
-#: x·log2(e) carries PAM's error (<= 11 %) on LOG2E_R·x alone, <= 0.013 at x = 88
-#: (x ·̂ log2e errs by up to 10 there: a factor 2^10 in paexp)
-LOG2E_R = math.log2(math.e) - (1 + 2.0 ** -1 - 2.0 ** -4 + 2.0 ** -8)
+
+
+class Dyadic(NamedTuple):
+    """A constant as signed powers of two (``pieces``) and the ``rest``: ``x ·̂ c`` is
+    then taken as exact PAMs by the pieces plus ``x ·̂ rest``, whose error (PAM's,
+    <= 11 % of the rest) is all that is left (:func:`times`)."""
+    pieces: tuple
+    rest: float
+
+
+def dyadic(c: float, n: int) -> Dyadic:
+    """``c`` as ``n`` powers of two, each the one nearest to what is left, and the rest."""
+    pieces, r = [], c
+    for _ in range(n):
+        lo = 2.0 ** math.floor(math.log2(abs(r)))
+        pieces.append(math.copysign(lo if abs(r) - lo <= 2 * lo - abs(r) else 2 * lo, r))
+        r -= pieces[-1]
+    return Dyadic(tuple(pieces), r)
+
+
+LOG2E = math.log2(math.e)
+#: log2(e) = 1 + 2^-1 - 2^-4 + 2^-8 + rest: x·log2(e) carries PAM's error (<= 11 %) on
+#: rest·x alone, <= 0.013 at x = 88 (x ·̂ log2e errs by up to 10 there: a factor 2^10 in
+#: paexp)
+LOG2E_D = dyadic(LOG2E, 4)
+LOG2E_R = LOG2E_D.rest
 #: tanh's rational branch holds below this |x|, the exponential one above (both within
 #: 13 % there; docs/semantics.md §8)
 TANH_T = 1.0
-#: 2·sqrt(2/pi): GELU's tanh form via sigmoid
+#: GELU's tanh form: 2z = K·(x + C·x³); in log2 units |2z|·log2e = a·(A + B·a²), a = |x|
 GELU_K = 2.0 * math.sqrt(2.0 / math.pi)
 GELU_C = 0.044715
-#: Abramowitz & Stegun 7.1.26: erfc(u) = (a1 t + ... + a5 t^5) e^(-u^2), t = 1/(1 + p u),
-#: u >= 0, |error| <= 1.5e-7; for GELU's Phi(x) = erfc(|x|/sqrt 2)/2 the 1/2 and the
-#: 1/sqrt 2 are folded into the constants
-ERF_P = 0.3275911 / math.sqrt(2.0)
-ERF_A = tuple(a / 2 for a in (0.254829592, -0.284496736, 1.421413741, -1.453152027,
-                              1.061405429))
+GELU_A = GELU_K * LOG2E
+GELU_B = dyadic(GELU_K * GELU_C * LOG2E, 5)
+#: |x| is clamped here in GELU's tanh form: e^-|2z| = e^-142 is below every format's
+#: range, and a³ stays finite
+GELU_XMAX = 12.0
+#: GELU's erf form: Φ(-a) = Q(a)·e^(-a²/2) (a >= 0, Q the Mills ratio over sqrt(2π)),
+#: Q(a) ≈ (1/2 + P·a) / (1 + Q1·a + Q2·a²), within 0.68 % on [0, 16]: the minimax fit
+#: with two powers of two per coefficient (PAMs by them are exact).  A&S 7.1.26's
+#: erfc = poly(t)·e^(-u²) has a bounded absolute error but tends to 1.38 times the
+#: true tail, and its alternating polynomial compounds PAM's errors.
+ERF_P = dyadic(2.0 ** -2 + 2.0 ** -10, 2)
+ERF_Q1 = dyadic(1.25, 2)
+ERF_Q2 = dyadic(0.625, 2)
+#: log2(e)/2: the exponent of e^(-a²/2) in log2 units
+LOG2E_HALF = dyadic(LOG2E / 2, 5)
 #: |x| is clamped here in the erfc branch: e^(-16^2/2) is below float32's smallest
 #: subnormal, so nothing changes, and a·a cannot overflow to inf (NaN derivatives)
 ERF_XMAX = 16.0
+#: Babić steps of the products inside GELU's exponents: each divides PAM's error by 9,
+#: so a² and a·w are within 9^-4 (1.5e-4): 0.02 in an exponent of 125 (bfloat16's tail)
+PRODUCT_STEPS = 3
+
+
+# --- exact pieces and accurate products -----------------------------------------------
+
+def times(o, x, c: Dyadic):
+    """``x·c`` for a format value ``x``: the exact PAMs ``x ·̂ 2^k`` (``x`` itself for
+    2^0) added in order, then ``x ·̂ rest``."""
+    acc = None
+    for p in c.pieces:
+        t = x if abs(p) == 1.0 else o.mul(x, abs(p))
+        acc = (o.neg(t) if p < 0 else t) if acc is None else \
+            o.add(acc, t) if p > 0 else o.sub(acc, t)
+    return o.add(acc, o.mul(x, c.rest)) if c.rest else acc
+
+
+def split(o, v):
+    """``(h, l)``: a float32 ``v`` as its value in the format (``v ·̂ 1``) and the float32
+    rest ``v - h``, so that PAMs round neither away."""
+    h = o.mul(v, 1.0)
+    return h, o.sub(v, h)
+
+
+def times_wide(o, v, c: Dyadic):
+    """``v·c`` for a float32 ``v``: :func:`times` on its format part, ``rest ·̂ c`` on
+    the rest (:func:`split`)."""
+    h, rest = split(o, v)
+    return o.add(times(o, h, c), o.mul(rest, sum(c.pieces) + c.rest))
+
+
+def product(o, x, y, steps):
+    """``x·y`` for format values ``x, y >= 0`` from PAMs alone, within ``x·y/9^(steps+1)``
+    (Babić's iteration, docs/semantics.md §8): ``x ·̂ y`` errs by exactly ``dx·dy``, with
+    ``(dx, dy) = (x - 2^ex, y - 2^ey)`` where the mantissas' sum did not carry
+    (``x ·̂ y < 2^(ex+ey+1)``) and ``(2^(ex+1) - x, 2^(ey+1) - y)`` where it did; both are
+    exact format values, each at most a third of its operand, and ``dx·dy`` is the same
+    problem again.  ``2^e`` is ``o.lead`` (mantissa bits cleared); ``x is y``: a square."""
+    p = o.mul(x, y)
+    if steps == 0:
+        return p
+    px = o.lead(x)
+    py = px if y is x else o.lead(y)
+    q = o.mul(px, py)                              # exact: powers of two
+    low = o.lt(p, o.add(q, q))
+    dx = o.where(low, o.sub(x, px), o.sub(o.add(px, px), x))
+    if y is x:
+        return o.add(p, product(o, dx, dx, steps - 1))
+    dy = o.where(low, o.sub(y, py), o.sub(o.add(py, py), y))
+    return o.add(p, product(o, dx, dy, steps - 1))
 
 
 # --- elementwise ------------------------------------------------------------------------
 
-def exp_neg_parts(o, a):
-    """``(k, m)``: ``e^-a = 2^k ·̂ m`` for ``a >= 0`` (clamped at 88), ``m = paexp2(y - k)``
-    in [1, 2), ``k = floor(y)`` a constant (no gradient), ``y = -(a + a ·̂ 2^-1 - a ·̂ 2^-4
-    + a ·̂ 2^-8 + a ·̂ r)`` = ``-a·log2(e)`` in float32 with PAM's error on ``r·a`` alone."""
-    a = o.clamp_max(a, EXP_MAX)
-    y = o.add(o.add(o.sub(o.add(a, o.mul(a, 0.5)), o.mul(a, 0.0625)), o.mul(a, 2.0 ** -8)),
-              o.mul(a, LOG2E_R))
-    y = o.neg(y)
+def exp2_parts(o, y):
+    """``(k, m)``: ``2^y = 2^k ·̂ m`` (PA), ``k = floor(y)`` a constant (no gradient),
+    ``m = paexp2(y - k)`` in [1, 2)."""
     k = o.floor(y)
     return k, o.exp2(o.sub(y, k))
+
+
+def exp_neg_parts(o, a):
+    """``(k, m)``: ``e^-a = 2^k ·̂ m`` for ``a >= 0`` (clamped at 104) of
+    :func:`exp2_parts`, ``y = -(a + a ·̂ 2^-1 - a ·̂ 2^-4 + a ·̂ 2^-8 + a ·̂ r)`` =
+    ``-a·log2(e)`` in float32 with PAM's error on ``r·a`` alone (:func:`times`)."""
+    return exp2_parts(o, o.neg(times(o, o.clamp_max(a, EXP_MAX), LOG2E_D)))
 
 
 def exp_neg(o, a):
@@ -77,23 +163,24 @@ def _abs(o, x):
     return neg, o.where(neg, o.neg(x), x)
 
 
-def _logistic(o, num, neg, a, split=True):
-    """num·σ(x) for ``a = |x|``, ``e = e^-a`` (:func:`exp_neg`): ``num ÷̂ (1 + e)`` where
-    x >= 0, ``(num ·̂ e) ÷̂ (1 + e)`` where x < 0 (``num`` 1.0: ``e``); e is never above 1,
-    so nothing overflows.  With ``split``, ``num ·̂ e`` is ``((num ·̂ m) ·̂ 2^h) ·̂ 2^(k-h)``,
-    ``h = floor(k ·̂ 0.5)``: exact scalings, so it stays normal where e alone would flush
-    (x·e^x near x = -88 in bfloat16, -12 in float16).  The product's operand is 0 where
-    x >= 0, so an unselected branch holds no inf (whose derivative is NaN)."""
-    k, m = exp_neg_parts(o, a)
+def _logistic(o, num, neg, parts):
+    """num·σ(x) from ``e = e^-|x| = 2^k ·̂ m`` (``parts``: :func:`exp_neg_parts`):
+    ``num ÷̂ (1 + e)`` where x >= 0, ``(num ·̂ e) ÷̂ (1 + e)`` where x < 0 (``num`` 1.0:
+    ``e``); e is never above 1, so nothing overflows.  ``num ·̂ e`` is ``((num ·̂ m) ·̂ 2^h)
+    ·̂ 2^(k-h)``, ``h = floor(k ·̂ 0.5)``: exact scalings, so it stays normal where e alone
+    would flush (x·e^x near x = -88 in bfloat16, -12 in float16).  The product's operand
+    is 0 where x >= 0 and at least -104 (EXP_MAX; the result is 0 below), so an
+    unselected branch holds no inf (whose derivative is NaN) and ``num ·̂ m`` cannot
+    overflow (float16 x = -65504)."""
+    k, m = parts
     e = o.mul(o.exp2(k), m)
     if isinstance(num, float):
         top = o.where(neg, e, num)
-    elif split:
-        h = o.floor(o.mul(k, 0.5))
-        p = o.mul(o.mul(o.mul(o.where(neg, num, 0.0), m), o.exp2(h)), o.exp2(o.sub(k, h)))
-        top = o.where(neg, p, num)
     else:
-        top = o.where(neg, o.mul(o.where(neg, num, 0.0), e), num)
+        h = o.floor(o.mul(k, 0.5))
+        low = o.where(neg, o.neg(o.clamp_max(o.neg(num), EXP_MAX)), 0.0)
+        p = o.mul(o.mul(o.mul(low, m), o.exp2(h)), o.exp2(o.sub(k, h)))
+        top = o.where(neg, p, num)
     return o.div(top, o.add(e, 1.0))
 
 
@@ -101,7 +188,7 @@ def sigmoid(o, x):
     """``1 ÷̂ (1 + e)`` for x >= 0, ``e ÷̂ (1 + e)`` for x < 0, ``e = e^-|x|``
     (:func:`exp_neg`): no overflow in any format."""
     neg, a = _abs(o, x)
-    return _logistic(o, 1.0, neg, a)
+    return _logistic(o, 1.0, neg, exp_neg_parts(o, a))
 
 
 def tanh(o, x):
@@ -124,31 +211,38 @@ def silu(o, x):
     """x·σ(x): ``x ÷̂ (1 + e)`` for x >= 0, ``(x ·̂ e) ÷̂ (1 + e)`` for x < 0,
     ``e = e^-|x|``."""
     neg, a = _abs(o, x)
-    return _logistic(o, x, neg, a)
+    return _logistic(o, x, neg, exp_neg_parts(o, a))
 
 
 def gelu_tanh(o, x):
-    """GELU's tanh form ``0.5·x·(1 + tanh(z)) = x·σ(2z)``, ``2z = (x + C ·̂ ((x ·̂ x) ·̂ x))
-    ·̂ K``: ``x ÷̂ (1 + e)`` for 2z >= 0, ``(x ·̂ e) ÷̂ (1 + e)`` below, ``e = e^-|2z|``
-    (no split of ``x ·̂ e``: where e flushes, the cube's PAM error already dominates)."""
-    cube = o.mul(o.mul(x, x), x)
-    z2 = o.mul(o.add(x, o.mul(cube, GELU_C)), GELU_K)
-    neg, a = _abs(o, z2)
-    return _logistic(o, x, neg, a, split=False)
+    """GELU's tanh form ``0.5·x·(1 + tanh(z)) = x·σ(2z)``, ``2z = K·(x + C·x³)``, in
+    SiLU's form (:func:`_logistic`) from ``e^-|2z| = 2^y``, ``-y = a·(A + B·a²)`` with
+    ``a = min(|x|, 12)`` in the format: ``a²`` and ``a·w`` (``w = A + B·a²``, as
+    :func:`split` parts) are Babić products (:func:`product`), ``B·a²`` exact PAMs
+    (:func:`times_wide`), so ``y`` is within 2e-4 of itself; ``a ·̂ a ·̂ a`` errs by
+    22 % and puts a factor e^(0.22·|2z|) into the left tail."""
+    neg, a = _abs(o, x)
+    a = o.mul(o.clamp_max(a, GELU_XMAX), 1.0)
+    w = o.add(times_wide(o, product(o, a, a, PRODUCT_STEPS), GELU_B), GELU_A)
+    wh, wl = split(o, w)
+    y = o.neg(o.add(product(o, a, wh, PRODUCT_STEPS), o.mul(a, wl)))
+    return _logistic(o, x, neg, exp2_parts(o, y))
 
 
 def gelu_erf(o, x):
-    """GELU ``x ·̂ Φ(x)``: ``Φ = 1 - h`` for x >= 0, ``h`` for x < 0, ``h = erfc(|x|/√2)/2
-    = (t ·̂ (b1 + t ·̂ (b2 + t ·̂ (b3 + t ·̂ (b4 + t ·̂ b5))))) ·̂ paexp(-((a ·̂ a) ·̂ 0.5))``,
-    ``t = 1 ÷̂ (1 + p' ·̂ a)``, ``a = min(|x|, 16)``, ``|x|`` a selection."""
-    neg = o.lt(x, 0.0)
-    a = o.clamp_max(o.where(neg, o.neg(x), x), ERF_XMAX)
-    t = o.div(1.0, o.add(o.mul(a, ERF_P), 1.0))
-    poly = ERF_A[-1]
-    for b in reversed(ERF_A[:-1]):                 # Horner: b_i + t ·̂ (...)
-        poly = o.add(o.mul(t, poly), b)
-    h = o.mul(o.mul(t, poly), exp_neg(o, o.mul(o.mul(a, a), 0.5)))
-    return o.mul(x, o.where(neg, h, o.sub(1.0, h)))
+    """GELU ``x·Φ(x)``: with ``a = min(|x|, 16)`` in the format, ``s = a²`` a Babić
+    product (:func:`product`) and ``e = e^(-s/2) = 2^k ·̂ m`` (``s·log2(e)/2`` exact
+    PAMs, :func:`times_wide`), ``h = (n ÷̂ (1 + Q1·a + Q2·s)) ·̂ e`` with ``n = a/2 + P·s``
+    for x < 0 (``h = a·Φ(-a)``, the result ``-h``) and ``n = 1/2 + P·a`` for x >= 0
+    (``h = Φ(-a)``, the result ``x ·̂ (1 - h)``); the coefficients' PAMs are exact."""
+    neg, a = _abs(o, x)
+    a = o.mul(o.clamp_max(a, ERF_XMAX), 1.0)
+    s = product(o, a, a, PRODUCT_STEPS)
+    den = o.add(o.add(times(o, a, ERF_Q1), 1.0), times_wide(o, s, ERF_Q2))
+    num = o.add(o.mul(o.where(neg, a, 1.0), 0.5), times_wide(o, o.where(neg, s, a), ERF_P))
+    k, m = exp2_parts(o, o.neg(times_wide(o, s, LOG2E_HALF)))
+    h = o.mul(o.div(num, den), o.mul(o.exp2(k), m))
+    return o.where(neg, o.neg(h), o.mul(x, o.sub(1.0, h)))
 
 
 def softplus(o, x, beta, threshold, unit):

@@ -84,11 +84,15 @@ def pa_vector_norm(x, dim=None, keepdim=False, fmt="float32", *, backward="appro
 
 def _elementwise(desc, x, nm, params=None, **flags):
     """The elementwise composite ``desc`` (torch_bridge/composites.py) of ``x``: its fused
-    kernels for a small float32 CPU tensor, else its graph (the same bits)."""
+    kernels for a small float32 CPU tensor, else its graph (the same bits).  The graph's
+    glue is float32 for every dtype: a bfloat16 or float16 ``x`` runs as float32 and the
+    result is cast back (glue in bfloat16 rounded σ's exponent: 70 % off at x = -53.5)."""
     params = params or {}
     if _compose.composite(nm, x):
         p = _compose.plan(desc, (("x", "e"),), tuple(params), **flags)
         return _compose.run(p, [x], x.numel(), nm, params)
+    if x.dtype in (torch.bfloat16, torch.float16):
+        return desc(_compose.GraphOps(PRIMS, nm), x=x.float(), **params, **flags).to(x.dtype)
     return desc(_compose.GraphOps(PRIMS, nm), x=x, **params, **flags)
 
 
