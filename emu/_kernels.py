@@ -1096,6 +1096,33 @@ matmul_f32acc = blocked(0)
 
 
 @njit(parallel=True, cache=True)
+def matmul_repeated(A, B, ia, ib, C, K, fc, fca, mp):
+    """The matmul of operands constant along k (A: (batches, M, 1), B: (batches, 1, N),
+    each standing for K equal terms): every output is K steps of SM.mac adding the same
+    product from +0, as matmul_fmtacc.  A step that leaves the sum as it is leaves it so
+    for good (the same step from the same sum), so the loop stops there: after at most
+    about 2^(p+1) steps for an accumulator of p bits, whatever K."""
+    nout = C.shape[0]
+    M = A.shape[1]
+    N = B.shape[2]
+    for t in prange(nout * M):
+        bo = t // M
+        i = t % M
+        a = np.int64(A[ia[bo], i, 0])
+        for j in range(N):
+            b = np.int64(B[ib[bo], 0, j])
+            p = SM.product(a, b, fc, mp)        # SM.mac's product, the same at every step
+            acc = np.int64(0)
+            for _ in range(K):
+                nxt = S.fp_fma(acc, a, b, fca) if mp.kind == SM.EXACT else \
+                    S.fp_add(acc, p, fca)
+                if nxt == acc:
+                    break
+                acc = nxt
+            C[bo, i, j] = np.int32(np.uint32(acc))
+
+
+@njit(parallel=True, cache=True)
 def matmul_fmtacc(A, B, ia, ib, C, fc, fca, mp):
     """The matmul by any multiplier ``mp`` (emu/_scalar_mul.py's MulParams) accumulating
     in the format ``fca`` (float32 included): every step is one SM.mac, the product

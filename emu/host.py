@@ -46,6 +46,11 @@ def as_float32(x, name: str) -> np.ndarray:
                         f"numpy.asarray failed: {exc}") from None
     if arr.dtype.kind in "fiu" or arr.dtype in _ML_FLOATS:
         with np.errstate(over="ignore"):        # float64 beyond float32's range -> ±inf, as documented
+            # a broadcast view's stride-0 dimensions are converted once, not copied out
+            one = tuple(slice(0, 1) if st == 0 and d > 1 else slice(None)
+                        for d, st in zip(arr.shape, arr.strides))
+            if any(s != slice(None) for s in one):
+                return np.broadcast_to(arr[one].astype(np.float32), arr.shape)
             return arr.astype(np.float32, copy=False)
     raise TypeError(f"{name} must have a real floating dtype (float16, bfloat16, float32, "
                     f"float64, ml_dtypes float8) or an integer dtype, got dtype {arr.dtype}")
@@ -173,7 +178,13 @@ class HostBackend:
     def matmul(self, plan, a, b, fmt, acc, mp=None):
         """emu.matmul (emu/matmul.py has the definition) of float32 operands by the
         multiplier ``mp`` (emu/_scalar_mul.py's MulParams in fmt; None: PAM).  A pattern
-        sum with one constant takes the fast kernels, any other the fold of SM.mac."""
+        sum with one constant takes the fast kernels, any other the fold of SM.mac.
+
+        Broadcast views are not copied (:func:`_compact`): a batch dimension of stride 0
+        is read once, rows of A or columns of B of stride 0 are computed once and the
+        result repeated, and operands that are both constant along k take
+        K.matmul_repeated, which stops adding the same product once the sum stops
+        changing (an 8 x 8 result of two (8, 10^10) views needs no 300 GiB)."""
         batch, (m, k, n) = plan.batch, plan.mkn
         if plan.squeeze_a:
             a = a[None, :]
@@ -184,18 +195,34 @@ class HostBackend:
         if nout == 0 or m == 0 or n == 0 or k == 0:
             c[...] = 0
             return c.reshape(plan.out)
-        a3 = self._patterns(a, fmt).reshape(-1, m, k)
-        b3 = self._patterns(b, fmt).reshape(-1, k, n)
+        a, b, rows, cols, repeated = _compact(a, b)
+        a3 = self._patterns(a, fmt).reshape(-1, rows, a.shape[-1])
+        b3 = self._patterns(b, fmt).reshape(-1, b.shape[-2], cols)
         ia = batch_index(a.shape[:-2], batch)
         ib = batch_index(b.shape[:-2], batch)
-        c = c.reshape(nout, m, n)
+        c3 = c.reshape(nout, m, n) if (rows, cols) == (m, n) else \
+            alloc("pam_matmul", (nout, rows, cols), np.float32)
+        if repeated:
+            K.matmul_repeated(a3, b3, ia, ib, c3.view(np.int32), k, fmt.consts, acc.consts,
+                              SM.MulParams(SM.SUM, 0, K.NO_TABLE, 0) if mp is None else mp)
+        else:
+            self._matmul3(a3, b3, ia, ib, c3, fmt, acc, mp)
+        if c3.shape != (nout, m, n):
+            c.reshape(nout, m, n)[...] = c3
+        return c.reshape(plan.out)
+
+    def _matmul3(self, a3, b3, ia, ib, c, fmt, acc, mp):
+        """The matmul of (batches, m, k) and (batches, k, n) patterns into ``c``."""
+        m, k = a3.shape[1:]
+        n = b3.shape[2]
+        nout = c.shape[0]
         if mp is not None and not (mp.kind == SM.SUM and mp.k == 0):
             self._matmul_other(a3, b3, ia, ib, c, fmt, acc, mp)
-            return c.reshape(plan.out)
+            return
         c32 = 0 if mp is None else int(mp.c32)
         if acc == float32 and nout * m * n * k <= sizes.SMALL:
             KS.matmul_small(a3, b3, ia, ib, c, fmt.consts, c32)
-            return c.reshape(plan.out)
+            return
         if acc == float32 or KA.fast_path(acc):
             # narrow: the sticky test reads the unpadded operands; the constant's low
             # bits enter every product's pattern
@@ -215,7 +242,6 @@ class HostBackend:
         else:
             K.matmul_fmtacc(a3, b3, ia, ib, c.view(np.int32), fmt.consts, acc.consts,
                             SM.MulParams(SM.SUM, c32, K.NO_TABLE, 0))
-        return c.reshape(plan.out)
 
     @staticmethod
     def _matmul_other(a3, b3, ia, ib, c, fmt, acc, mp):
@@ -281,10 +307,29 @@ class HostBackend:
             # rounding to float32 is the identity up to NaN payloads, and the kernels
             # map every NaN operand to the canonical NaN themselves
             return np.ascontiguousarray(x).view(np.int32)
-        out = np.empty(x.shape, np.uint32)
+        out = alloc("pam_matmul", x.shape)
         K.QUANTIZE[out.size >= sizes.SERIAL](flat_u32(x), out.reshape(-1), fmt.consts, S.RNE,
                                           True, False, 0)
         return out.view(np.int32)
+
+
+def _compact(a, b):
+    """``(a, b, rows, cols, repeated)``: the operands of a matmul with their broadcast
+    (stride-0) dimensions read once: batch dimensions of size 1 (batch_index broadcasts
+    them), one row of A or one column of B where all are one (``rows``, ``cols``), and
+    one k where both are constant along k (``repeated``)."""
+    def batches(x):
+        return x[tuple(slice(0, 1) if st == 0 and d > 1 else slice(None)
+                       for d, st in zip(x.shape[:-2], x.strides[:-2]))]
+    a, b = batches(a), batches(b)
+    if a.strides[-2] == 0:
+        a = a[..., :1, :]
+    if b.strides[-1] == 0:
+        b = b[..., :1]
+    repeated = a.shape[-1] > 1 and a.strides[-1] == 0 and b.strides[-2] == 0
+    if repeated:
+        a, b = a[..., :1], b[..., :1, :]
+    return a, b, a.shape[-2], b.shape[-1], repeated
 
 
 def host_fold(x: np.ndarray, plan) -> np.ndarray:

@@ -161,6 +161,34 @@ def test_shapes_follow_np_matmul(sa, sb, rng):
     assert np.array_equal(C.reshape(-1), want.reshape(-1))
 
 
+@pytest.mark.parametrize("acc", ["float32", "bf16", "fp16"])
+@pytest.mark.parametrize("mul", ["pam", "lmul", "exact"])
+def test_broadcast_views_are_read_once(acc, mul, rng):
+    """Stride-0 dimensions (batch, rows of A, columns of B, and k in both) give the bits
+    of the materialised operands without being copied out."""
+    a = rng.standard_normal((3, 1, 5, 40)).astype(np.float32)
+    b = rng.standard_normal((1, 4, 40, 6)).astype(np.float32)
+    row = rng.standard_normal((1, 1, 40)).astype(np.float32)
+    col = rng.standard_normal((40, 1)).astype(np.float64)           # converted once
+    x = np.float32([[1.7], [-0.3], [3e-3], [0.0], [-np.inf]])
+    y = np.float32([[0.9, -2.5, 1e-30]])
+    for A, B in ((np.broadcast_to(a, (3, 4, 5, 40)), np.broadcast_to(b, (3, 4, 40, 6))),
+                 (np.broadcast_to(row, (2, 7, 40)), np.broadcast_to(col, (40, 9))),
+                 (np.broadcast_to(x, (5, 3000)), np.broadcast_to(y, (3000, 3)))):
+        assert_bits_equal(emu.matmul(A, B, "bf16", acc, mul=mul),
+                          emu.matmul(A.copy(), B.copy(), "bf16", acc, mul=mul))
+
+
+def test_huge_broadcast_k_stops_when_the_sum_does():
+    """The issue's (8, 10^10) views: 8 x 8 results without copying 298 GiB; the sum of
+    equal products stops changing (float32: 1.0 added stays at 2^24, bfloat16 at 2^8).
+    Copied out, the operands' patterns would not fit (a MemoryError naming the op)."""
+    x = np.broadcast_to(np.float32(1.5), (8, 10 ** 10))
+    y = np.broadcast_to(np.float32(0.75), (10 ** 10, 8))       # PAM(1.5, 0.75) = 1.0
+    assert (emu.matmul(x, y, "bf16", "bf16") == 256).all()
+    assert emu.pam_matmul(x[:1], y[:, :1], "bf16")[0, 0] == 2.0 ** 24
+
+
 def test_empty_and_zero_k():
     assert np.array_equal(emu.pam_matmul(np.ones((3, 0)), np.ones((0, 4))), np.zeros((3, 4)))
     assert emu.pam_matmul(np.ones((0, 5)), np.ones((5, 4))).shape == (0, 4)

@@ -187,3 +187,20 @@ def test_train_fmt_takes_what_pamconfig_takes(fmt):
     from sim.commands.train import config_from_args
     args = build_parser().parse_args(["train", "--fmt", fmt])
     assert config_from_args(args).fmt == tb.PAMConfig(fmt).fmt
+
+
+def test_expanded_operands_are_not_copied_out():
+    """Issue 25: matmuls of expand()ed operands give the bits of contiguous ones (batch,
+    rows, columns, and k), and an 8 x 8 result of two (8, 10^10) views runs without
+    asking for 298 GiB (the sum of equal products stops changing: 2^8 in bfloat16)."""
+    torch.manual_seed(0)
+    a = torch.randn(3, 1, 5, 40).expand(3, 4, 5, 40)
+    b = torch.randn(40, 1).expand(40, 6)
+    x = torch.randn(5, 1).expand(5, 300)
+    with tb.pam_mode(tb.PAMConfig("bf16", acc="bf16")):
+        for p, q in ((a, b), (x, b[:1].expand(300, 6))):
+            assert torch.equal((p @ q).view(torch.int32),
+                               (p.contiguous() @ q.contiguous()).view(torch.int32))
+        big = torch.full((8, 1), 1.5).expand(8, 10 ** 10) @ \
+            torch.full((1, 8), 0.75).expand(10 ** 10, 8)
+    assert big.shape == (8, 8) and (big == 256).all()
