@@ -51,9 +51,15 @@ def _check_unit(unit: str) -> str:
     return unit
 
 
+#: a table multiplier alone is a combinational ROM: synthesized in LUTs up to 2^12 words
+#: (fp6 operands), refused above (e4m3: 2^16 words, ~1 Mbit)
+ROM_LUT_MAX_BITS = 12
+
+
 def unit_design(unit: str, fmt, *, acc=None, stages=None, rows=None, cols=None,
                 mul=None) -> Design:
-    """The Verilog :class:`~costs.fpga.Design` of a unit, built and emitted by rtl/.
+    """The Verilog :class:`~costs.fpga.Design` of a unit, built and emitted by rtl/
+    (RTLIL where it holds a table multiplier's ROM: rtl.rtlil).
 
     ``mul`` (units ``mul``, ``mac``, ``array``): a multiplier of emu's registry.  A table
     multiplier imported from Verilog (``pamsim multiplier import``) is that Verilog file
@@ -81,7 +87,15 @@ def unit_design(unit: str, fmt, *, acc=None, stages=None, rows=None, cols=None,
                              mul_instance=src["top"])
         return Design.from_verilog(rtl.verilog(comp, comp.module_name) + "\n" + text,
                                    comp.module_name)
+    rom = mul is not None and str(mul).startswith("table:")
+    if rom and unit == "mul" and 2 * fmt.width > ROM_LUT_MAX_BITS:
+        raise ValueError(f"unit='mul' of mul={mul!r} is a combinational ROM of "
+                         f"2^{2 * fmt.width} words, which FPGA block RAM cannot read (and LUTs "
+                         "would not hold); synthesize unit='mac', whose synchronous ROM is "
+                         "block RAM")
     comp = rtl.make_unit(unit, fmt, acc=acc, stages=stages, rows=rows, cols=cols, mul=mul)
+    if rom:                             # the table's ROM: RTLIL (rtl.rtlil)
+        return Design(rtl.rtlil(comp, comp.module_name), comp.module_name, "rtlil")
     return Design.from_verilog(rtl.verilog(comp, comp.module_name), comp.module_name)
 
 

@@ -22,7 +22,7 @@ docs/semantics.md §9 (ieee, fn, fnuz, none); :func:`as_format` is the check.
 Verilog.
 """
 from ._float import FloatLayout, as_format
-from .emit import make_unit, verilog
+from .emit import make_unit, rtlil, verilog
 from .ieee import ExactMultiplier, ExactProduct, FloatAdder, FloatMultiplier
 from .mac import PAMDotArray, PAMMac
 from .multipliers import TableMultiplier, multiplier_unit
@@ -30,6 +30,6 @@ from .pa import LMulMultiplier, PADivider, PAMMultiplier, PASqrt, PatternSumMult
 from .registry import UNITS, Unit
 
 __all__ = ["FloatLayout", "as_format", "PAMMultiplier", "LMulMultiplier", "PADivider", "PASqrt", "FloatAdder",
-           "FloatMultiplier", "PAMMac", "PAMDotArray", "UNITS", "Unit", "make_unit", "verilog",
+           "FloatMultiplier", "PAMMac", "PAMDotArray", "UNITS", "Unit", "make_unit", "rtlil", "verilog",
            "PatternSumMultiplier", "ExactMultiplier", "ExactProduct", "TableMultiplier",
            "multiplier_unit"]

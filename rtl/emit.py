@@ -1,13 +1,14 @@
 """Build units by name (rtl/registry.py) and emit synthesizable Verilog (``pamsim verilog``)."""
 from __future__ import annotations
 
+from amaranth.back import rtlil as _rtlil
 from amaranth.back import verilog as _verilog
 from amaranth.hdl import Const
 
 from ._float import as_format
 from .registry import UNITS
 
-__all__ = ["make_unit", "verilog"]
+__all__ = ["make_unit", "rtlil", "verilog"]
 
 
 def make_unit(unit: str, fmt, **options):
@@ -37,6 +38,20 @@ def verilog(component, name: str | None = None) -> str:
     ``i_stream__payload``); clocked units add ``clk`` and ``rst`` (synchronous,
     active high).  Struct fields appear as named wires (``\\a.exp``) for debugging.
     """
+    name, ports = _top(component, name)
+    return _verilog.convert(component, name=name, ports=ports, emit_src=False)
+
+
+def rtlil(component, name: str | None = None) -> str:
+    """The unit of :func:`verilog` as RTLIL text, for synthesis: a ROM's contents are one
+    ``$meminit`` cell, which yosys maps in seconds, where the Verilog's 65,536 ``initial``
+    assignments of a 2^16-entry table kept it busy past 9 minutes."""
+    name, ports = _top(component, name)
+    return _rtlil.convert(component, name=name, ports=ports, emit_src=False)
+
+
+def _top(component, name):
+    """The module name (checked) and ports of a unit."""
     name = component.module_name if name is None else name
     if not isinstance(name, str) or not (name.isascii() and name.isidentifier()):
         raise ValueError(f"name={name!r} is not a Verilog identifier; expected ASCII "
@@ -44,5 +59,4 @@ def verilog(component, name: str | None = None) -> str:
     # always-ready streams have a constant ``ready``, which is not a port
     ports = [v.as_value() if hasattr(v, "as_value") else v
              for _, _, v in component.signature.flatten(component)]
-    ports = [p for p in ports if not isinstance(p, Const)]
-    return _verilog.convert(component, name=name, ports=ports, emit_src=False)
+    return name, [p for p in ports if not isinstance(p, Const)]

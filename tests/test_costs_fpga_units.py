@@ -161,3 +161,16 @@ def test_imported_multiplier_design_and_bad_input(tmp_path, monkeypatch, capsys)
         assert main(["fpga", *argv]) == 2, argv
         err = capsys.readouterr().err.strip()
         assert err.startswith("pamsim fpga: error: ") and msg in err and "\n" not in err
+
+
+def test_table_rom_mac_is_rtlil_with_one_meminit():
+    """A NumPy table's MAC is synthesized from RTLIL: its 2^16-word ROM is one $meminit
+    cell (the Verilog's 65,536 initial assignments kept yosys busy past 9 minutes; from
+    RTLIL ECP5 maps it to 57 DP16KD in ~15 s, docs/costs.md)."""
+    emu.table_multiplier(lambda x, y: 0.999 * x * y, "e4m3fn", "bf16", name="rom_e4m3_bf16")
+    d = units.unit_design("mac", "e4m3fn", mul="table:rom_e4m3_bf16")
+    assert d.lang == "rtlil" and d.text.count("cell $meminit") == 1
+    assert "rom_e4m3_bf16" in d.top and "rom[" not in d.text
+    assert units.unit_design("mac", "e4m3fn", mul="pam").lang == "verilog"
+    with pytest.raises(ValueError, match="unit='mac', whose synchronous ROM is block RAM"):
+        units.unit_design("mul", "e4m3fn", mul="table:rom_e4m3_bf16")
