@@ -19,7 +19,7 @@ import emu
 
 __all__ = ["FloatLayout", "Decoded", "FloatOp", "UnaryOp", "BinaryOp", "lzc", "round_pack",
            "as_format", "invalid_encoding", "signed_zero", "pa_overflow", "rounded_overflow",
-           "WideFormat", "wide_format", "wide_encodings"]
+           "WideFormat", "Widen", "wide_format", "wide_encodings"]
 
 
 def as_format(spec, argname: str) -> emu.Format:
@@ -59,6 +59,47 @@ def wide_format(man_bits: int, emin: int, emax: int) -> WideFormat:
     bias = 1 - emin
     exp_bits = max(2, (emax + bias + 1).bit_length())
     return WideFormat(exp_bits, man_bits, True, "ieee", bias)
+
+
+class Widen(wiring.Component):
+    """``y``: the value of ``a`` (an encoding of ``fmt``) as an encoding of ``wide``
+    (:func:`wide_format` of fmt's mantissa bits, its subnormals' exponents and emax),
+    where every value of fmt is a normal number: subnormals normalised (the leading one
+    found, the mantissa shifted past it), zeros and infinities with their sign, every
+    NaN as wide's canonical NaN.  What :func:`wide_encodings` gives a ROM's contents,
+    as logic: the stage between an instantiated multiplier's results and an adder that
+    needs them normal (``FloatAdder(b_daz=True)``)."""
+
+    def __init__(self, fmt, wide: WideFormat):
+        self.fmt, self.wide = fmt, wide
+        if wide.man_bits != fmt.man_bits or wide.bias != fmt.bias + fmt.man_bits:
+            raise ValueError(f"wide={wide.name} is not the widened {fmt.name}")
+        super().__init__({"a": In(FloatLayout(fmt)), "y": Out(FloatLayout(wide))})
+
+    @property
+    def module_name(self) -> str:
+        return f"widen_{self.fmt.name}_{self.wide.name}"
+
+    def elaborate(self, platform):
+        m = Module()
+        f, w, M = self.fmt, self.wide, self.fmt.man_bits
+        a = Decoded(m, self.a, f, "a")
+        y = self.y.as_value()
+        shift = Signal(range(M + 2))            # subnormal: past the leading one
+        m.d.comb += shift.eq(lzc(m, a.man, "lz") + 1)
+        top = w.width - 1
+        with m.If(a.is_nan):
+            m.d.comb += y.eq(w.nan_encoding)
+        with m.Elif(a.is_inf):
+            m.d.comb += y.eq((a.sign << top) | w.inf_encoding)
+        with m.Elif(a.is_sub & (a.man == 0)):
+            m.d.comb += y.eq(a.sign << top)
+        field = Signal(w.exp_bits)
+        with m.Elif(a.is_sub):                  # field M + 1 - shift: w.bias + emin - shift
+            m.d.comb += [field.eq(M + 1 - shift), y.eq(Cat((a.man << shift)[:M], field, a.sign))]
+        with m.Else():                          # w.bias = f.bias + M
+            m.d.comb += [field.eq(a.exp_field + M), y.eq(Cat(a.man, field, a.sign))]
+        return m
 
 
 def wide_encodings(values, fmt: WideFormat) -> np.ndarray:

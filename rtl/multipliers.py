@@ -18,7 +18,7 @@ import json
 from typing import Callable, NamedTuple
 
 import numpy as np
-from amaranth.hdl import Cat, Instance, Module, unsigned
+from amaranth.hdl import Cat, Instance, Module, Signal, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -26,7 +26,7 @@ from amaranth.lib.wiring import In, Out
 import emu
 import emu.multipliers as EM
 
-from ._float import FloatLayout, WideFormat, as_format, wide_encodings, wide_format
+from ._float import FloatLayout, WideFormat, Widen, as_format, wide_encodings, wide_format
 from ._names import mul_slug
 from .ieee import ExactMultiplier, ExactProduct, FloatAdder, FloatMultiplier
 from .pa import LMulMultiplier, PAMMultiplier, PatternSumMultiplier
@@ -115,8 +115,10 @@ class TableMultiplier(wiring.Component):
         self.out_fmt = self.table.out if out_fmt is None else out_fmt
         if not isinstance(registered, bool):
             raise TypeError(f"registered={registered!r}: expected a bool")
-        if instance is not None and (out_fmt is not None or registered):
-            raise ValueError("instance= takes the table's own result format, unregistered")
+        if instance is not None and (registered or not (
+                out_fmt is None or isinstance(out_fmt, WideFormat))):
+            raise ValueError("instance= is combinational, its results in the table's own "
+                             "result format or widened (a WideFormat)")
         self.registered, self.instance = registered, instance
         self.kind = f"{mul_slug(self.mul)}_mul"
         super().__init__({"a": In(FloatLayout(self.fmt)), "b": In(FloatLayout(self.fmt)),
@@ -137,8 +139,14 @@ class TableMultiplier(wiring.Component):
         m = Module()
         y = self.y.as_value()
         if self.instance is not None:
+            raw = Signal(self.table.out.width)
             m.submodules.imported = Instance(self.instance, i_a=self.a.as_value(),
-                                             i_b=self.b.as_value(), o_y=y)
+                                             i_b=self.b.as_value(), o_y=raw)
+            if self.out_fmt is self.table.out:
+                m.d.comb += y.eq(raw)
+            else:                               # a widening stage (rtl._float.Widen)
+                m.submodules.widen = widen = Widen(self.table.out, self.out_fmt)
+                m.d.comb += [widen.a.as_value().eq(raw), y.eq(widen.y.as_value())]
             return m
         w = self.fmt.width
         m.submodules.rom = rom = Memory(shape=unsigned(self.out_fmt.width), depth=1 << (2 * w),
@@ -197,12 +205,13 @@ def imported_table(in_fmt, mul, acc, instance: str):
     """The MAC's product unit and adder for table multiplier ``mul`` computed by the
     Verilog module ``instance`` (ports a, b, y: the imported multiplier itself)."""
     out = EM.table_of(mul).out
-    if not FloatAdder.takes_subnormal_b(acc, out):
-        raise ValueError(f"mul={str(mul)!r}: its {out.name} results can be subnormal where "
-                         f"the {acc.name} accumulator's adder needs them normal; the ROM MAC "
-                         "widens them, an instantiated module has no widening stage")
-    return (TableMultiplier(in_fmt, mul, instance=instance), False,
-            FloatAdder(acc, b_fmt=out, b_daz=False))
+    if FloatAdder.takes_subnormal_b(acc, out):
+        return (TableMultiplier(in_fmt, mul, instance=instance), False,
+                FloatAdder(acc, b_fmt=out, b_daz=False))
+    # its subnormal results normalised by a widening stage, as the ROM holds them
+    wide = wide_format(out.man_bits, out.emin - out.man_bits, out.emax)
+    return (TableMultiplier(in_fmt, mul, out_fmt=wide, instance=instance), False,
+            FloatAdder(acc, b_fmt=wide, b_daz=True))
 
 
 #: emu's multiplier kinds -> how PAMMac builds them.  Every registry kind has RTL.

@@ -151,6 +151,13 @@ def test_imported_multiplier_design_and_bad_input(tmp_path, monkeypatch, capsys)
     EM.save_table(m, verilog=str(v), verilog_sha256=hashlib.sha256(v.read_bytes()).hexdigest(),
                   top="trunc_mul")
     assert units.unit_design("mul", "e5m2", mul="table:given_v").text == v.read_text()
+    # fp16 results can be subnormal where the float32 adder needs them normal: the MAC
+    # instantiates the module behind a widening stage (rtl._float.Widen)
+    m16 = emu.table_multiplier(lambda x, y: x * y * 2.0 ** -20, "e5m2", "fp16", name="given_16")
+    EM.save_table(m16, verilog=str(v), verilog_sha256=hashlib.sha256(v.read_bytes()).hexdigest(),
+                  top="trunc_mul")
+    mac = units.unit_design("mac", "e5m2", mul="table:given_16").text
+    assert ".mul.widen (y, a);" in mac and mac.endswith(v.read_text())
     v.write_text(v.read_text() + "// edited\n")
     for argv, msg in ((["--unit", "mul", "--fmt", "e5m2", "--mul", "table:given_v"],
                        "changed since its import"),

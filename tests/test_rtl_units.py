@@ -337,3 +337,26 @@ def test_mac_special_products_in_amaranth_sim(fmt, acc, mul, rng):
     if mul == "lmul":           # the constant matters here: some product differs from PAM's
         assert not same_encoding(emu.to_bits(emu.mul(a0, b0, f, mul), f),
                                  emu.to_bits(emu.pam_mul(a0, b0, f), f), f).all()
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16", "float8_e4m3fn", "float8_e4m3fnuz", "e3m2"])
+def test_widen_is_wide_encodings_on_every_encoding(name):
+    """rtl._float.Widen (the stage behind an imported multiplier whose results the
+    accumulator's adder needs normal) gives wide_encodings' bits on every encoding:
+    subnormals normalised, ±0 and ±inf kept, every NaN code the canonical NaN."""
+    from rtl._float import Widen, wide_encodings, wide_format
+    f = emu.format(name)
+    w = wide_format(f.man_bits, f.emin - f.man_bits, f.emax)
+    dut = Widen(f, w)
+    codes = np.arange(1 << f.width, dtype=np.uint32)
+    want = wide_encodings(np.asarray(emu.from_bits(codes, f), np.float64), w)
+    got = np.zeros_like(want)
+
+    async def bench(ctx):
+        for c in codes:
+            ctx.set(dut.a.as_value(), int(c))
+            got[c] = ctx.get(dut.y.as_value())
+    sim = Simulator(dut)
+    sim.add_testbench(bench)
+    sim.run()
+    assert np.array_equal(got, want), np.nonzero(got != want)[0][:8]
