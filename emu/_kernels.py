@@ -1111,11 +1111,9 @@ def matmul_repeated(A, B, ia, ib, C, K, fc, fca, mp):
         a = np.int64(A[ia[bo], i, 0])
         for j in range(N):
             b = np.int64(B[ib[bo], 0, j])
-            p = SM.product(a, b, fc, mp)        # SM.mac's product, the same at every step
             acc = np.int64(0)
             for _ in range(K):
-                nxt = S.fp_fma(acc, a, b, fca) if mp.kind == SM.EXACT else \
-                    S.fp_add(acc, p, fca)
+                nxt = SM.mac(acc, a, b, fc, fca, mp)
                 if nxt == acc:
                     break
                 acc = nxt
