@@ -102,6 +102,7 @@ def test_elementwise_composites_on_every_value(fmt, kind, rounding, monkeypatch)
     """Every value of the format (every special value of float32) through each
     elementwise composite, fused and as its graph."""
     monkeypatch.setattr(sizes, "FUSED_MAX", 1 << 17)     # the 16-bit formats in one call
+    monkeypatch.setattr(sizes, "FUSED_MAX_GELU", 1 << 17)
     x = _rows(_every_value(fmt), 256)
     kw = dict(fmt=fmt, backward=kind, rounding=rounding)
     for name, fn in ELEMENTWISE.items():

@@ -287,10 +287,15 @@ def test_fused_takes_the_graph_where_it_cannot_run():
     assert _compose.composite(ne, x) and not _compose.composite(lmul, x)
     y = PE.pa_gelu(x.bfloat16().requires_grad_())
     assert y.dtype == torch.bfloat16 and y.grad_fn.name() != "FusedBackward"
-    # beyond FUSED_MAX elements the graph's vectorised kernels are faster
+    # beyond FUSED_MAX elements (GELU's ~100 nodes: FUSED_MAX_GELU) the graph's
+    # vectorised kernels are faster
     assert PE.pa_gelu(x.requires_grad_()).grad_fn.name() == "FusedBackward"
     big = torch.randn(sizes.FUSED_MAX + 1, requires_grad=True)
-    assert PE.pa_gelu(big).grad_fn.name() != "FusedBackward"
+    assert PE.pa_silu(big[:-1]).grad_fn.name() == "FusedBackward"
+    assert PE.pa_silu(big).grad_fn.name() != "FusedBackward"
+    n = sizes.FUSED_MAX_GELU
+    assert PE.pa_gelu(big[:n]).grad_fn.name() == "FusedBackward"
+    assert PE.pa_gelu(big[:n + 1]).grad_fn.name() != "FusedBackward"
 
 
 @pytest.mark.parametrize("rounding", ROUNDINGS)

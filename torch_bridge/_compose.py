@@ -93,13 +93,14 @@ def fusable(nm, *tensors) -> bool:
                              and t.device.type == "cpu") for t in tensors)
 
 
-def composite(nm, x, *tensors) -> bool:
+def composite(nm, x, *tensors, limit: int | None = None) -> bool:
     """Whether a composite of ``x`` (and further operands) runs fused: PAM products (the
-    generated kernels' only multiplier), :func:`fusable`, and ``x`` has at least one and at most sizes.FUSED_MAX elements (the per-element code
-    is the scalar definitions in one long chain that LLVM does not vectorise: beyond
-    that the graph's vectorised kernels are faster)."""
+    generated kernels' only multiplier), :func:`fusable`, and ``x`` has at least one and
+    at most ``limit`` (default sizes.FUSED_MAX) elements (the per-element code is the
+    scalar definitions in one long chain that LLVM does not vectorise: beyond that the
+    graph's vectorised kernels are faster)."""
     return (nm.mul in _PAM and fusable(nm, x, *tensors)
-            and 0 < x.numel() <= L.sizes.FUSED_MAX)
+            and 0 < x.numel() <= (L.sizes.FUSED_MAX if limit is None else limit))
 
 
 # --- the description's values ---------------------------------------------------------
@@ -208,6 +209,9 @@ class Trace:
     def lead(self, a):
         return self._f("lead", a)
 
+    def detach(self, a):
+        return self._f("detach", a)
+
     def lt(self, a, c):
         return self._f("lt", a, c)
 
@@ -297,6 +301,11 @@ class GraphOps:
         return bits.view(torch.float32).to(a.dtype).detach()
 
     @staticmethod
+    def detach(a):
+        """a as a constant of the function (no gradient)."""
+        return a.detach()
+
+    @staticmethod
     def lt(a, c):
         return a < c
 
@@ -328,7 +337,7 @@ def _pattern(v: float) -> int:
 
 
 _COND = {"lt": "<", "gt": ">"}
-_NO_GRAD = ("lt", "gt", "floor", "lead", "floor_max", "input")
+_NO_GRAD = ("lt", "gt", "floor", "lead", "detach", "floor_max", "input")
 
 
 class _Gen:
@@ -427,6 +436,8 @@ class _Gen:
             return f"floor_({self.val(a[0])})"
         if n.op == "lead":
             return f"lead_({self.val(a[0])})"
+        if n.op == "detach":
+            return self.val(a[0])
         if n.op in _COND:
             return f"F({self.val(a[0])}) {_COND[n.op]} F({self.val(a[1])})"
         if n.op == "where":

@@ -3,8 +3,9 @@
 A description is a function of ``o``, the primitives, and its inputs: PA operations
 (``o.mul`` = PAM, ``o.div``, ``o.exp``, ``o.exp2``, ``o.log``, ``o.log2``, ``o.sqrt``,
 each rounding its operands into the format), float32 glue (``o.add``, ``o.sub``,
-``o.neg``, ``o.clamp_max``, ``o.floor`` and ``o.lead`` (the leading power of two, the
-mantissa bits cleared; both constants: no gradient), ``o.lt``/``o.gt`` with ``o.where``)
+``o.neg``, ``o.clamp_max``, ``o.floor``, ``o.lead`` (the leading power of two, the
+mantissa bits cleared) and ``o.detach`` (the value itself; these three are constants:
+no gradient), ``o.lt``/``o.gt`` with ``o.where``)
 and row statistics
 (``o.sum``: a sum over the row in emu.fold_sum's order; ``o.floor_max``: the constant
 shift ``floor(max)``, no gradient).  A number as a PA operand is a constant rounded
@@ -111,13 +112,17 @@ def times_wide(o, v, c: Dyadic):
     return o.add(times(o, h, c), o.mul(rest, sum(c.pieces) + c.rest))
 
 
-def product(o, x, y, steps):
+def product(o, x, y, steps, exact=True):
     """``x·y`` for format values ``x, y >= 0`` from PAMs alone, within ``x·y/9^(steps+1)``
     (Babić's iteration, docs/semantics.md §8): ``x ·̂ y`` errs by exactly ``dx·dy``, with
     ``(dx, dy) = (x - 2^ex, y - 2^ey)`` where the mantissas' sum did not carry
     (``x ·̂ y < 2^(ex+ey+1)``) and ``(2^(ex+1) - x, 2^(ey+1) - y)`` where it did; both are
     exact format values, each at most a third of its operand, and ``dx·dy`` is the same
-    problem again.  ``2^e`` is ``o.lead`` (mantissa bits cleared); ``x is y``: a square."""
+    problem again.  ``2^e`` is ``o.lead`` (mantissa bits cleared); ``x is y``: a square.
+
+    Derivatives: ``exact``, those of every PAM (the function computed); else the
+    corrections are constants (``o.detach``), so the approximate derivative is
+    ``x ·̂ y``'s, ``(y, x)``, the product's own (theirs would add ``±dx, ±dy``)."""
     p = o.mul(x, y)
     if steps == 0:
         return p
@@ -126,10 +131,9 @@ def product(o, x, y, steps):
     q = o.mul(px, py)                              # exact: powers of two
     low = o.lt(p, o.add(q, q))
     dx = o.where(low, o.sub(x, px), o.sub(o.add(px, px), x))
-    if y is x:
-        return o.add(p, product(o, dx, dx, steps - 1))
-    dy = o.where(low, o.sub(y, py), o.sub(o.add(py, py), y))
-    return o.add(p, product(o, dx, dy, steps - 1))
+    dy = dx if y is x else o.where(low, o.sub(y, py), o.sub(o.add(py, py), y))
+    rest = product(o, dx, dy, steps - 1)
+    return o.add(p, rest if exact else o.detach(rest))
 
 
 # --- elementwise ------------------------------------------------------------------------
@@ -214,30 +218,32 @@ def silu(o, x):
     return _logistic(o, x, neg, exp_neg_parts(o, a))
 
 
-def gelu_tanh(o, x):
+def gelu_tanh(o, x, exact):
     """GELU's tanh form ``0.5·x·(1 + tanh(z)) = x·σ(2z)``, ``2z = K·(x + C·x³)``, in
     SiLU's form (:func:`_logistic`) from ``e^-|2z| = 2^y``, ``-y = a·(A + B·a²)`` with
     ``a = min(|x|, 12)`` in the format: ``a²`` and ``a·w`` (``w = A + B·a²``, as
-    :func:`split` parts) are Babić products (:func:`product`), ``B·a²`` exact PAMs
+    :func:`split` parts) are Babić products (:func:`product`; ``exact``: the derivative
+    kind), ``B·a²`` exact PAMs
     (:func:`times_wide`), so ``y`` is within 2e-4 of itself; ``a ·̂ a ·̂ a`` errs by
     22 % and puts a factor e^(0.22·|2z|) into the left tail."""
     neg, a = _abs(o, x)
     a = o.mul(o.clamp_max(a, GELU_XMAX), 1.0)
-    w = o.add(times_wide(o, product(o, a, a, PRODUCT_STEPS), GELU_B), GELU_A)
+    w = o.add(times_wide(o, product(o, a, a, PRODUCT_STEPS, exact), GELU_B), GELU_A)
     wh, wl = split(o, w)
-    y = o.neg(o.add(product(o, a, wh, PRODUCT_STEPS), o.mul(a, wl)))
+    y = o.neg(o.add(product(o, a, wh, PRODUCT_STEPS, exact), o.mul(a, wl)))
     return _logistic(o, x, neg, exp2_parts(o, y))
 
 
-def gelu_erf(o, x):
+def gelu_erf(o, x, exact):
     """GELU ``x·Φ(x)``: with ``a = min(|x|, 16)`` in the format, ``s = a²`` a Babić
     product (:func:`product`) and ``e = e^(-s/2) = 2^k ·̂ m`` (``s·log2(e)/2`` exact
     PAMs, :func:`times_wide`), ``h = (n ÷̂ (1 + Q1·a + Q2·s)) ·̂ e`` with ``n = a/2 + P·s``
     for x < 0 (``h = a·Φ(-a)``, the result ``-h``) and ``n = 1/2 + P·a`` for x >= 0
-    (``h = Φ(-a)``, the result ``x ·̂ (1 - h)``); the coefficients' PAMs are exact."""
+    (``h = Φ(-a)``, the result ``x ·̂ (1 - h)``); the coefficients' PAMs are exact;
+    ``exact``: the derivative kind (:func:`product`)."""
     neg, a = _abs(o, x)
     a = o.mul(o.clamp_max(a, ERF_XMAX), 1.0)
-    s = product(o, a, a, PRODUCT_STEPS)
+    s = product(o, a, a, PRODUCT_STEPS, exact)
     den = o.add(o.add(times(o, a, ERF_Q1), 1.0), times_wide(o, s, ERF_Q2))
     num = o.add(o.mul(o.where(neg, a, 1.0), 0.5), times_wide(o, o.where(neg, s, a), ERF_P))
     k, m = exp2_parts(o, o.neg(times_wide(o, s, LOG2E_HALF)))

@@ -15,6 +15,8 @@ import math
 
 import torch
 
+from emu import sizes
+
 from . import _compose
 from . import composites as D
 from ._sums import expand, fold_sum
@@ -82,13 +84,13 @@ def pa_vector_norm(x, dim=None, keepdim=False, fmt="float32", *, backward="appro
     return sqrt(fold_sum(sq, dim, keepdim=keepdim and dim is not None), nm)
 
 
-def _elementwise(desc, x, nm, params=None, **flags):
+def _elementwise(desc, x, nm, params=None, limit=None, **flags):
     """The elementwise composite ``desc`` (torch_bridge/composites.py) of ``x``: its fused
     kernels for a small float32 CPU tensor, else its graph (the same bits).  The graph's
     glue is float32 for every dtype: a bfloat16 or float16 ``x`` runs as float32 and the
     result is cast back (glue in bfloat16 rounded σ's exponent: 70 % off at x = -53.5)."""
     params = params or {}
-    if _compose.composite(nm, x):
+    if _compose.composite(nm, x, limit=limit):
         p = _compose.plan(desc, (("x", "e"),), tuple(params), **flags)
         return _compose.run(p, [x], x.numel(), nm, params)
     if x.dtype in (torch.bfloat16, torch.float16):
@@ -122,12 +124,13 @@ def pa_abs(x):
 
 def pa_gelu(x, approximate="none", fmt="float32", *, backward="approx",
             rounding="nearest_even", mul="pam"):
-    """GELU ``x ·̂ Φ(x)``: ``approximate='none'`` the erf form (Abramowitz & Stegun 7.1.26,
-    composites.gelu_erf), ``'tanh'`` the tanh form (composites.gelu_tanh)."""
+    """GELU ``x·Φ(x)``: ``approximate='none'`` the erf form (composites.gelu_erf),
+    ``'tanh'`` the tanh form (composites.gelu_tanh)."""
     if approximate not in ("none", "tanh"):
         raise ValueError(f"approximate={approximate!r}; expected 'none' or 'tanh'")
     nm = check_numerics(fmt, backward, rounding, mul=mul)
-    return _elementwise(D.gelu_tanh if approximate == "tanh" else D.gelu_erf, x, nm)
+    return _elementwise(D.gelu_tanh if approximate == "tanh" else D.gelu_erf, x, nm,
+                        limit=sizes.FUSED_MAX_GELU, exact=nm.backward == "exact")
 
 
 def pa_softplus(x, beta=1.0, threshold=20.0, fmt="float32", *, backward="approx",
