@@ -13,9 +13,10 @@ same bits (the tests force each side by patching the value here).  Code reads th
 #: float32 PAM/division kernels are vectorised: beyond ~2^13 elements (1 thread; GELU,
 #: softmax, cross-entropy) the graph is faster (docs/torch_bridge.md).
 FUSED_MAX = 1 << 13
-#: the same for GELU, whose exponents take Babić products (~100 nodes): its fused pass
-#: (forward and backward, bfloat16, 1 thread) took 3.5 us an element against the
-#: graph's 1.7 at 2^13 and 2.2 at 2^12; 3.7 ms against 5.1 at 2^10
+#: the same for GELU in a format other than float32, whose exponents take Babić
+#: products (~100 nodes, each operand rounded by the scalar definition): its fused
+#: pass (forward and backward, bfloat16, 1 thread) took 6.2 ms against the graph's 7.3
+#: at 2^10 and 9.1 against 7.0 at 2176 elements (float32: 1.1 against 3.4, FUSED_MAX)
 FUSED_MAX_GELU = 1 << 11
 
 #: torch_bridge's elementwise operands of at most this many elements take the per-call

@@ -15,6 +15,7 @@ import math
 
 import torch
 
+import emu
 from emu import sizes
 
 from . import _compose
@@ -130,7 +131,8 @@ def pa_gelu(x, approximate="none", fmt="float32", *, backward="approx",
         raise ValueError(f"approximate={approximate!r}; expected 'none' or 'tanh'")
     nm = check_numerics(fmt, backward, rounding, mul=mul)
     return _elementwise(D.gelu_tanh if approximate == "tanh" else D.gelu_erf, x, nm,
-                        limit=sizes.FUSED_MAX_GELU, exact=nm.backward == "exact")
+                        limit=None if nm.fmt == emu.float32 else sizes.FUSED_MAX_GELU,
+                        exact=nm.backward == "exact")
 
 
 def pa_softplus(x, beta=1.0, threshold=20.0, fmt="float32", *, backward="approx",
