@@ -223,9 +223,8 @@ def gelu_tanh(o, x, exact):
     SiLU's form (:func:`_logistic`) from ``e^-|2z| = 2^y``, ``-y = a·(A + B·a²)`` with
     ``a = min(|x|, 12)`` in the format: ``a²`` and ``a·w`` (``w = A + B·a²``, as
     :func:`split` parts) are Babić products (:func:`product`; ``exact``: the derivative
-    kind), ``B·a²`` exact PAMs
-    (:func:`times_wide`), so ``y`` is within 2e-4 of itself; ``a ·̂ a ·̂ a`` errs by
-    22 % and puts a factor e^(0.22·|2z|) into the left tail."""
+    kind) and ``B·a²`` exact PAMs (:func:`times_wide`), so ``y`` errs by about 2e-4
+    relative, where ``a ·̂ a ·̂ a`` erred by 22 % (a factor e^(0.22·|2z|) in the tail)."""
     neg, a = _abs(o, x)
     a = o.mul(o.clamp_max(a, GELU_XMAX), 1.0)
     w = o.add(times_wide(o, product(o, a, a, PRODUCT_STEPS, exact), GELU_B), GELU_A)
