@@ -21,7 +21,7 @@ from . import _scalar as S
 from . import _scalar_mul as SM
 from . import sizes
 from .formats import float32
-from .shapes import batch_index
+from .shapes import batch_index, broadcast_base
 
 __all__ = ["as_float32", "flat_u32", "finish", "alloc", "host_fold", "HostBackend", "HOST"]
 
@@ -47,9 +47,8 @@ def as_float32(x, name: str) -> np.ndarray:
     if arr.dtype.kind in "fiu" or arr.dtype in _ML_FLOATS:
         with np.errstate(over="ignore"):        # float64 beyond float32's range -> ±inf, as documented
             # a broadcast view's stride-0 dimensions are converted once, not copied out
-            one = tuple(slice(0, 1) if st == 0 and d > 1 else slice(None)
-                        for d, st in zip(arr.shape, arr.strides))
-            if any(s != slice(None) for s in one):
+            one = broadcast_base(arr.shape, arr.strides)
+            if one is not None:
                 return np.broadcast_to(arr[one].astype(np.float32), arr.shape)
             return arr.astype(np.float32, copy=False)
     raise TypeError(f"{name} must have a real floating dtype (float16, bfloat16, float32, "
@@ -195,19 +194,20 @@ class HostBackend:
         if nout == 0 or m == 0 or n == 0 or k == 0:
             c[...] = 0
             return c.reshape(plan.out)
-        a, b, rows, cols, repeated = _compact(a, b)
-        a3 = self._patterns(a, fmt).reshape(-1, rows, a.shape[-1])
-        b3 = self._patterns(b, fmt).reshape(-1, b.shape[-2], cols)
+        a, b, repeated = _compact(a, b)
+        a3 = self._patterns(a, fmt).reshape(-1, *a.shape[-2:])
+        b3 = self._patterns(b, fmt).reshape(-1, *b.shape[-2:])
         ia = batch_index(a.shape[:-2], batch)
         ib = batch_index(b.shape[:-2], batch)
-        c3 = c.reshape(nout, m, n) if (rows, cols) == (m, n) else \
-            alloc("pam_matmul", (nout, rows, cols), np.float32)
+        whole = (a3.shape[1], b3.shape[2]) == (m, n)
+        c3 = c.reshape(nout, m, n) if whole else \
+            alloc("pam_matmul", (nout, a3.shape[1], b3.shape[2]), np.float32)
         if repeated:
             K.matmul_repeated(a3, b3, ia, ib, c3.view(np.int32), k, fmt.consts, acc.consts,
                               SM.MulParams(SM.SUM, 0, K.NO_TABLE, 0) if mp is None else mp)
         else:
             self._matmul3(a3, b3, ia, ib, c3, fmt, acc, mp)
-        if c3.shape != (nout, m, n):
+        if not whole:
             c.reshape(nout, m, n)[...] = c3
         return c.reshape(plan.out)
 
@@ -314,13 +314,13 @@ class HostBackend:
 
 
 def _compact(a, b):
-    """``(a, b, rows, cols, repeated)``: the operands of a matmul with their broadcast
-    (stride-0) dimensions read once: batch dimensions of size 1 (batch_index broadcasts
-    them), one row of A or one column of B where all are one (``rows``, ``cols``), and
-    one k where both are constant along k (``repeated``)."""
+    """``(a, b, repeated)``: the operands of a matmul with their broadcast (stride-0)
+    dimensions read once: batch dimensions of size 1 (batch_index broadcasts them), one
+    row of A or one column of B where all are one, and one k where both are constant
+    along k (``repeated``)."""
     def batches(x):
-        return x[tuple(slice(0, 1) if st == 0 and d > 1 else slice(None)
-                       for d, st in zip(x.shape[:-2], x.strides[:-2]))]
+        one = broadcast_base(x.shape[:-2], x.strides[:-2])
+        return x if one is None else x[one]
     a, b = batches(a), batches(b)
     if a.strides[-2] == 0:
         a = a[..., :1, :]
@@ -329,7 +329,7 @@ def _compact(a, b):
     repeated = a.shape[-1] > 1 and a.strides[-1] == 0 and b.strides[-2] == 0
     if repeated:
         a, b = a[..., :1], b[..., :1, :]
-    return a, b, a.shape[-2], b.shape[-1], repeated
+    return a, b, repeated
 
 
 def host_fold(x: np.ndarray, plan) -> np.ndarray:

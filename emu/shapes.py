@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ["broadcast", "Elementwise", "elementwise", "MatmulShapes", "matmul_shapes", "matmul_grad_shapes",
-           "contract_layout", "batch_index"]
+           "contract_layout", "batch_index", "broadcast_base"]
 
 
 def broadcast(*named) -> tuple:
@@ -116,6 +116,15 @@ def contract_layout(gshape, xshape):
     folded = R * int(np.prod([batch[d] for d in red]))     # explicit: sizes may be 0
     return ((*kept, nd, *red, nd + 1), kshape + (P, folded), (*kept, *red, nd, nd + 1),
             kshape + (folded, C), tuple(xb[d] for d in kept) + (P, C))
+
+
+def broadcast_base(shape, strides):
+    """The index that keeps one element along each broadcast dimension of a view (stride
+    0, size > 1; numpy's byte strides or torch's element strides alike), None where it
+    has none: the view's own values, read once instead of copied out."""
+    one = tuple(slice(0, 1) if st == 0 and d > 1 else slice(None)
+                for d, st in zip(shape, strides))
+    return one if any(s != slice(None) for s in one) else None
 
 
 def batch_index(batch_shape, shape) -> np.ndarray:

@@ -191,27 +191,27 @@ def _fused(in_fmt, mul, acc, registered):
     return p, False, FloatAdder(acc, b_fmt=p.out_fmt, b_daz=True)
 
 
-def _table(in_fmt, mul, acc, registered):
+def _table_adder(mul, acc):
+    """``(wide, add)``: the accumulator's adder for a table's results, and the WideFormat
+    they are widened into where it needs them normal (None: its own format, subnormals
+    as they are)."""
     out = EM.table_of(mul).out
-    if FloatAdder.takes_subnormal_b(acc, out):      # out's subnormals as they are
-        add, wide = FloatAdder(acc, b_fmt=out, b_daz=False), None
-    else:                                           # the ROM holds them as normal numbers
-        wide = wide_format(out.man_bits, out.emin - out.man_bits, out.emax)
-        add = FloatAdder(acc, b_fmt=wide, b_daz=True)
+    if FloatAdder.takes_subnormal_b(acc, out):
+        return None, FloatAdder(acc, b_fmt=out, b_daz=False)
+    wide = wide_format(out.man_bits, out.emin - out.man_bits, out.emax)
+    return wide, FloatAdder(acc, b_fmt=wide, b_daz=True)
+
+
+def _table(in_fmt, mul, acc, registered):
+    wide, add = _table_adder(mul, acc)              # the ROM holds widened results
     return TableMultiplier(in_fmt, mul, out_fmt=wide, registered=registered), registered, add
 
 
 def imported_table(in_fmt, mul, acc, instance: str):
     """The MAC's product unit and adder for table multiplier ``mul`` computed by the
     Verilog module ``instance`` (ports a, b, y: the imported multiplier itself)."""
-    out = EM.table_of(mul).out
-    if FloatAdder.takes_subnormal_b(acc, out):
-        return (TableMultiplier(in_fmt, mul, instance=instance), False,
-                FloatAdder(acc, b_fmt=out, b_daz=False))
-    # its subnormal results normalised by a widening stage, as the ROM holds them
-    wide = wide_format(out.man_bits, out.emin - out.man_bits, out.emax)
-    return (TableMultiplier(in_fmt, mul, out_fmt=wide, instance=instance), False,
-            FloatAdder(acc, b_fmt=wide, b_daz=True))
+    wide, add = _table_adder(mul, acc)              # widened by a stage (rtl._float.Widen)
+    return TableMultiplier(in_fmt, mul, out_fmt=wide, instance=instance), False, add
 
 
 #: emu's multiplier kinds -> how PAMMac builds them.  Every registry kind has RTL.

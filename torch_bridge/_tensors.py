@@ -15,6 +15,7 @@ import torch
 
 import emu
 import emu.mx
+import emu.shapes
 
 from ._backend import cuda_backend_active
 
@@ -107,9 +108,8 @@ def round_to(x: torch.Tensor, fmt: emu.Format, rounding: str, axis: int = -1) ->
         return from_emu(fmt.round(to_emu(x), axis))
     if fmt == emu.float32:          # every mode is the identity (NaNs are canonicalised by emu)
         return x
-    one = tuple(slice(0, 1) if st == 0 and d > 1 else slice(None)
-                for d, st in zip(x.shape, x.stride()))
-    if rounding != "stochastic" and any(s != slice(None) for s in one):
+    one = emu.shapes.broadcast_base(x.shape, x.stride())
+    if rounding != "stochastic" and one is not None:
         # a broadcast view (expand): its values rounded once, not copied out; stochastic
         # rounding draws for every element
         return round_to(x[one], fmt, rounding, axis).expand(x.shape)

@@ -33,7 +33,6 @@ def _sigmoid(x):
     return np.exp(-np.logaddexp(0.0, -x))
 
 
-
 #: the float64 functions
 REFERENCE = {
     "sigmoid": _sigmoid,
