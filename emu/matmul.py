@@ -13,6 +13,9 @@ and return a device array (emu/cuda_backend.py).
 """
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 
 from . import _kernels_small as KS
@@ -64,18 +67,23 @@ def host_matmul(a, b, fmt: Format, acc: Format, mp=None):
     ``params(fmt)`` (None: PAM), without the front end's conversions (for callers that
     checked their operands already, e.g. torch_bridge's per-call path); the shapes are
     still checked."""
-    if (mp is None and a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0]
-            and fmt is float32 and acc is float32 and a.size * b.shape[1] <= sizes.SMALL):
-        # the plain 2-D case straight to the small kernel: what HOST.matmul would run
-        c = np.empty((1, a.shape[0], b.shape[1]), np.float32)
-        if c.size:
-            KS.matmul_small(np.ascontiguousarray(a).view(np.int32)[None],
-                            np.ascontiguousarray(b).view(np.int32)[None], _ZERO, _ZERO, c,
-                            float32.consts, 0)
-        else:
-            c[...] = 0
-        return c[0]
+    if (mp is None and fmt is float32 and acc is float32 and a.ndim == b.ndim >= 2
+            and a.shape[:-2] == b.shape[:-2] and a.shape[-1] == b.shape[-2]):
+        # small operands of one batch shape (2-D included) straight to the small
+        # kernel: what HOST.matmul would run, without its planning
+        (m, k), n = a.shape[-2:], b.shape[-1]
+        nb = math.prod(a.shape[:-2])
+        if 0 < nb * m * k * n <= sizes.SMALL:
+            c = np.empty((nb, m, n), np.float32)
+            own = _own_batches(nb)
+            KS.matmul_small(np.ascontiguousarray(a).view(np.int32).reshape(nb, m, k),
+                            np.ascontiguousarray(b).view(np.int32).reshape(nb, k, n),
+                            own, own, c, float32.consts, 0)
+            return c.reshape(a.shape[:-2] + (m, n))
     return HOST.matmul(matmul_shapes(a.shape, b.shape), a, b, fmt, acc, mp)
 
 
-_ZERO = np.zeros(1, np.int64)
+@functools.lru_cache(maxsize=64)
+def _own_batches(n: int) -> np.ndarray:
+    """Each batch's own index (cached: callers must not write to it)."""
+    return np.arange(n, dtype=np.int64)

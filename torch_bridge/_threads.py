@@ -2,8 +2,6 @@
 emu call."""
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import numba
 import torch
 
@@ -22,17 +20,20 @@ def _start_numba_threads():
 _start_numba_threads()
 
 
-@contextmanager
-def emu_threads(work: int):
-    """Numba threads for an emu call: one for small work, else as many as torch uses."""
-    n = 1 if work < sizes.SERIAL_WORK else max(1, min(torch.get_num_threads(),
-                                                numba.config.NUMBA_NUM_THREADS))
-    old = numba.get_num_threads()
-    if n == old:
-        yield
-        return
-    numba.set_num_threads(n)
-    try:
-        yield
-    finally:
-        numba.set_num_threads(old)
+class emu_threads:
+    """Numba threads for an emu call (a context manager): one for small work, else as
+    many as torch uses.  A class, not a generator: it is entered on every PA call."""
+    __slots__ = ("n", "old")
+
+    def __init__(self, work: int):
+        self.n = 1 if work < sizes.SERIAL_WORK else max(1, min(torch.get_num_threads(),
+                                                        numba.config.NUMBA_NUM_THREADS))
+
+    def __enter__(self):
+        self.old = numba.get_num_threads()
+        if self.n != self.old:
+            numba.set_num_threads(self.n)
+
+    def __exit__(self, *exc):
+        if self.n != self.old:
+            numba.set_num_threads(self.old)

@@ -280,9 +280,25 @@ def _body(f):
 
 
 def _composite(func) -> bool:
+    """Whether ``func`` is one of torch's Python composites whose body runs under the
+    mode (remembered per function: asked for every call the mode does not handle)."""
+    try:
+        return _COMPOSITES[func]
+    except KeyError:
+        pass
+    except TypeError:           # unhashable: asked each time
+        return _is_composite(func)
+    c = _COMPOSITES[func] = _is_composite(func)
+    return c
+
+
+def _is_composite(func) -> bool:
     return (isinstance(func, types.FunctionType)
             and getattr(func, "__module__", None) in _COMPOSITE_MODULES
             and any(n in _NO_HAND_OFF for n in func.__code__.co_names))
+
+
+_COMPOSITES: dict = {}
 
 
 def _mha(cfg, *args, **kwargs):
@@ -676,7 +692,7 @@ class _PAMMode(TorchFunctionMode):
                 if out is not NotImplemented:
                     return out
         if _composite(func):            # e.g. F.normalize: route what its body calls
-            with _PAMMode(self.config):
+            with self:                  # (torch took the mode off its stack for this call)
                 return _body(func)(*args, **kwargs)
         return func(*args, **kwargs)
 
