@@ -437,6 +437,45 @@ def pa_exp2(x, fc):
 
 
 @register_jitable
+def pa_exp2_e8(x, fc):
+    """:func:`pa_exp2` without branches (a loop of it vectorises), for a format with
+    float32's exponent range (8 exponent bits, M >= 1).  Every lane computes the main
+    case on |x| clamped into [2^-(M+2), 256): 2^fl (1 + frac 2^-sh) with x = n 2^-sh,
+    fl = floor(x), the fraction's sh bits rounded RNE to M (a carry moves the exponent),
+    as :func:`_paexp2_exact` rounds it.  From fl = 128 up that is the overflow value; below
+    2^-126 it is +0, or the smallest normal where the fraction rounds up to 2 on the
+    subnormal grid (fl = -127, frac >= 1 - 2^-M).  The special cases are selected last."""
+    x = np.int64(x)
+    ux = x & ABS32
+    neg = (x >> 31) & 1
+    man = np.int64(fc.man_bits)
+    uc = min(max(ux, np.int64(fc.tiny_exp2_32)), np.int64(0x437FFFFF))
+    sh = 150 - (uc >> 23)                         # 16 <= sh <= 25 + M <= 48
+    m = (uc & 0x7FFFFF) | 0x800000
+    n = (m ^ -neg) + neg                          # -m for a negative x
+    fl = n >> sh
+    frac = n - (fl << sh)                         # in [0, 2^sh)
+    d = sh - man                                  # fraction bits below the format's
+    dp = max(d, np.int64(1))
+    q = (frac + ((np.int64(1) << (dp - 1)) - 1) + ((frac >> dp) & 1)) >> dp
+    q = q if d > 0 else frac << max(-d, np.int64(0))
+    r = ((fl + 127) << 23) + (q << (23 - man))
+    r = np.int64(fc.ovf32) if r > fc.max32 else r
+    # below 2^-126 (fl = -127 has sh = 17): 1 + frac >= 2 - 2^-M rounds up to 2^-126
+    up = (fl == -127) & (frac >= (np.int64(1) << sh) - ((np.int64(1) << sh) >> man))
+    r = (np.int64(fc.minnorm32) if up else np.int64(0)) if fl < -126 else r
+    r = (np.int64(0) if neg else np.int64(fc.ovf32)) if ux >= 0x43800000 else r
+    r = np.int64(ONE32) if ux < fc.tiny_exp2_32 else r
+    return np.int64(fc.nan32) if ux > INF32 else r
+
+
+@register_jitable
+def pa_exp_e8(x, fc):
+    """:func:`pa_exp` by :func:`pa_exp2_e8` (no branches)."""
+    return pa_exp2_e8(pam_mul(x, fc.log2e32, fc), fc)
+
+
+@register_jitable
 def pa_log2(x, fc):
     """palog2(x) = E_x + M_x, eq. (10): the pattern minus the bias, scaled by 2^-23."""
     x = np.int64(x)

@@ -31,7 +31,10 @@ def rules(f32: bool) -> dict:
     where rounding an operand is the identity (and E.quantize only makes NaNs
     canonical), else RNE into the format.  Compiled in, not tested per element: a call
     of ``S.operand`` keeps the whole of ``quantize`` in the loop, which LLVM then neither
-    inlines nor vectorises (float32 kernels run 6x slower)."""
+    inlines nor vectorises (float32 kernels run 6x slower).  For float32 the rules are
+    inlined by Numba: left to LLVM, which finds a kernel's loop too large to inline them
+    into, a loop that calls them does not vectorise."""
+    inline = "always" if f32 else "never"
 
     @register_jitable
     def operand(x, fc):
@@ -46,6 +49,21 @@ def rules(f32: bool) -> dict:
             x = np.int64(x)
             return np.int64(S.QNAN32) if (x & S.ABS32) > S.INF32 else x
         return S.quantize(x, fc, S.RNE, True, False, 0, 0)
+
+    @register_jitable
+    def exp2(x, fc):
+        """S.pa_exp2; for float32 its branch-free twin (the same bits, and the loop
+        vectorises)."""
+        if f32:
+            return S.pa_exp2_e8(x, fc)
+        return S.pa_exp2(x, fc)
+
+    @register_jitable
+    def sqrt(x, fc):
+        """S.pa_sqrt; for float32 its branch-free twin."""
+        if f32:
+            return S.pa_sqrt_e8(x, fc)
+        return S.pa_sqrt(x, fc)
 
     @register_jitable
     def mul(a, b, fc):
@@ -67,44 +85,44 @@ def rules(f32: bool) -> dict:
         """registry._log2_approx: δ_Y ÷̂ (A ·̂ ln2)."""
         return div(dy, mul(xq, ln2, fc), fc)
 
-    @register_jitable
+    @register_jitable(inline=inline)
     def pam_mul_approx(a, b, dy, ln2, fc):
         """δ_A = B ·̂ δ_Y, δ_B = A ·̂ δ_Y."""
         return mul(b, dy, fc), mul(a, dy, fc)
 
-    @register_jitable
+    @register_jitable(inline=inline)
     def pa_div_approx(a, b, dy, ln2, fc):
         """δ_A = δ_Y ÷̂ B, δ_B = -(A ·̂ δ_Y) ÷̂ (B ·̂ B)."""
         minus = mul(mul(a, dy, fc), MINUS_ONE32, fc)
         return div(dy, b, fc), div(minus, mul(b, b, fc), fc)
 
-    @register_jitable
+    @register_jitable(inline=inline)
     def pa_exp2_approx(x, dy, ln2, fc):
         """δ_A = paexp2(A) ·̂ ln2 ·̂ δ_Y."""
-        return exp2_at_result(S.pa_exp2(operand(x, fc), fc), dy, ln2, fc)
+        return exp2_at_result(exp2(operand(x, fc), fc), dy, ln2, fc)
 
-    @register_jitable
+    @register_jitable(inline=inline)
     def pa_log2_approx(x, dy, ln2, fc):
         """δ_A = δ_Y ÷̂ (A ·̂ ln2)."""
         return log2_at(rne(x, fc), dy, ln2, fc)
 
-    @register_jitable
+    @register_jitable(inline=inline)
     def pa_exp_approx(x, dy, ln2, fc):
         """Through eq. 18: paexp2's rule at T = A ·̂ log2e, then the PAM's."""
         t = mul(x, fc.log2e32, fc)
-        e = S.pa_exp2(operand(t, fc), fc)
+        e = exp2(operand(t, fc), fc)
         return mul(exp2_at_result(e, dy, ln2, fc), fc.log2e32, fc)
 
-    @register_jitable
+    @register_jitable(inline=inline)
     def pa_log_approx(x, dy, ln2, fc):
         """Through eq. 19: δ_L = δ_Y ÷̂ log2e, then palog2's rule."""
         return log2_at(rne(x, fc), div(dy, fc.log2e32, fc), ln2, fc)
 
-    @register_jitable
+    @register_jitable(inline=inline)
     def pa_sqrt_approx(x, dy, ln2, fc):
         """Through eq. 20: paexp2's rule at the result, ÷̂ 2, palog2's rule."""
         xq = rne(x, fc)
-        dh = exp2_at_result(S.pa_sqrt(operand(xq, fc), fc), dy, ln2, fc)
+        dh = exp2_at_result(sqrt(operand(xq, fc), fc), dy, ln2, fc)
         return log2_at(xq, div(dh, TWO32, fc), ln2, fc)
 
     return {name: f for name, f in locals().items() if name.endswith("_approx")}

@@ -424,8 +424,8 @@ class _Gen:
         a = n.args
         if n.op in _PA_BINARY:
             return f"S.{_PA_BINARY[n.op]}({self.rval(a[0])}, {self.rval(a[1])}, fc)"
-        if n.op in _PA_UNARY:
-            return f"S.{_PA_UNARY[n.op]}({self.rval(a[0])}, fc)"
+        if n.op in _PA_UNARY:       # the nodes' own (float32: branch-free twins)
+            return f"{_PA_UNARY[n.op]}({self.rval(a[0])}, fc)"
         if n.op in ("add", "sub"):
             return f"{n.op}({self.val(a[0])}, {self.val(a[1])})"
         if n.op == "neg":
@@ -739,8 +739,10 @@ def floor_max(t, base, n):
     return P(np.float32(np.nan) if nan else np.float32(np.floor(mx)))
 
 
-#: the nodes' helpers for float32 (every rounding compiled out) and for other formats
-_HELPERS = {f32: N.define(F, P, _fadd, _fsub, f32) for f32 in (True, False)}
+#: the nodes' helpers for float32 (every rounding compiled out) and for other formats, by
+#: derivative kind
+_HELPERS = {(f32, kind): N.define(F, P, _fadd, _fsub, f32, kind)
+            for f32 in (True, False) for kind in (N.EXACT, N.APPROX)}
 
 
 def _source_file(tag: str, src: str) -> str:
@@ -763,22 +765,27 @@ def _source_file(tag: str, src: str) -> str:
 _DEPENDS = L.dependency_digest(__file__)
 
 
-def _compile(tag: str, src: str, fn: str) -> dict:
-    """``fn`` of the generated ``src``, compiled for float32 and for other formats."""
+def _compile(tag: str, src: str, fn: str, kinds=(N.APPROX,)) -> dict:
+    """``fn`` of the generated ``src``, compiled for float32 and for other formats, by
+    ``(f32, kind)`` for each derivative kind in ``kinds`` (a forward: APPROX's nodes,
+    whose forward is every kind's)."""
     digest = hashlib.sha256((src + _DEPENDS).encode()).hexdigest()[:16]
     code = compile(src, _source_file(f"{tag}_{digest}", src), "exec")
     out = {}
     for f32 in (True, False):
-        ns = dict(_HELPERS[f32], S=S, np=np, F=F, P=P, fold=L.fold, floor_max=floor_max,
-                  floor_=floor_, lead_=lead_, __name__=__name__)   # Numba rebuilds a cached kernel's environment by name
-        exec(code, ns)
-        out[f32] = L.njit_variant(f"composite {fn} f32={f32} {digest}")(ns[fn])
+        for kind in kinds:
+            ns = dict(_HELPERS[f32, kind], S=S, np=np, F=F, P=P, fold=L.fold,
+                      floor_max=floor_max, floor_=floor_, lead_=lead_,
+                      __name__=__name__)   # Numba rebuilds a cached kernel's environment by name
+            exec(code, ns)
+            out[f32, kind] = L.njit_variant(
+                f"composite {fn} f32={f32} kind={kind} {digest}")(ns[fn])
     return out
 
 
 class Backward(NamedTuple):
     """A plan's backward for one set of outputs with gradients."""
-    kernels: dict           # by float32-ness
+    kernels: dict           # by (float32-ness, derivative kind)
     scratch: tuple          # rows of the T, G, R scratch per element
     live: tuple             # per slot: whether its consumer gets a gradient
     source: str             # the generated source
@@ -787,8 +794,8 @@ class Backward(NamedTuple):
 class Plan:
     """A traced composite: its inputs ((name, shape, dtype, grad)), outputs' shapes,
     gradient slots [(input index, consumer node, operand)], constants layout, the
-    forward kernels by float32-ness and the backward kernels by which outputs have a
-    gradient (generated and compiled on first use)."""
+    forward kernels by (float32-ness, APPROX) and the backward kernels by which outputs
+    have a gradient (generated and compiled on first use)."""
 
     def __init__(self, tag, gen, inputs):
         self.name, self._gen, self.inputs = tag, gen, inputs
@@ -811,7 +818,7 @@ class Plan:
             if self._gen.consts != list(self.consts):
                 raise AssertionError("the backward needs constants the forward does not")
             b = self._backward[present] = Backward(
-                _compile(self.name, src, f"{self.name}_backward_{tag}"),
+                _compile(self.name, src, f"{self.name}_backward_{tag}", (N.EXACT, N.APPROX)),
                 (len(self._gen.tslot), len(self._gen.gslot), self._gen.rslots),
                 tuple(u in self._gen.reached for _, u, _ in self.slots), src)
         return b
@@ -868,7 +875,7 @@ def forward(p: Plan, kc, c, ins, outs, n: int) -> None:
     ones (rows, n) of any strides, weights (n,), row values (rows,)), into ``outs``."""
     rows = ins[0].shape[0]
     scratch = np.empty((p.scratch_fwd, rows * n), np.float32)
-    p.forward[kc.f32](*ins, *outs, scratch, rows, n, c, kc.fc, kc.mode)
+    p.forward[kc.f32, N.APPROX](*ins, *outs, scratch, rows, n, c, kc.fc, kc.mode)
 
 
 def backward(p: Plan, kc, c, kind, ins, gouts, dxs, n: int) -> tuple:
@@ -879,7 +886,7 @@ def backward(p: Plan, kc, c, kind, ins, gouts, dxs, n: int) -> tuple:
     rows = ins[0].shape[0]
     b = p.backward(tuple(g is not None for g in gouts))
     t, g, r = (np.empty((k, rows * n), np.float32) for k in b.scratch)
-    b.kernels[kc.f32](*ins, *(g_ for g_ in gouts if g_ is not None), *dxs, t, g, r, rows, n,
+    b.kernels[kc.f32, kind](*ins, *(g_ for g_ in gouts if g_ is not None), *dxs, t, g, r, rows, n,
                     c, kind, kc.ln2, kc.fc, kc.mode)
     for d, ok in zip(dxs, b.live):
         if not ok:
@@ -888,9 +895,10 @@ def backward(p: Plan, kc, c, kind, ins, gouts, dxs, n: int) -> tuple:
 
 
 def _rows(t: torch.Tensor, n: int) -> np.ndarray:
-    """An elementwise operand as a (rows, n) float32 array (a view where it can be)."""
-    a = host_view(t)
-    return a.reshape(-1, n) if a.ndim != 2 or a.shape[1] != n else a
+    """An elementwise operand as a C-contiguous (rows, n) float32 array (a view where it
+    can be): a strided or broadcast operand (the gradient of a sum) is copied, because
+    a kernel whose loops read it in place does not vectorise."""
+    return np.ascontiguousarray(host_view(t)).reshape(-1, n)
 
 
 def _arrays(p: Plan, ins, n):

@@ -23,11 +23,14 @@ SIGN32 = S.SIGN32
 ONE32 = S.ONE32
 
 
-def define(F, P, fadd, fsub, f32):
+def define(F, P, fadd, fsub, f32, kind):
     """The nodes on a target whose float32 <-> pattern moves are ``F`` (pattern to
     float32) and ``P`` (float32 to pattern) and whose float32 addition and subtraction
     are ``fadd``, ``fsub``; ``f32``: for the float32 format alone (every rounding is the
-    identity, compiled out: emu/_scalar_approx.rules says why), else for any other.
+    identity, compiled out: emu/_scalar_approx.rules says why), else for any other;
+    ``kind``: the derivatives (EXACT or APPROX) the backward nodes compute, compiled in
+    (their ``kind`` argument is the same and unused), so that a float32 kernel's loop
+    has no exact derivative in it and vectorises.
     Returns them as a dict of register_jitable functions."""
     rules = A.FLOAT32 if f32 else A.GENERAL
 
@@ -66,27 +69,37 @@ def define(F, P, fadd, fsub, f32):
         da, db = getattr(G, op + "_da"), getattr(G, op + "_db")
         approx = rules[op + "_approx"]
 
-        @register_jitable
-        def node_g(a, b, g, kind, ln2, fc, mode):
-            g = rnd(g, fc, mode)
-            if kind == EXACT:
+        if kind == EXACT:
+            @register_jitable
+            def node_g(a, b, g, kind, ln2, fc, mode):
+                g = rnd(g, fc, mode)
                 return da(a, b, g, fc), db(a, b, g, fc)
-            return approx(a, b, g, ln2, fc)
+        else:   # inlined by Numba: LLVM would not, and the loop would not vectorise
+            @register_jitable(inline="always" if f32 else "never")
+            def node_g(a, b, g, kind, ln2, fc, mode):
+                return approx(a, b, rnd(g, fc, mode), ln2, fc)
         return node_g
 
     def unary_g(op):
         dx, approx = getattr(G, op + "_dx"), rules[op + "_approx"]
 
-        @register_jitable
-        def node_g(x, g, kind, ln2, fc, mode):
-            g = rnd(g, fc, mode)
-            if kind == EXACT:
-                return dx(x, g, fc)
-            return approx(x, g, ln2, fc)
+        if kind == EXACT:
+            @register_jitable
+            def node_g(x, g, kind, ln2, fc, mode):
+                return dx(x, rnd(g, fc, mode), fc)
+        else:   # inlined by Numba: LLVM would not, and the loop would not vectorise
+            @register_jitable(inline="always" if f32 else "never")
+            def node_g(x, g, kind, ln2, fc, mode):
+                return approx(x, rnd(g, fc, mode), ln2, fc)
         return node_g
 
     nodes = dict(rnd=rnd, add=add, sub=sub, neg=neg, clamp_max=clamp_max, pass_if=pass_if,
                  mul_g=binary_g("pam_mul"), div_g=binary_g("pa_div"))
+    # emu's unary PA functions; for float32 the branch-free twins of paexp2 and pasqrt
+    # (the same bits), so that a kernel's element loop vectorises
+    nodes.update(pa_exp2=S.pa_exp2_e8 if f32 else S.pa_exp2,
+                 pa_exp=S.pa_exp_e8 if f32 else S.pa_exp,
+                 pa_sqrt=S.pa_sqrt_e8 if f32 else S.pa_sqrt, pa_log2=S.pa_log2, pa_log=S.pa_log)
     for op in ("exp", "exp2", "log", "log2", "sqrt"):
         nodes[op + "_g"] = unary_g("pa_" + op)
     return nodes
