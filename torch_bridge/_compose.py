@@ -739,10 +739,11 @@ def floor_max(t, base, n):
     return P(np.float32(np.nan) if nan else np.float32(np.floor(mx)))
 
 
-#: the nodes' helpers for float32 (every rounding compiled out) and for other formats, by
-#: derivative kind
+#: the nodes' helpers for float32 (every rounding compiled out), by derivative kind, and for
+#: other formats (the kind an argument)
+_KINDS = {True: (N.EXACT, N.APPROX), False: (None,)}
 _HELPERS = {(f32, kind): N.define(F, P, _fadd, _fsub, f32, kind)
-            for f32 in (True, False) for kind in (N.EXACT, N.APPROX)}
+            for f32 in (True, False) for kind in _KINDS[f32]}
 
 
 def _source_file(tag: str, src: str) -> str:
@@ -765,15 +766,15 @@ def _source_file(tag: str, src: str) -> str:
 _DEPENDS = L.dependency_digest(__file__)
 
 
-def _compile(tag: str, src: str, fn: str, kinds=(N.APPROX,)) -> dict:
+def _compile(tag: str, src: str, fn: str, backward: bool = False) -> dict:
     """``fn`` of the generated ``src``, compiled for float32 and for other formats, by
-    ``(f32, kind)`` for each derivative kind in ``kinds`` (a forward: APPROX's nodes,
-    whose forward is every kind's)."""
+    ``(f32, kind)``: a backward's for each kind of _KINDS[f32], a forward's with the
+    nodes of the first (the forward is every kind's)."""
     digest = hashlib.sha256((src + _DEPENDS).encode()).hexdigest()[:16]
     code = compile(src, _source_file(f"{tag}_{digest}", src), "exec")
     out = {}
     for f32 in (True, False):
-        for kind in kinds:
+        for kind in _KINDS[f32] if backward else _KINDS[f32][:1]:
             ns = dict(_HELPERS[f32, kind], S=S, np=np, F=F, P=P, fold=L.fold,
                       floor_max=floor_max, floor_=floor_, lead_=lead_,
                       __name__=__name__)   # Numba rebuilds a cached kernel's environment by name
@@ -794,8 +795,8 @@ class Backward(NamedTuple):
 class Plan:
     """A traced composite: its inputs ((name, shape, dtype, grad)), outputs' shapes,
     gradient slots [(input index, consumer node, operand)], constants layout, the
-    forward kernels by (float32-ness, APPROX) and the backward kernels by which outputs
-    have a gradient (generated and compiled on first use)."""
+    forward and backward kernels by (float32-ness, kind) (_compile), the backward ones by
+    which outputs have a gradient (generated and compiled on first use)."""
 
     def __init__(self, tag, gen, inputs):
         self.name, self._gen, self.inputs = tag, gen, inputs
@@ -818,7 +819,7 @@ class Plan:
             if self._gen.consts != list(self.consts):
                 raise AssertionError("the backward needs constants the forward does not")
             b = self._backward[present] = Backward(
-                _compile(self.name, src, f"{self.name}_backward_{tag}", (N.EXACT, N.APPROX)),
+                _compile(self.name, src, f"{self.name}_backward_{tag}", backward=True),
                 (len(self._gen.tslot), len(self._gen.gslot), self._gen.rslots),
                 tuple(u in self._gen.reached for _, u, _ in self.slots), src)
         return b
@@ -875,7 +876,7 @@ def forward(p: Plan, kc, c, ins, outs, n: int) -> None:
     ones (rows, n) of any strides, weights (n,), row values (rows,)), into ``outs``."""
     rows = ins[0].shape[0]
     scratch = np.empty((p.scratch_fwd, rows * n), np.float32)
-    p.forward[kc.f32, N.APPROX](*ins, *outs, scratch, rows, n, c, kc.fc, kc.mode)
+    p.forward[kc.f32, _KINDS[kc.f32][0]](*ins, *outs, scratch, rows, n, c, kc.fc, kc.mode)
 
 
 def backward(p: Plan, kc, c, kind, ins, gouts, dxs, n: int) -> tuple:
@@ -886,8 +887,9 @@ def backward(p: Plan, kc, c, kind, ins, gouts, dxs, n: int) -> tuple:
     rows = ins[0].shape[0]
     b = p.backward(tuple(g is not None for g in gouts))
     t, g, r = (np.empty((k, rows * n), np.float32) for k in b.scratch)
-    b.kernels[kc.f32, kind](*ins, *(g_ for g_ in gouts if g_ is not None), *dxs, t, g, r, rows, n,
-                    c, kind, kc.ln2, kc.fc, kc.mode)
+    kernel = b.kernels[kc.f32, kind if kc.f32 else None]
+    kernel(*ins, *(g_ for g_ in gouts if g_ is not None), *dxs, t, g, r, rows, n, c, kind,
+           kc.ln2, kc.fc, kc.mode)
     for d, ok in zip(dxs, b.live):
         if not ok:
             d[...] = 0.0

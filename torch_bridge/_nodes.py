@@ -29,8 +29,9 @@ def define(F, P, fadd, fsub, f32, kind):
     are ``fadd``, ``fsub``; ``f32``: for the float32 format alone (every rounding is the
     identity, compiled out: emu/_scalar_approx.rules says why), else for any other;
     ``kind``: the derivatives (EXACT or APPROX) the backward nodes compute, compiled in
-    (their ``kind`` argument is the same and unused), so that a float32 kernel's loop
-    has no exact derivative in it and vectorises.
+    (their ``kind`` argument is then the same and unused) so that a float32 kernel's loop
+    has no exact derivative in it and vectorises; None: chosen by that argument (one
+    kernel for both, where the loops do not vectorise anyway: compile time).
     Returns them as a dict of register_jitable functions."""
     rules = A.FLOAT32 if f32 else A.GENERAL
 
@@ -69,13 +70,20 @@ def define(F, P, fadd, fsub, f32, kind):
         da, db = getattr(G, op + "_da"), getattr(G, op + "_db")
         approx = rules[op + "_approx"]
 
-        if kind == EXACT:
+        if kind is None:
+            @register_jitable
+            def node_g(a, b, g, kind, ln2, fc, mode):
+                g = rnd(g, fc, mode)
+                if kind == EXACT:
+                    return da(a, b, g, fc), db(a, b, g, fc)
+                return approx(a, b, g, ln2, fc)
+        elif kind == EXACT:
             @register_jitable
             def node_g(a, b, g, kind, ln2, fc, mode):
                 g = rnd(g, fc, mode)
                 return da(a, b, g, fc), db(a, b, g, fc)
         else:   # inlined by Numba: LLVM would not, and the loop would not vectorise
-            @register_jitable(inline="always" if f32 else "never")
+            @register_jitable(inline="always")
             def node_g(a, b, g, kind, ln2, fc, mode):
                 return approx(a, b, rnd(g, fc, mode), ln2, fc)
         return node_g
@@ -83,12 +91,19 @@ def define(F, P, fadd, fsub, f32, kind):
     def unary_g(op):
         dx, approx = getattr(G, op + "_dx"), rules[op + "_approx"]
 
-        if kind == EXACT:
+        if kind is None:
+            @register_jitable
+            def node_g(x, g, kind, ln2, fc, mode):
+                g = rnd(g, fc, mode)
+                if kind == EXACT:
+                    return dx(x, g, fc)
+                return approx(x, g, ln2, fc)
+        elif kind == EXACT:
             @register_jitable
             def node_g(x, g, kind, ln2, fc, mode):
                 return dx(x, rnd(g, fc, mode), fc)
         else:   # inlined by Numba: LLVM would not, and the loop would not vectorise
-            @register_jitable(inline="always" if f32 else "never")
+            @register_jitable(inline="always")
             def node_g(x, g, kind, ln2, fc, mode):
                 return approx(x, rnd(g, fc, mode), ln2, fc)
         return node_g

@@ -496,7 +496,7 @@ def pa_cross_entropy(input, target, weight=None, ignore_index=-100, reduction="m
             raise ValueError(f"cross_entropy: target.shape={tuple(target.shape)} does not "
                              f"match input.shape={tuple(input.shape)}")
         valid = t != ignore_index
-        if ((t[valid] < 0) | (t[valid] >= n_classes)).any():
+        if (valid & ((t < 0) | (t >= n_classes))).any():
             raise ValueError(f"cross_entropy: target holds class indices outside "
                              f"[0, {n_classes}) that are not ignore_index={ignore_index}")
         t = torch.where(valid, t, 0)
@@ -505,13 +505,13 @@ def pa_cross_entropy(input, target, weight=None, ignore_index=-100, reduction="m
         if weight.shape != (n_classes,):
             raise ValueError(f"weight.shape={tuple(weight.shape)}; expected ({n_classes},)")
     eps = float(label_smoothing)
-    eps_c = float(emu.pa_div(eps, float(n_classes), nm.fmt))
     if probs:
         q = t if eps == 0 else t * (1 - eps) + eps / n_classes   # target smoothing: data prep
     smooth = not probs and eps > 0
     params = row_params(nm.fmt, z.dtype)
     if smooth:
-        params.update(keep=1.0 - eps, smooth_c=eps_c)
+        params.update(keep=1.0 - eps,
+                      smooth_c=float(emu.pa_div(eps, float(n_classes), nm.fmt)))
     if (_compose.composite(nm, z, weight, q if probs else None)
             and not (weight is not None and weight.requires_grad)
             and not (probs and q.requires_grad)):
