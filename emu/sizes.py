@@ -8,15 +8,16 @@ same bits (the tests force each side by patching the value here).  Code reads th
 
 #: composites (torch_bridge's fused activations, norms, losses, recurrent cells) of at
 #: most this many elements run fused.  The fused kernels win on the per-call cost (an
-#: autograd node and its Python per graph node), but their per-element code is the
-#: scalar definitions in one long chain that LLVM does not vectorise, where the graph's
-#: float32 PAM/division kernels are vectorised: beyond ~2^13 elements (1 thread; GELU,
-#: softmax, cross-entropy) the graph is faster (docs/torch_bridge.md).
+#: autograd node and its Python per graph node).  Their per-element code is the scalar
+#: definitions in one long chain: in float32 LLVM vectorises it and it beats the graph at
+#: every size at one or two threads but for the norms, in other formats it stays scalar;
+#: and it runs serially where the graph's kernels use every thread (docs/torch_bridge.md,
+#: "Fast paths").
 FUSED_MAX = 1 << 13
 #: the same for GELU in a format other than float32, whose exponents take Babić
 #: products (~100 nodes, each operand rounded by the scalar definition): its fused
 #: pass (forward and backward, bfloat16, 1 thread) took 6.2 ms against the graph's 7.3
-#: at 2^10 and 9.1 against 7.0 at 2176 elements (float32: 1.1 against 3.4, FUSED_MAX)
+#: at 2^10 and 9.1 against 7.0 at 2176 elements (float32: 0.41 against 2.4, FUSED_MAX)
 FUSED_MAX_GELU = 1 << 11
 
 #: torch_bridge's elementwise operands of at most this many elements take the per-call

@@ -96,9 +96,9 @@ def fusable(nm, *tensors) -> bool:
 def composite(nm, x, *tensors, limit: int | None = None) -> bool:
     """Whether a composite of ``x`` (and further operands) runs fused: PAM products (the
     generated kernels' only multiplier), :func:`fusable`, and ``x`` has at least one and
-    at most ``limit`` (default sizes.FUSED_MAX) elements (the per-element code is the
-    scalar definitions in one long chain that LLVM does not vectorise: beyond that the
-    graph's vectorised kernels are faster)."""
+    at most ``limit`` (default sizes.FUSED_MAX) elements (the fused kernels are serial,
+    and outside float32 their chain of scalar definitions does not vectorise: beyond that
+    the graph's kernels are faster)."""
     return (nm.mul in _PAM and fusable(nm, x, *tensors)
             and 0 < x.numel() <= (L.sizes.FUSED_MAX if limit is None else limit))
 
