@@ -72,13 +72,20 @@ def test_quantize_in_place_is_the_scalar_definition(fmt, mode, rng):
     assert not K._in_place(emu.float16.consts, mode, True, False)
 
 
-@njit
-def _sqrt_both(x, fc):
-    want, got = np.empty_like(x), np.empty_like(x)
-    for i in range(x.size):
-        want[i] = S.pa_sqrt(x[i], fc)
-        got[i] = S.pa_sqrt_e8(x[i], fc)
-    return want, got
+def _unary_both(definition, twin):
+    """A compiled loop (threaded): (definition, twin) of every x[i] (format constants fc)."""
+    @njit(parallel=True)
+    def run(x, fc):
+        want, got = np.empty_like(x), np.empty_like(x)
+        for i in prange(x.size):
+            want[i] = definition(x[i], fc)
+            got[i] = twin(x[i], fc)
+        return want, got
+    return run
+
+
+_sqrt_both = _unary_both(S.pa_sqrt, S.pa_sqrt_e8)
+_exp2_both = _unary_both(S.pa_exp2, S.pa_exp2_e8)
 
 
 @pytest.mark.parametrize("fmt", ["float32", "bf16", "e8m3", "e8m1"])
@@ -95,15 +102,6 @@ def test_pa_sqrt_e8_is_the_scalar_definition(fmt, rng):
                         .astype(np.uint32)])
     want, got = _sqrt_both(x, fc)
     assert_bits_equal(got.view(np.float32), want.view(np.float32), x.view(np.float32), what=fmt)
-
-
-@njit(parallel=True)
-def _exp2_both(x, fc):
-    want, got = np.empty_like(x), np.empty_like(x)
-    for i in prange(x.size):
-        want[i] = S.pa_exp2(x[i], fc)
-        got[i] = S.pa_exp2_e8(x[i], fc)
-    return want, got
 
 
 @pytest.mark.parametrize("fmt", ["float32", "bf16", "e8m3", "e8m1"])
