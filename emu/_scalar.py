@@ -564,6 +564,16 @@ def pa_log(x, fc):
     return pa_div(pa_log2(x, fc), fc.log2e32, fc)
 
 
+def unary_ops(e8: bool) -> dict:
+    """The unary PA functions by name; ``e8`` (float32's exponent range, the caller's
+    loops meant to vectorise): the branch-free twins of paexp2, paexp and pasqrt."""
+    ops = {"pa_exp2": pa_exp2, "pa_exp": pa_exp, "pa_sqrt": pa_sqrt, "pa_log2": pa_log2,
+           "pa_log": pa_log}
+    if e8:
+        ops.update(pa_exp2=pa_exp2_e8, pa_exp=pa_exp_e8, pa_sqrt=pa_sqrt_e8)
+    return ops
+
+
 # --- IEEE arithmetic: the accumulator and the standard-multiplier baseline ---------
 
 @register_jitable

@@ -35,6 +35,8 @@ def rules(f32: bool) -> dict:
     inlined by Numba: left to LLVM, which finds a kernel's loop too large to inline them
     into, a loop that calls them does not vectorise."""
     inline = "always" if f32 else "never"
+    unary = S.unary_ops(f32)        # float32: paexp2's and pasqrt's branch-free twins
+    exp2, sqrt = unary["pa_exp2"], unary["pa_sqrt"]
 
     @register_jitable
     def operand(x, fc):
@@ -49,21 +51,6 @@ def rules(f32: bool) -> dict:
             x = np.int64(x)
             return np.int64(S.QNAN32) if (x & S.ABS32) > S.INF32 else x
         return S.quantize(x, fc, S.RNE, True, False, 0, 0)
-
-    @register_jitable
-    def exp2(x, fc):
-        """S.pa_exp2; for float32 its branch-free twin (the same bits, and the loop
-        vectorises)."""
-        if f32:
-            return S.pa_exp2_e8(x, fc)
-        return S.pa_exp2(x, fc)
-
-    @register_jitable
-    def sqrt(x, fc):
-        """S.pa_sqrt; for float32 its branch-free twin."""
-        if f32:
-            return S.pa_sqrt_e8(x, fc)
-        return S.pa_sqrt(x, fc)
 
     @register_jitable
     def mul(a, b, fc):

@@ -13,7 +13,6 @@ and return a device array (emu/cuda_backend.py).
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -24,7 +23,7 @@ from .backend import backend_for
 from .formats import Format, format, float32
 from .host import HOST
 from .multipliers import MULTIPLIERS, multiplier
-from .shapes import matmul_shapes
+from .shapes import batch_index, matmul_shapes
 
 __all__ = ["matmul", "pam_matmul"]
 
@@ -75,15 +74,9 @@ def host_matmul(a, b, fmt: Format, acc: Format, mp=None):
         nb = math.prod(a.shape[:-2])
         if 0 < nb * m * k * n <= sizes.SMALL:
             c = np.empty((nb, m, n), np.float32)
-            own = _own_batches(nb)
+            own = batch_index(a.shape[:-2], a.shape[:-2])
             KS.matmul_small(np.ascontiguousarray(a).view(np.int32).reshape(nb, m, k),
                             np.ascontiguousarray(b).view(np.int32).reshape(nb, k, n),
                             own, own, c, float32.consts, 0)
             return c.reshape(a.shape[:-2] + (m, n))
     return HOST.matmul(matmul_shapes(a.shape, b.shape), a, b, fmt, acc, mp)
-
-
-@functools.lru_cache(maxsize=64)
-def _own_batches(n: int) -> np.ndarray:
-    """Each batch's own index (cached: callers must not write to it)."""
-    return np.arange(n, dtype=np.int64)

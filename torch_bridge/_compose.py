@@ -739,9 +739,9 @@ def floor_max(t, base, n):
     return P(np.float32(np.nan) if nan else np.float32(np.floor(mx)))
 
 
-#: the nodes' helpers for float32 (every rounding compiled out), by derivative kind, and for
-#: other formats (the kind an argument)
-_KINDS = {True: (N.EXACT, N.APPROX), False: (None,)}
+#: the nodes' helpers for float32 (every rounding compiled out) and for other formats: the
+#: derivative kind an argument (None), and for float32 also APPROX compiled in
+_KINDS = {True: (None, N.APPROX), False: (None,)}
 _HELPERS = {(f32, kind): N.define(F, P, _fadd, _fsub, f32, kind)
             for f32 in (True, False) for kind in _KINDS[f32]}
 
@@ -768,13 +768,13 @@ _DEPENDS = L.dependency_digest(__file__)
 
 def _compile(tag: str, src: str, fn: str, backward: bool = False) -> dict:
     """``fn`` of the generated ``src``, compiled for float32 and for other formats, by
-    ``(f32, kind)``: a backward's for each kind of _KINDS[f32], a forward's with the
-    nodes of the first (the forward is every kind's)."""
+    ``(f32, kind)``: a backward's for each kind of _KINDS[f32], a forward's for None
+    (its nodes are every kind's)."""
     digest = hashlib.sha256((src + _DEPENDS).encode()).hexdigest()[:16]
     code = compile(src, _source_file(f"{tag}_{digest}", src), "exec")
     out = {}
     for f32 in (True, False):
-        for kind in _KINDS[f32] if backward else _KINDS[f32][:1]:
+        for kind in _KINDS[f32] if backward else (None,):
             ns = dict(_HELPERS[f32, kind], S=S, np=np, F=F, P=P, fold=L.fold,
                       floor_max=floor_max, floor_=floor_, lead_=lead_,
                       __name__=__name__)   # Numba rebuilds a cached kernel's environment by name
@@ -876,7 +876,7 @@ def forward(p: Plan, kc, c, ins, outs, n: int) -> None:
     ones (rows, n) of any strides, weights (n,), row values (rows,)), into ``outs``."""
     rows = ins[0].shape[0]
     scratch = np.empty((p.scratch_fwd, rows * n), np.float32)
-    p.forward[kc.f32, _KINDS[kc.f32][0]](*ins, *outs, scratch, rows, n, c, kc.fc, kc.mode)
+    p.forward[kc.f32, None](*ins, *outs, scratch, rows, n, c, kc.fc, kc.mode)
 
 
 def backward(p: Plan, kc, c, kind, ins, gouts, dxs, n: int) -> tuple:
@@ -887,7 +887,7 @@ def backward(p: Plan, kc, c, kind, ins, gouts, dxs, n: int) -> tuple:
     rows = ins[0].shape[0]
     b = p.backward(tuple(g is not None for g in gouts))
     t, g, r = (np.empty((k, rows * n), np.float32) for k in b.scratch)
-    kernel = b.kernels[kc.f32, kind if kc.f32 else None]
+    kernel = b.kernels[kc.f32, kind if kc.f32 and kind == N.APPROX else None]
     kernel(*ins, *(g_ for g_ in gouts if g_ is not None), *dxs, t, g, r, rows, n, c, kind,
            kc.ln2, kc.fc, kc.mode)
     for d, ok in zip(dxs, b.live):

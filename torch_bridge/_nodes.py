@@ -28,10 +28,9 @@ def define(F, P, fadd, fsub, f32, kind):
     float32) and ``P`` (float32 to pattern) and whose float32 addition and subtraction
     are ``fadd``, ``fsub``; ``f32``: for the float32 format alone (every rounding is the
     identity, compiled out: emu/_scalar_approx.rules says why), else for any other;
-    ``kind``: the derivatives (EXACT or APPROX) the backward nodes compute, compiled in
-    (their ``kind`` argument is then the same and unused) so that a float32 kernel's loop
-    has no exact derivative in it and vectorises; None: chosen by that argument (one
-    kernel for both, where the loops do not vectorise anyway: compile time).
+    ``kind``: None, the backward nodes' derivatives chosen by their ``kind`` argument, or
+    APPROX compiled in (the argument then unused), so that a float32 kernel's loop has
+    no exact derivative in it and vectorises (exact derivatives do not vectorise).
     Returns them as a dict of register_jitable functions."""
     rules = A.FLOAT32 if f32 else A.GENERAL
 
@@ -77,11 +76,6 @@ def define(F, P, fadd, fsub, f32, kind):
                 if kind == EXACT:
                     return da(a, b, g, fc), db(a, b, g, fc)
                 return approx(a, b, g, ln2, fc)
-        elif kind == EXACT:
-            @register_jitable
-            def node_g(a, b, g, kind, ln2, fc, mode):
-                g = rnd(g, fc, mode)
-                return da(a, b, g, fc), db(a, b, g, fc)
         else:   # inlined by Numba: LLVM would not, and the loop would not vectorise
             @register_jitable(inline="always")
             def node_g(a, b, g, kind, ln2, fc, mode):
@@ -98,10 +92,6 @@ def define(F, P, fadd, fsub, f32, kind):
                 if kind == EXACT:
                     return dx(x, g, fc)
                 return approx(x, g, ln2, fc)
-        elif kind == EXACT:
-            @register_jitable
-            def node_g(x, g, kind, ln2, fc, mode):
-                return dx(x, rnd(g, fc, mode), fc)
         else:   # inlined by Numba: LLVM would not, and the loop would not vectorise
             @register_jitable(inline="always")
             def node_g(x, g, kind, ln2, fc, mode):
@@ -112,9 +102,7 @@ def define(F, P, fadd, fsub, f32, kind):
                  mul_g=binary_g("pam_mul"), div_g=binary_g("pa_div"))
     # emu's unary PA functions; for float32 the branch-free twins of paexp2 and pasqrt
     # (the same bits), so that a kernel's element loop vectorises
-    nodes.update(pa_exp2=S.pa_exp2_e8 if f32 else S.pa_exp2,
-                 pa_exp=S.pa_exp_e8 if f32 else S.pa_exp,
-                 pa_sqrt=S.pa_sqrt_e8 if f32 else S.pa_sqrt, pa_log2=S.pa_log2, pa_log=S.pa_log)
+    nodes.update(S.unary_ops(f32))
     for op in ("exp", "exp2", "log", "log2", "sqrt"):
         nodes[op + "_g"] = unary_g("pa_" + op)
     return nodes
