@@ -19,6 +19,7 @@ from torch_bridge import composites as D
 from torch_bridge import elementwise as PE
 from torch_bridge import functional as PF
 from torch_bridge import losses as PL
+from torch_bridge import norms as PN
 
 KINDS = ["approx", "exact"]
 ROUNDINGS = ["nearest_even", "toward_zero"]
@@ -92,6 +93,7 @@ ELEMENTWISE = {
     "gelu erf": lambda x, kw: PE.pa_gelu(x, **kw),
     "softplus": lambda x, kw: PE.pa_softplus(x, **kw),
     "softplus beta": lambda x, kw: PE.pa_softplus(x, 2.0, 5.0, **kw),
+    "rsqrt": lambda x, kw: PE.pa_rsqrt(x, **kw),
 }
 
 
@@ -112,6 +114,10 @@ def test_elementwise_composites_on_every_value(fmt, kind, rounding, monkeypatch)
 
 ROWS = {
     "softmax": lambda x, kw: PF.pa_softmax(x, -1, **kw),
+    "softmax scaled": lambda x, kw: PF.along(D.softmax, x, -1, check_numerics(**{
+        "backward": "approx", "rounding": "nearest_even", **kw}), scale=0.3),
+    "mean": lambda x, kw: PE.pa_mean(x, -1, True, **kw),
+    "batch_norm": lambda x, kw: PN.pa_batch_norm(x.t(), training=True, **kw).t(),
     "log_softmax": lambda x, kw: PL.pa_log_softmax(x, -1, **kw),
     "layer_norm": lambda x, kw: PF.pa_layer_norm(x, x.shape[-1], **kw),
     "rms_norm": lambda x, kw: PE.pa_rms_norm(x, x.shape[-1], None, 1e-6, **kw),

@@ -160,6 +160,50 @@ def test_pam_mode_attention_matches_explicit_composition(rng):
     assert F.cosine_similarity(causal.flatten(), ref.flatten(), 0) > 0.97
 
 
+@pytest.mark.parametrize("kind", ["approx", "exact"])
+@pytest.mark.parametrize("case", ["plain", "causal", "bool mask, a dead row", "float mask",
+                                  "scale 2", "scale 0.3"])
+def test_attention_logit_scale_in_the_softmax_node(case, kind, monkeypatch):
+    """PA attention takes the logit scale's PAM into the softmax's fused node where no
+    float mask comes between them and 0 < scale <= 1: output and gradients are those of
+    the explicit composition (PAM by the scale, the masks, the PA softmax)."""
+    cfg = tb.PAMConfig("bf16", backward=kind)
+    q, k, v = (torch.randn(2, 3, 6, 8, generator=torch.Generator().manual_seed(i))
+               for i in range(3))
+    mask = torch.rand(6, 6, generator=torch.Generator().manual_seed(5)) > 0.4
+    mask[2] = False
+    args = {"causal": dict(is_causal=True), "bool mask, a dead row": dict(attn_mask=mask),
+            "float mask": dict(attn_mask=torch.where(mask, 0.0, torch.finfo(torch.float32).min)),
+            "scale 2": dict(scale=2.0), "scale 0.3": dict(scale=0.3)}.get(case, {})
+    kw = dict(fmt="float32", backward=kind)
+
+    def explicit(q, k, v):
+        s = tb.pam_mul(PF.matmul(q, k.transpose(-2, -1), cfg), args.get("scale", 8 ** -0.5),
+                       **kw)
+        if "is_causal" in args:
+            s = s.masked_fill(torch.ones(6, 6, dtype=torch.bool).triu(1), float("-inf"))
+        m = args.get("attn_mask")
+        if m is not None:
+            s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s + m
+        dead = (s == float("-inf")).all(-1, keepdim=True)
+        p = tb.pa_softmax(s.masked_fill(dead, 0.0), **kw).masked_fill(dead, 0.0)
+        return PF.matmul(p, v, cfg)
+
+    folded = []
+    along = PF.along
+    monkeypatch.setattr(PF, "along", lambda *a, **k: folded.append(k) or along(*a, **k))
+    runs = []
+    for fn in (lambda q, k, v: PF.scaled_dot_product_attention(q, k, v, config=cfg, **args),
+               explicit):
+        qkv = [t.clone().requires_grad_() for t in (q, k, v)]
+        y = fn(*qkv)
+        (y * torch.linspace(-1, 1, y.numel()).view(y.shape)).sum().backward()
+        runs.append([y.detach()] + [t.grad for t in qkv])
+    assert ("scale" in folded[0]) == (case not in ("float mask", "scale 2"))
+    for a, b in zip(*runs):
+        assert_bits_equal(a.numpy(), b.numpy())
+
+
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_multihead_attention_under_mode_and_drop_in(need_weights):
     mha = nn.MultiheadAttention(16, 4, batch_first=True, bias=True)

@@ -803,6 +803,12 @@ class Plan:
         self.outputs = tuple(o.shape for o in gen.outputs)
         index = {v.i: k for k, v in enumerate(gen.inputs)}
         self.slots = tuple((index[v.i], u.i, k) for v, u, k in gen.slots)
+        # per input: its slots, and how many times Fused takes it (once per slot, at
+        # least once: autograd then adds the slots' gradients in the graph's order)
+        self.mine = tuple(tuple(s for s, (j, _, _) in enumerate(self.slots) if j == i)
+                          for i in range(len(inputs)))
+        self.takes = tuple(max(1, len(m)) for m in self.mine)
+        self.first = tuple(sum(self.takes[:i]) for i in range(len(inputs)))
         self.forward_source = gen.forward_source()
         self.consts = tuple(gen.consts)
         self.scratch_fwd = len(gen.tslot)
@@ -857,7 +863,7 @@ _CONSTS: dict = {}
 def consts(p: Plan, fmt, rounding, params: dict) -> np.ndarray:
     """The plan's constants array for this call, as patterns: PA operands rounded into
     ``fmt`` (as round_to rounds a constant operand), the others as float32."""
-    key = (p.name, p.consts, fmt, rounding, tuple(sorted(params.items())))
+    key = (p, fmt, rounding, tuple(sorted(params.items())) if params else ())
     c = _CONSTS.get(key)
     if c is None:
         vals = [params[k.key] if isinstance(k.key, str) else k.key for k in p.consts]
@@ -908,24 +914,18 @@ def _arrays(p: Plan, ins, n):
             for t, spec in zip(ins, p.inputs)]
 
 
-def _slots(p: Plan, i: int) -> int:
-    """How many times the Function takes input ``i`` (once per slot, at least once)."""
-    return max(1, sum(1 for j, _, _ in p.slots if j == i))
-
-
 class Fused(torch.autograd.Function):
     """A plan's kernels as one autograd node.  Each input comes once per gradient slot
     (at least once), so autograd adds the slots' gradients in the graph's order."""
 
     @staticmethod
     def forward(ctx, p, c, kc, kind, n, *tensors):
-        first = np.cumsum([0] + [_slots(p, i) for i in range(len(p.inputs))])
-        ins = [tensors[k] for k in first[:-1]]
+        ins = [tensors[k] for k in p.first]
         rows = ins[0].numel() // n
-        outs = [torch.empty(ins[0].shape) if sh == "e" else torch.empty(rows)
-                for sh in p.outputs]
-        forward(p, kc, c, _arrays(p, ins, n),
-                [_rows(o, n) if sh == "e" else host_view(o) for o, sh in zip(outs, p.outputs)], n)
+        arrays = [np.empty((rows, n) if sh == "e" else rows, np.float32) for sh in p.outputs]
+        forward(p, kc, c, _arrays(p, ins, n), arrays, n)
+        outs = [torch.from_numpy(a).view(ins[0].shape) if sh == "e" else torch.from_numpy(a)
+                for a, sh in zip(arrays, p.outputs)]
         ctx.save_for_backward(*ins)
         ctx.plan, ctx.c, ctx.kc, ctx.kind, ctx.n = p, c, kc, kind, n
         ctx.set_materialize_grads(False)       # an unused output: no gradient, as the graph
@@ -942,7 +942,7 @@ class Fused(torch.autograd.Function):
         live = backward(p, ctx.kc, ctx.c, ctx.kind, _arrays(p, ins, n), go, dx, n)
         grads = []
         for i, inp in enumerate(ins):
-            mine = [s for s, (j, _, _) in enumerate(p.slots) if j == i]
+            mine = p.mine[i]
             for s in mine:          # a slot whose consumer got no gradient: none, as the graph
                 d = torch.from_numpy(dx[s])
                 grads.append(None if not live[s] else d.view(inp.shape)
@@ -961,5 +961,5 @@ def run(p: Plan, tensors, row: int, nm: Numerics, params: dict):
     c = consts(p, nm.fmt, nm.rounding, params)
     kc = kernel_consts(nm.fmt, nm.rounding)
     kind = N.EXACT if nm.backward == "exact" else N.APPROX
-    args = [t for i, t in enumerate(tensors) for _ in range(_slots(p, i))]
+    args = [t for t, k in zip(tensors, p.takes) for _ in range(k)]
     return Fused.apply(p, c, kc, kind, row, *args)

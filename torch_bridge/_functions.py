@@ -140,14 +140,15 @@ class PABinary(torch.autograd.Function):
         ctx.lean = not other and lean(rounding, a, b, limit=sizes.LEAN_ELEMENTWISE)
         if ctx.lean:
             A, B = rounded_lean(ctx, (a, b), fmt, rounding)
-            y = binary_kernel(op, A, B, kernel_consts(fmt, rounding))
+            y, ctx.flats = binary_kernel(op, A, B, kernel_consts(fmt, rounding))
         else:
             with emu_threads(max(a.numel(), b.numel())):
                 A, B = _rounded(ctx, (a, b), fmt, rounding)
                 y = emu_call(emu.mul, A, B, fmt, nm.mul) if other else \
                     emu_call(getattr(emu, op), A, B, fmt)
         ctx.op, ctx.nm, ctx.other = op, nm, other
-        return y.to(torch.promote_types(a.dtype, b.dtype))
+        return y if a.dtype is b.dtype is torch.float32 else \
+            y.to(torch.promote_types(a.dtype, b.dtype))
 
     @staticmethod
     def backward(ctx, dy):
@@ -160,8 +161,8 @@ class PABinary(torch.autograd.Function):
                                   kind, nm.mul)
         elif ctx.lean and lean(rounding, dy, limit=sizes.LEAN_ELEMENTWISE):
             g = round_lean(as_float32(dy), fmt, rounding)
-            da, db = binary_grad_kernel(op, kind, as_float32(a), as_float32(b), g,
-                                        kernel_consts(fmt, rounding))
+            da, db = binary_grad_kernel(op, kind, a, b, g, kernel_consts(fmt, rounding),
+                                        ctx.flats)      # a, b: read for the version check
         else:
             with emu_threads(dy.numel()):
                 da, db = emu_call(getattr(G, op), a, b,

@@ -109,13 +109,15 @@ def rounded_lean(ctx, tensors, fmt, rounding):
 
 def binary_kernel(op, a, b, nm):
     """emu's op ``op`` (a binary registry op) of two float32 CPU tensors that are values
-    of the format, with broadcasting, by its serial kernel."""
+    of the format, with broadcasting, by its serial kernel: the result and the operands'
+    flat arrays at its shape (for :func:`binary_grad_kernel`)."""
     shape = a.shape if a.shape == b.shape else broadcast_shape(a.shape, b.shape)
     if shape is None:           # emu's error, naming the shapes
         emu.shapes.broadcast(("a", a.shape), ("b", b.shape))
     out, o = new(shape)
-    LL.BINARY_SERIAL[op](flat(a, shape), flat(b, shape), o, nm.fc)
-    return out
+    operands = flat(a, shape), flat(b, shape)
+    LL.BINARY_SERIAL[op](*operands, o, nm.fc)
+    return out, operands
 
 
 def unary_kernel(op, x, nm):
@@ -124,12 +126,13 @@ def unary_kernel(op, x, nm):
     return out
 
 
-def binary_grad_kernel(op, kind, a, b, g, nm):
+def binary_grad_kernel(op, kind, a, b, g, nm, operands=None):
     """emu.grad's (δA, δB) of ``op`` (Table 1, ``kind``) by one serial kernel, at the
-    broadcast shape of ``g``."""
+    broadcast shape of ``g``; ``operands``: a's and b's flat arrays at that shape, as
+    :func:`binary_kernel` returned them (made here if None)."""
     shape = g.shape
     (da, oa), (db, ob) = new(shape), new(shape)
-    args = flat(a, shape), flat(b, shape), flat(g), oa, ob
+    args = *(operands or (flat(a, shape), flat(b, shape))), flat(g), oa, ob
     if kind == "exact":
         LL.GRAD_BINARY_SERIAL[op](*args, nm.fc)
     else:

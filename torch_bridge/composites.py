@@ -24,8 +24,9 @@ import math
 from typing import NamedTuple
 
 #: the composites torch_bridge runs (the other functions here are parts of them)
-__all__ = ["sigmoid", "tanh", "silu", "gelu_tanh", "gelu_erf", "softplus", "softmax",
-           "log_softmax", "layer_norm", "rms_norm", "cross_entropy", "gru_cell", "lstm_cell"]
+__all__ = ["sigmoid", "tanh", "silu", "gelu_tanh", "gelu_erf", "softplus", "rsqrt", "softmax",
+           "log_softmax", "mean", "normalise", "layer_norm", "rms_norm", "cross_entropy", "gru_cell",
+           "lstm_cell"]
 
 #: the exponential's argument is clamped here: e^-104 is below float32's smallest subnormal
 #: and x·e^x at x = -104 below its smallest normal, so nothing is lost; no pass sees an inf
@@ -266,7 +267,18 @@ def softplus(o, x, beta, threshold, unit):
     return o.where(o.gt(bx, threshold), x, y)
 
 
+def rsqrt(o, x):
+    """``1 ÷̂ pasqrt(x)``: torch.rsqrt as two PA operations in one node (RMS norms as
+    transformers write them call it once per layer)."""
+    return o.div(1.0, o.sqrt(x))
+
+
 # --- rows -------------------------------------------------------------------------------
+
+def mean(o, x, n):
+    """``Σx ÷̂ n``: a row's mean, the sum in emu.fold_sum's order."""
+    return o.div(o.sum(x), n)
+
 
 def exp_shifted(o, x, log2e, ymax):
     """``(paexp2(t), t)``, ``t = y - k``, ``k = floor(max(y))``, ``y = x ·̂ log2e`` with
@@ -292,9 +304,12 @@ def exp_shifted(o, x, log2e, ymax):
     return o.exp2(t), t
 
 
-def softmax(o, x, log2e, ymax):
-    """``e ÷̂ Σ e`` with ``e`` of :func:`exp_shifted` (section 2.3, eq. 18).  Rows
-    that are entirely -inf give NaN, as torch.softmax."""
+def softmax(o, x, log2e, ymax, scale=None):
+    """``e ÷̂ Σ e`` with ``e`` of :func:`exp_shifted` (section 2.3, eq. 18) of ``x``, or
+    of ``x ·̂ scale`` (attention's logit scale, in the same node).  Rows that are
+    entirely -inf give NaN, as torch.softmax."""
+    if scale is not None:
+        x = o.mul(x, scale)
     e, _ = exp_shifted(o, x, log2e, ymax)
     return o.div(e, o.sum(e))
 
@@ -305,11 +320,19 @@ def log_softmax(o, x, log2e, ymax):
     return o.div(o.sub(t, o.log2(o.sum(e))), log2e)
 
 
+def normalise(o, x, n, eps):
+    """``(y, μ, s)``: ``y = (x-μ) ÷̂ pasqrt(s ÷̂ n + eps)`` with ``μ = Σx ÷̂ n`` and ``s =
+    Σ (x-μ) ·̂ (x-μ)`` (batch norm's running statistics take μ and s)."""
+    mu = o.div(o.sum(x), n)
+    xc = o.sub(x, mu)
+    ss = o.sum(o.mul(xc, xc))
+    return o.div(xc, o.sqrt(o.add(o.div(ss, n), eps))), mu, ss
+
+
 def layer_norm(o, x, weight, bias, n, eps):
-    """``(x-μ) ÷̂ pasqrt(Σ (x-μ) ·̂ (x-μ) ÷̂ n + eps)`` with ``μ = Σx ÷̂ n``, then a PAM gain
-    and a float32 bias (either may be None)."""
-    xc = o.sub(x, o.div(o.sum(x), n))
-    y = o.div(xc, o.sqrt(o.add(o.div(o.sum(o.mul(xc, xc)), n), eps)))
+    """:func:`normalise`'s ``(x-μ) ÷̂ pasqrt(Σ (x-μ) ·̂ (x-μ) ÷̂ n + eps)``, then a PAM
+    gain and a float32 bias (either may be None)."""
+    y, _, _ = normalise(o, x, n, eps)
     if weight is not None:
         y = o.mul(y, weight)
     return y if bias is None else o.add(y, bias)

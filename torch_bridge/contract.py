@@ -9,6 +9,7 @@ order.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -186,21 +187,32 @@ def pam_interpolate(x, size=None, scale_factor=None, mode="bilinear", align_corn
 
 # --- average pooling: float32 window sums ÷̂ the window size
 
+@functools.lru_cache(maxsize=256)
+def _pool_windows(bounds, lengths, device):
+    """The index_select indices (clamped into the input, shaped (outputs, window)) per
+    spatial dimension, and the mask of the entries inside their window (None when every
+    window is full): made once per pooling geometry."""
+    idxs, mask = [], None
+    for win, n in zip(bounds, lengths):
+        k = max(b - a for a, b in win)
+        idx = torch.tensor([[a + j for j in range(k)] for a, _ in win], device=device)
+        ok = idx < torch.tensor([b for _, b in win], device=device)[:, None]
+        idxs.append(idx.clamp(max=n - 1))
+        mask = ok if mask is None else mask[..., None, None] & ok
+    return tuple(idxs), None if bool(mask.all()) else mask
+
+
 def _pool_sum(x, bounds):
     """Per spatial dimension ``bounds[i]`` = (start, stop) of each output's window (a
     list of int pairs, clipped to the input): the float32 sums of the windows, taken by
     index_select (no multiply) with the entries past a window's end masked to 0."""
     nd = len(bounds)
-    mask = None
-    for i, win in enumerate(bounds):
-        k = max(b - a for a, b in win)
-        idx = torch.tensor([[a + j for j in range(k)] for a, _ in win], device=x.device)
-        ok = idx < torch.tensor([b for _, b in win], device=x.device)[:, None]
+    idxs, mask = _pool_windows(tuple(tuple(w) for w in bounds), tuple(x.shape[2:]), x.device)
+    for i, idx in enumerate(idxs):
         dim = 2 + 2 * i
-        x = x.index_select(dim, idx.clamp(max=x.shape[dim] - 1).flatten()).unflatten(
-            dim, idx.shape)
-        mask = ok if mask is None else mask[..., None, None] & ok
-    x = torch.where(mask, x, 0.0)
+        x = x.index_select(dim, idx.flatten()).unflatten(dim, idx.shape)
+    if mask is not None:
+        x = torch.where(mask, x, 0.0)
     return fold_sum(x, tuple(range(3, 3 + 2 * nd, 2)), keepdim=False)
 
 

@@ -37,7 +37,9 @@ def pa_reciprocal(x, fmt="float32", *, backward="approx", rounding="nearest_even
 def pa_rsqrt(x, fmt="float32", *, backward="approx", rounding="nearest_even", mul="pam"):
     """``1 ÷̂ pasqrt(x)`` (eqs. 14-17, 20)."""
     nm = check_numerics(fmt, backward, rounding, mul=mul)
-    return div(1.0, sqrt(x, nm), nm)
+    if _compose.composite(nm, x):
+        return _compose.run(_compose.plan(D.rsqrt, (("x", "e"),)), [x], x.numel(), nm, {})
+    return D.rsqrt(_compose.GraphOps(PRIMS, nm), x)
 
 
 def pa_pow(x, exponent, fmt="float32", *, backward="approx", rounding="nearest_even", mul="pam"):
@@ -73,6 +75,11 @@ def pa_mean(x, dim=None, keepdim=False, fmt="float32", *, backward="approx",
         return div(fold_sum(x, None, keepdim=False), float(x.numel()), nm)
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
     n = math.prod(x.shape[d] for d in dims)
+    if (x.dim() and len(dims) == 1 and dims[0] % x.dim() == x.dim() - 1
+            and _compose.composite(nm, x)):          # the last dimension: one fused node
+        p = _compose.plan(D.mean, (("x", "e"),), ("n",))
+        y = _compose.run(p, [x], n, nm, {"n": float(n)})
+        return y.view(*x.shape[:-1], *((1,) if keepdim else ()))
     return div(fold_sum(x, dims, keepdim=keepdim), float(n), nm)
 
 

@@ -403,11 +403,12 @@ def row_params(fmt, dtype) -> dict:
     return {"log2e": log2e_float(fmt), "ymax": float(torch.finfo(dtype).max)}
 
 
-def along(desc, x, dim, nm: Numerics):
+def along(desc, x, dim, nm: Numerics, **extra):
     """The row composite ``desc`` (softmax, log_softmax: torch_bridge/composites.py) of
     ``x`` along ``dim``: its fused kernels for a small float32 CPU tensor (``dim`` moved
-    last), else its graph; the same bits."""
-    params = row_params(nm.fmt, x.dtype)
+    last), else its graph; the same bits.  ``extra``: further numbers of ``desc``
+    (softmax's ``scale``)."""
+    params = dict(row_params(nm.fmt, x.dtype), **extra)
     if x.dim() and _compose.composite(nm, x):
         last = dim % x.dim() == x.dim() - 1
         xm = x if last else x.movedim(dim, -1)
@@ -646,7 +647,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         rep = query.shape[-3] // key.shape[-3]
         key, value = _repeat_heads(key, rep), _repeat_heads(value, rep)
     s = matmul(query, key.transpose(-2, -1), config)
-    s = pam_mul(s, scale, **_pa_kw(config, "softmax")) if _on(config, "softmax") else s * scale
+    # the logit scale as the softmax's own first PAM (one node): where no float mask is
+    # added between them, PAM(s, scale) then -inf masks is -inf masks then PAM (PAM(-inf,
+    # c) = -inf; with 0 < scale <= 1 no finite logit becomes -inf), the same bits
+    pa = _on(config, "softmax")
+    fold = pa and 0 < scale <= 1 and s.numel() and (attn_mask is None
+                                                    or attn_mask.dtype == torch.bool)
+    if not fold:
+        s = pam_mul(s, scale, **_pa_kw(config, "softmax")) if pa else s * scale
     if is_causal:
         s = s.masked_fill(torch.ones(L, S, dtype=torch.bool, device=s.device).triu(1),
                           float("-inf"))
@@ -657,11 +665,16 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             s = add(s, attn_mask)
     # rows with every key masked: torch's attention gives 0 there (its safe softmax);
     # softmax on zeros keeps NaN out of the forward and the backward, then the rows are 0
+    def rows(t):
+        if not fold:
+            return softmax(t, -1, config)
+        return along(D.softmax, t, -1, check_numerics(**_pa_kw(config, "softmax")),
+                     scale=scale)
     dead = (s == float("-inf")).all(-1, keepdim=True)
     if dead.any():
-        p = softmax(s.masked_fill(dead, 0.0), -1, config).masked_fill(dead, 0.0)
+        p = rows(s.masked_fill(dead, 0.0)).masked_fill(dead, 0.0)
     else:
-        p = softmax(s, -1, config)
+        p = rows(s)
     if dropout_p > 0:
         p = F.dropout(p, dropout_p)
     return matmul(p, value, config)

@@ -322,6 +322,9 @@ def _real(v):
 def _binary_operands(a, b):
     """``(a, b)`` cast to torch's result dtype for a PA binary op, or None (run natively):
     CPU tensors or real numbers, at least one tensor, a floating result."""
+    if (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype is b.dtype
+            and a.is_cpu and b.is_cpu and a.dtype in FLOATS):     # the common case, cheaply
+        return a, b
     if not (isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor)):
         return None
     for v in (a, b):

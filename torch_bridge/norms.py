@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from ._sums import add, expand, fold_sum
+from . import _compose
+from . import composites as D
+from ._sums import add
 from .config import check_numerics
-from .functional import div, mul as times, pa_layer_norm, sqrt
+from .functional import PRIMS, div, mul as times, pa_layer_norm, sqrt
 
 __all__ = ["pa_batch_norm", "pa_group_norm"]
 
@@ -43,10 +45,15 @@ def pa_batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None
     if training and n <= 1:
         raise ValueError(f"batch_norm: expected more than 1 value per channel when "
                          f"training, got input.shape={tuple(x.shape)}")
-    mu = div(fold_sum(x, dims), float(n), nm)
-    xc = x - expand(mu, x.shape)
-    ss = fold_sum(times(xc, xc, nm), dims)
-    y = div(xc, sqrt(div(ss, float(n), nm) + eps, nm), nm)
+    if _compose.composite(nm, x):
+        # composites.normalise's fused kernels on each channel's (batch, spatial) entries
+        # as a row: they are read in the order fold_sum over ``dims`` reads them
+        rows = x.transpose(0, 1).reshape(x.shape[1], n)
+        p = _compose.plan(D.normalise, (("x", "e"),), ("n", "eps"))
+        y, mu, ss = _compose.run(p, [rows], n, nm, {"n": float(n), "eps": float(eps)})
+        y = y.reshape(x.shape[1], x.shape[0], *x.shape[2:]).transpose(0, 1)
+    else:
+        y, mu, ss = D.normalise(_compose.GraphOps(PRIMS, nm, dims), x, float(n), float(eps))
     if training and running_mean is not None and running_var is not None:
         with torch.no_grad():
             unbiased = div(ss.reshape(-1), float(n - 1), nm)
