@@ -117,6 +117,7 @@ ROWS = {
     "softmax scaled": lambda x, kw: PF.along(D.softmax, x, -1, check_numerics(**{
         "backward": "approx", "rounding": "nearest_even", **kw}), scale=0.3),
     "mean": lambda x, kw: PE.pa_mean(x, -1, True, **kw),
+    "mean of all": lambda x, kw: PE.pa_mean(x, **kw).reshape(1),
     "batch_norm": lambda x, kw: PN.pa_batch_norm(x.t(), training=True, **kw).t(),
     "log_softmax": lambda x, kw: PL.pa_log_softmax(x, -1, **kw),
     "layer_norm": lambda x, kw: PF.pa_layer_norm(x, x.shape[-1], **kw),

@@ -70,17 +70,29 @@ def pa_mean(x, dim=None, keepdim=False, fmt="float32", *, backward="approx",
             rounding="nearest_even", mul="pam"):
     """``Σx ÷̂ n`` over ``dim`` (all dimensions if None); the sum is float32 in
     emu.fold_sum's order."""
-    nm = check_numerics(fmt, backward, rounding, mul=mul)
+    return mean(x, dim, keepdim, check_numerics(fmt, backward, rounding, mul=mul))
+
+
+def mean(x, dim, keepdim, nm):
+    """:func:`pa_mean` under checked numerics ``nm``: over the last dimension, or all of
+    them (a row of every element in fold_sum's order), one fused node (composites.mean)
+    for a small float32 tensor."""
     if dim is None:
+        if x.numel() and _compose.composite(nm, x):
+            return _row_mean(x.reshape(1, -1), nm).view(())
         return div(fold_sum(x, None, keepdim=False), float(x.numel()), nm)
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
     n = math.prod(x.shape[d] for d in dims)
     if (x.dim() and len(dims) == 1 and dims[0] % x.dim() == x.dim() - 1
-            and _compose.composite(nm, x)):          # the last dimension: one fused node
-        p = _compose.plan(D.mean, (("x", "e"),), ("n",))
-        y = _compose.run(p, [x], n, nm, {"n": float(n)})
-        return y.view(*x.shape[:-1], *((1,) if keepdim else ()))
+            and _compose.composite(nm, x)):
+        return _row_mean(x, nm).view(*x.shape[:-1], *((1,) if keepdim else ()))
     return div(fold_sum(x, dims, keepdim=keepdim), float(n), nm)
+
+
+def _row_mean(x, nm):
+    n = x.shape[-1]
+    return _compose.run(_compose.plan(D.mean, (("x", "e"),), ("n",)), [x], n, nm,
+                        {"n": float(n)})
 
 
 def pa_vector_norm(x, dim=None, keepdim=False, fmt="float32", *, backward="approx",

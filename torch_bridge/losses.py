@@ -12,7 +12,7 @@ import torch
 
 from . import composites as D
 from ._sums import fold_sum
-from .elementwise import pa_abs
+from .elementwise import mean, pa_abs
 from .config import check_numerics
 from .functional import along, div, exp, log, mul as times
 
@@ -76,9 +76,10 @@ def _reduce(loss, reduction, nm, weight=None, by_weight=False):
         return loss
     if reduction == "sum":
         return fold_sum(loss, None, keepdim=False)
-    n = fold_sum(weight, None, keepdim=False) if by_weight and weight is not None else \
-        float(loss.numel())
-    return div(fold_sum(loss, None, keepdim=False), n, nm)
+    if by_weight and weight is not None:
+        return div(fold_sum(loss, None, keepdim=False), fold_sum(weight, None, keepdim=False),
+                   nm)
+    return mean(loss, None, False, nm)
 
 
 def pa_mse_loss(input, target, reduction="mean", fmt="float32", *, backward="approx",
