@@ -23,10 +23,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
+from numba import prange
 from torch.nn import functional as F
 
 import emu
 from emu import sizes
+from emu.lowlevel import twins
 from emu.registry import ops
 
 from . import _compose
@@ -35,7 +37,8 @@ from ._functions import Constant, PABinary, PAMMatmul, PAUnary, constant_ok
 from ._linear import LinearFunction
 from ._recipes import RecipeMatmul, is_weight, states_for
 from ._sums import add, expand, fold_sum
-from ._tensors import check_tensor
+from ._backend import cuda_backend_active
+from ._tensors import check_tensor, host_view
 from .config import Numerics, PAMConfig, blocked, check_config, check_numerics
 
 __all__ = ["pam_matmul", "pam_linear", "pam_conv2d", "conv_args", "pam_conv1d", "pam_conv3d",
@@ -147,12 +150,36 @@ class _Unfold(torch.autograd.Function):
         (n, c, h, w), (kh, kw), (dh, dw) = ctx.x_shape, ctx.kernel, ctx.dilation
         (ph, pw), (sh, sw), (ho, wo) = ctx.padding, ctx.stride, ctx.out
         g = g.reshape(n, c, kh, kw, ho, wo)
-        dx = g.new_zeros(n, c, h + 2 * ph, w + 2 * pw)
+        if g.device.type == "cpu" and g.dtype == torch.float32 and not cuda_backend_active():
+            dx = np.zeros((n, c, h + 2 * ph, w + 2 * pw), np.float32)
+            _COL2IM[g.numel() > sizes.SERIAL_WORK](host_view(g.contiguous()), dx,
+                                                   dh, dw, sh, sw)
+            dx = torch.from_numpy(dx)
+        else:
+            dx = g.new_zeros(n, c, h + 2 * ph, w + 2 * pw)
+            for i in range(kh):
+                for j in range(kw):
+                    dx[:, :, i * dh:i * dh + sh * (ho - 1) + 1:sh,
+                       j * dw:j * dw + sw * (wo - 1) + 1:sw] += g[:, :, i, j]
+        return dx[:, :, ph:ph + h, pw:pw + w], None, None, None, None, None
+
+
+def _col2im(g, dx, dh, dw, sh, sw):
+    """_Unfold's backward on the CPU in one kernel: per (image, channel) plane, the kernel
+    offsets in row-major order, each added at its strided positions (each position once
+    per offset), so each entry's terms are added in the offsets' order, as the slice adds
+    on other devices add them."""
+    n, c, kh, kw, ho, wo = g.shape
+    for p in prange(n * c):
+        b, ch = p // c, p % c
         for i in range(kh):
             for j in range(kw):
-                dx[:, :, i * dh:i * dh + sh * (ho - 1) + 1:sh,
-                   j * dw:j * dw + sw * (wo - 1) + 1:sw] += g[:, :, i, j]
-        return dx[:, :, ph:ph + h, pw:pw + w], None, None, None, None, None
+                for oh in range(ho):
+                    for ow in range(wo):
+                        dx[b, ch, i * dh + oh * sh, j * dw + ow * sw] += g[b, ch, i, j, oh, ow]
+
+
+_COL2IM = twins("torch_bridge col2im", _col2im)
 
 
 def pam_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
