@@ -418,13 +418,18 @@ def test_bridge_sums_are_left_folds(rng):
           then=lambda v: emu.pa_div(v, np.float32(4096)))
 
 
-def test_conv2d_input_gradient_adds_patches_in_kernel_order(rng):
+@pytest.mark.parametrize("path", ["kernel", "slices"])
+def test_conv2d_input_gradient_adds_patches_in_kernel_order(path, rng, monkeypatch):
     """conv2d's im2col backward (functional._Unfold) adds each input element's patch
     gradients into a zero image one kernel offset at a time, in row-major offset order
     (docs/semantics.md §6): the reference adds them one float32 add at a time; torch's CPU
-    col2im gives the same bits (so CPU results did not change), and on the GPU the same
-    slice adds replace CUDA's col2im."""
+    col2im gives the same bits.  Both implementations: the CPU's Numba kernel, and the
+    slice adds that replace CUDA's col2im on the GPU (taken here under a monkeypatched
+    backend check)."""
+    from torch_bridge import functional as PF
     from torch_bridge.functional import _Unfold
+    if path == "slices":
+        monkeypatch.setattr(PF, "cuda_backend_active", lambda: True)
     for k, d, p, st in [((3, 3), (1, 1), (1, 1), (1, 1)), ((3, 2), (2, 1), (2, 0), (2, 3)),
                         ((5, 5), (1, 1), (2, 2), (1, 1)), ((4, 3), (1, 2), (1, 3), (3, 1))]:
         n, c, h, w = 2, 3, 11, 13
