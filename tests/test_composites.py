@@ -94,6 +94,14 @@ ELEMENTWISE = {
     "softplus": lambda x, kw: PE.pa_softplus(x, **kw),
     "softplus beta": lambda x, kw: PE.pa_softplus(x, 2.0, 5.0, **kw),
     "rsqrt": lambda x, kw: PE.pa_rsqrt(x, **kw),
+    # the losses' elementwise parts, the target a permutation of the values (it takes a
+    # gradient too)
+    "huber": lambda x, kw: PL.pa_huber_loss(x, x.flip(-1), "none", 0.7, **kw),
+    "smooth_l1": lambda x, kw: PL.pa_smooth_l1_loss(x, x.flip(-1), "none", 0.3, **kw),
+    "bce": lambda x, kw: PL.pa_binary_cross_entropy(x, x.flip(-1), None, "none", **kw),
+    "bce with logits": lambda x, kw: PL.pa_binary_cross_entropy_with_logits(
+        x, x.flip(-1), None, "none", **kw),
+    "kl_div": lambda x, kw: PL.pa_kl_div(x, x.flip(-1), "none", **kw),
 }
 
 

@@ -203,6 +203,9 @@ class Trace:
     def clamp_max(self, a, c):
         return self._f("clamp_max", a, c)
 
+    def clamp_min(self, a, c):
+        return self._f("clamp_min", a, c)
+
     def floor(self, a):
         return self._f("floor", a)
 
@@ -287,6 +290,10 @@ class GraphOps:
     @staticmethod
     def clamp_max(a, c):
         return a.clamp(max=c)
+
+    @staticmethod
+    def clamp_min(a, c):
+        return a.clamp(min=c)
 
     @staticmethod
     def floor(a):
@@ -430,8 +437,8 @@ class _Gen:
             return f"{n.op}({self.val(a[0])}, {self.val(a[1])})"
         if n.op == "neg":
             return f"neg({self.val(a[0])})"
-        if n.op == "clamp_max":
-            return f"clamp_max({self.val(a[0])}, F({self.val(a[1])}))"
+        if n.op in ("clamp_max", "clamp_min"):
+            return f"{n.op}({self.val(a[0])}, F({self.val(a[1])}))"
         if n.op == "floor":
             return f"floor_({self.val(a[0])})"
         if n.op == "lead":
@@ -515,7 +522,7 @@ class _Gen:
         """The operands whose forward values n's derivative reads."""
         if n.op in _PA_BINARY or n.op in _PA_UNARY:
             return n.args
-        return n.args[:1] if n.op in ("clamp_max", "where") else ()
+        return n.args[:1] if n.op in ("clamp_max", "clamp_min", "where") else ()
 
     def backward(self, present) -> list[str]:
         """The row's backward when the outputs flagged in ``present`` have gradients."""
@@ -604,6 +611,8 @@ class _Gen:
             parts = [(a[0], 0, f"neg({g})")]
         elif n.op == "clamp_max":
             parts = [(a[0], 0, f"pass_if(F({a[0].name}) <= F({self.val(a[1])}), {g})")]
+        elif n.op == "clamp_min":
+            parts = [(a[0], 0, f"pass_if(F({a[0].name}) >= F({self.val(a[1])}), {g})")]
         elif n.op == "where":
             parts = [(a[1], 1, f"pass_if({a[0].name}, {g})"),
                      (a[2], 2, f"pass_if(not {a[0].name}, {g})")]

@@ -59,6 +59,11 @@ def define(F, P, fadd, fsub, f32, kind):
         return P(c) if F(a) > c else a
 
     @register_jitable
+    def clamp_min(a, c):
+        """torch's clamp(min=c): c below it, a NaN stays."""
+        return P(c) if F(a) < c else a
+
+    @register_jitable
     def pass_if(cond, g):
         """The backward of a selection: the gradient where it was selected, else +0."""
         return g if cond else np.int64(0)
@@ -98,7 +103,7 @@ def define(F, P, fadd, fsub, f32, kind):
                 return approx(x, rnd(g, fc, mode), ln2, fc)
         return node_g
 
-    nodes = dict(rnd=rnd, add=add, sub=sub, neg=neg, clamp_max=clamp_max, pass_if=pass_if,
+    nodes = dict(rnd=rnd, add=add, sub=sub, neg=neg, clamp_max=clamp_max, clamp_min=clamp_min, pass_if=pass_if,
                  mul_g=binary_g("pam_mul"), div_g=binary_g("pa_div"))
     # emu's unary PA functions; for float32 the branch-free twins of paexp2 and pasqrt
     # (the same bits), so that a kernel's element loop vectorises

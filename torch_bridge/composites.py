@@ -3,7 +3,7 @@
 A description is a function of ``o``, the primitives, and its inputs: PA operations
 (``o.mul`` = PAM, ``o.div``, ``o.exp``, ``o.exp2``, ``o.log``, ``o.log2``, ``o.sqrt``,
 each rounding its operands into the format), float32 glue (``o.add``, ``o.sub``,
-``o.neg``, ``o.clamp_max``, ``o.floor``, ``o.lead`` (the leading power of two, the
+``o.neg``, ``o.clamp_max``, ``o.clamp_min``, ``o.floor``, ``o.lead`` (the leading power of two, the
 mantissa bits cleared) and ``o.detach`` (the value itself; these three are constants:
 no gradient), ``o.lt``/``o.gt`` with ``o.where``)
 and row statistics
@@ -25,8 +25,9 @@ from typing import NamedTuple
 
 #: the composites torch_bridge runs (the other functions here are parts of them)
 __all__ = ["sigmoid", "tanh", "silu", "gelu_tanh", "gelu_erf", "softplus", "rsqrt", "softmax",
-           "log_softmax", "mean", "normalise", "layer_norm", "rms_norm", "cross_entropy", "gru_cell",
-           "lstm_cell"]
+           "log_softmax", "mean", "normalise", "layer_norm", "rms_norm", "cross_entropy",
+           "huber", "smooth_l1", "binary_cross_entropy",
+           "binary_cross_entropy_with_logits", "kl_div", "gru_cell", "lstm_cell"]
 
 #: the exponential's argument is clamped here: e^-104 is below float32's smallest subnormal
 #: and x·e^x at x = -104 below its smallest normal, so nothing is lost; no pass sees an inf
@@ -361,6 +362,42 @@ def cross_entropy(o, z, log2e, ymax, weight=None, q=None, target=None, valid=Non
     if smooth:
         loss = o.add(o.mul(loss, keep), o.mul(o.sum(nw), smooth_c))
     return o.where(valid, loss, 0.0)
+
+
+# --- losses (losses.py): the elementwise loss of input x and target t (the reduction is
+# mean's or a fold_sum) ----------------------------------------------------------------
+
+def huber(o, x, t, delta, half_delta):
+    """``(0.5 ·̂ z) ·̂ z`` where ``z = |x - t| < δ``, else ``δ ·̂ (z - δ/2)``."""
+    _, z = _abs(o, o.sub(x, t))
+    return o.where(o.lt(z, delta), o.mul(o.mul(z, 0.5), z), o.mul(o.sub(z, half_delta), delta))
+
+
+def smooth_l1(o, x, t, beta, half_beta):
+    """``((0.5 ·̂ z) ·̂ z) ÷̂ β`` where ``z = |x - t| < β``, else ``z - β/2``."""
+    _, z = _abs(o, o.sub(x, t))
+    return o.where(o.lt(z, beta), o.div(o.mul(o.mul(z, 0.5), z), beta), o.sub(z, half_beta))
+
+
+def binary_cross_entropy(o, x, t, log_min):
+    """``-(t ·̂ max(palog x, m) + (1 - t) ·̂ max(palog(1 - x), m))``, m = torch's -100."""
+    lx = o.clamp_min(o.log(x), log_min)
+    l1 = o.clamp_min(o.log(o.sub(1.0, x)), log_min)
+    return o.neg(o.add(o.mul(t, lx), o.mul(o.sub(1.0, t), l1)))
+
+
+def binary_cross_entropy_with_logits(o, x, t):
+    """``(1 - t) ·̂ x + sp``, ``sp = max(-x, 0) + palog(1 + paexp(-|x|))`` (torch's stable
+    form, no pos_weight)."""
+    sp = o.add(o.clamp_min(o.neg(x), 0.0), o.log(o.add(1.0, o.exp(o.neg(_abs(o, x)[1])))))
+    return o.add(o.mul(o.sub(1.0, t), x), sp)
+
+
+def kl_div(o, x, t):
+    """``t ·̂ palog(t) - t ·̂ x``, 0 where t <= 0 (palog never sees it)."""
+    pos = o.gt(t, 0.0)
+    xlogx = o.mul(t, o.log(o.where(pos, t, 1.0)))
+    return o.sub(o.where(pos, xlogx, 0.0), o.mul(t, x))
 
 
 # --- recurrent cells (recurrent.py): the gate arithmetic of one step ----------------------

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import torch
 
+from . import _compose
 from . import composites as D
 from ._sums import fold_sum
 from .elementwise import mean, pa_abs
 from .config import check_numerics
-from .functional import along, div, exp, log, mul as times
+from .functional import PRIMS, along, div, exp, log, mul as times
 
 __all__ = ["pa_log_softmax", "pa_nll_loss", "pa_mse_loss", "pa_l1_loss", "pa_huber_loss",
            "pa_smooth_l1_loss", "pa_binary_cross_entropy", "pa_binary_cross_entropy_with_logits",
@@ -60,6 +61,16 @@ def pa_nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean",
     denom = valid.sum().to(z.dtype) if w is None else \
         fold_sum(torch.where(valid, w, 0.0), 0, keepdim=False)
     return div(total, denom.detach(), nm)
+
+
+def _pointwise(desc, input, target, nm, **params):
+    """The elementwise loss ``desc`` (torch_bridge/composites.py) of ``input`` and
+    ``target``: its fused kernels for small float32 CPU tensors of one shape, else its
+    graph; the same bits."""
+    if input.shape == target.shape and _compose.composite(nm, input, target):
+        p = _compose.plan(desc, (("x", "e"), ("t", "e")), tuple(params))
+        return _compose.run(p, [input, target], max(1, input.numel()), nm, params)
+    return desc(_compose.GraphOps(PRIMS, nm), x=input, t=target, **params)
 
 
 def _check_reduction(reduction, allowed=_REDUCTIONS):
@@ -109,9 +120,7 @@ def pa_huber_loss(input, target, reduction="mean", delta=1.0, fmt="float32", *,
     if not delta > 0:
         raise ValueError(f"huber_loss: delta={delta!r} must be positive")
     nm = check_numerics(fmt, backward, rounding, mul=mul)
-    z = pa_abs(input - target)
-    loss = torch.where(z < delta, times(times(z, 0.5, nm), z, nm),
-                       times(z - 0.5 * delta, float(delta), nm))
+    loss = _pointwise(D.huber, input, target, nm, delta=float(delta), half_delta=0.5 * delta)
     return _reduce(loss, reduction, nm, weight)
 
 
@@ -125,9 +134,7 @@ def pa_smooth_l1_loss(input, target, reduction="mean", beta=1.0, fmt="float32", 
     if beta == 0:
         return pa_l1_loss(input, target, reduction, fmt, backward=backward, rounding=rounding)
     nm = check_numerics(fmt, backward, rounding, mul=mul)
-    z = pa_abs(input - target)
-    loss = torch.where(z < beta, div(times(times(z, 0.5, nm), z, nm), float(beta),
-                                        nm), z - 0.5 * beta)
+    loss = _pointwise(D.smooth_l1, input, target, nm, beta=float(beta), half_beta=0.5 * beta)
     return _reduce(loss, reduction, nm)
 
 
@@ -137,9 +144,7 @@ def pa_binary_cross_entropy(input, target, weight=None, reduction="mean", fmt="f
     -100))``, then ``·̂ weight``, 'mean' ``Σ ÷̂ n``."""
     _check_reduction(reduction)
     nm = check_numerics(fmt, backward, rounding, mul=mul)
-    log_x = log(input, nm).clamp(min=_LOG_MIN)
-    log_1mx = log(1.0 - input, nm).clamp(min=_LOG_MIN)
-    loss = -(times(target, log_x, nm) + times(1.0 - target, log_1mx, nm))
+    loss = _pointwise(D.binary_cross_entropy, input, target, nm, log_min=_LOG_MIN)
     return _reduce(loss, reduction, nm, weight)
 
 
@@ -152,10 +157,12 @@ def pa_binary_cross_entropy_with_logits(input, target, weight=None, reduction="m
     'mean' ``Σ ÷̂ n``."""
     _check_reduction(reduction)
     nm = check_numerics(fmt, backward, rounding, mul=mul)
-    sp = (-input).clamp(min=0) + log(1.0 + exp(-pa_abs(input), nm), nm)
-    if pos_weight is not None:
+    if pos_weight is None:
+        loss = _pointwise(D.binary_cross_entropy_with_logits, input, target, nm)
+    else:
+        sp = (-input).clamp(min=0) + log(1.0 + exp(-pa_abs(input), nm), nm)
         sp = times(1.0 + times(pos_weight - 1.0, target, nm), sp, nm)
-    loss = times(1.0 - target, input, nm) + sp
+        loss = times(1.0 - target, input, nm) + sp
     return _reduce(loss, reduction, nm, weight)
 
 
@@ -169,9 +176,7 @@ def pa_kl_div(input, target, reduction="mean", log_target=False, fmt="float32", 
     if log_target:
         loss = times(exp(target, nm), target - input, nm)
     else:
-        pos = target > 0
-        xlogx = times(target, log(torch.where(pos, target, 1.0), nm), nm)
-        loss = torch.where(pos, xlogx, 0.0) - times(target, input, nm)
+        loss = _pointwise(D.kl_div, input, target, nm)
     if reduction == "batchmean" and input.dim() > 0:
         return div(fold_sum(loss, None, keepdim=False), float(input.shape[0]), nm)
     return _reduce(loss, "sum" if reduction == "batchmean" else reduction, nm)
