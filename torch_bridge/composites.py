@@ -386,10 +386,12 @@ def binary_cross_entropy(o, x, t, log_min):
     return o.neg(o.add(o.mul(t, lx), o.mul(o.sub(1.0, t), l1)))
 
 
-def binary_cross_entropy_with_logits(o, x, t):
-    """``(1 - t) ·̂ x + sp``, ``sp = max(-x, 0) + palog(1 + paexp(-|x|))`` (torch's stable
-    form, no pos_weight)."""
+def binary_cross_entropy_with_logits(o, x, t, pos_weight=None):
+    """``(1 - t) ·̂ x + l ·̂ sp``, ``sp = max(-x, 0) + palog(1 + paexp(-|x|))`` (torch's
+    stable form), ``l = 1 + (pos_weight - 1) ·̂ t`` (no ``l`` without pos_weight)."""
     sp = o.add(o.clamp_min(o.neg(x), 0.0), o.log(o.add(1.0, o.exp(o.neg(_abs(o, x)[1])))))
+    if pos_weight is not None:
+        sp = o.mul(o.add(1.0, o.mul(o.sub(pos_weight, 1.0), t)), sp)
     return o.add(o.mul(o.sub(1.0, t), x), sp)
 
 

@@ -15,7 +15,7 @@ from . import composites as D
 from ._sums import fold_sum
 from .elementwise import mean, pa_abs
 from .config import check_numerics
-from .functional import PRIMS, along, div, exp, log, mul as times
+from .functional import PRIMS, along, div, exp, mul as times
 
 __all__ = ["pa_log_softmax", "pa_nll_loss", "pa_mse_loss", "pa_l1_loss", "pa_huber_loss",
            "pa_smooth_l1_loss", "pa_binary_cross_entropy", "pa_binary_cross_entropy_with_logits",
@@ -159,10 +159,9 @@ def pa_binary_cross_entropy_with_logits(input, target, weight=None, reduction="m
     nm = check_numerics(fmt, backward, rounding, mul=mul)
     if pos_weight is None:
         loss = _pointwise(D.binary_cross_entropy_with_logits, input, target, nm)
-    else:
-        sp = (-input).clamp(min=0) + log(1.0 + exp(-pa_abs(input), nm), nm)
-        sp = times(1.0 + times(pos_weight - 1.0, target, nm), sp, nm)
-        loss = times(1.0 - target, input, nm) + sp
+    else:           # a broadcast weight per class: the graph
+        loss = D.binary_cross_entropy_with_logits(_compose.GraphOps(PRIMS, nm), input,
+                                                  target, pos_weight)
     return _reduce(loss, reduction, nm, weight)
 
 
