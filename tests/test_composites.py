@@ -21,10 +21,6 @@ from torch_bridge import functional as PF
 from torch_bridge import losses as PL
 from torch_bridge import norms as PN
 
-# one worker for the composites' tests: each generated kernel then compiles once in a
-# fresh CI clone (two workers compiled the same kernels side by side)
-pytestmark = pytest.mark.xdist_group("composites")
-
 KINDS = ["approx", "exact"]
 ROUNDINGS = ["nearest_even", "toward_zero"]
 

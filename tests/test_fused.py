@@ -22,10 +22,6 @@ from emu import sizes
 from emu.registry import ops
 from torch_bridge import functional as PF
 
-# one worker for the composites' tests: each generated kernel then compiles once in a
-# fresh CI clone (two workers compiled the same kernels side by side)
-pytestmark = pytest.mark.xdist_group("composites")
-
 FORMATS = ["float32", "bf16", "float16", "float8_e4m3fn", "e3m2"]
 ROUNDINGS = ["nearest_even", "toward_zero"]
 KINDS = ["approx", "exact"]

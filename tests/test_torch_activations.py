@@ -13,10 +13,6 @@ import torch_bridge as tb
 import torch_bridge.elementwise as PE
 from torch_bridge.accuracy import BOUND, REFERENCE, activation_errors, every_value
 
-# one worker for the composites' tests: each generated kernel then compiles once in a
-# fresh CI clone (two workers compiled the same kernels side by side)
-pytestmark = pytest.mark.xdist_group("composites")
-
 CFG = tb.PAMConfig("bf16")
 
 
